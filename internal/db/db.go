@@ -1,0 +1,184 @@
+// Package db opens a service's store: its own schema in Postgres, or its own file in SQLite for
+// `jobmesh dev`, and applies the service's embedded goose migrations. Each service passes its
+// schema name and touches nothing else; queries are written once with $n placeholders and
+// portable SQL, and Rebind adapts them to SQLite.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	_ "modernc.org/sqlite" // the embedded store of jobmesh dev
+)
+
+// Dialect is the SQL flavour of a store.
+type Dialect int
+
+const (
+	// Postgres is the production store.
+	Postgres Dialect = iota + 1
+	// SQLite is the embedded store of jobmesh dev.
+	SQLite
+)
+
+// String names the dialect as goose and the migration folders do.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case SQLite:
+		return "sqlite"
+	}
+	return "unknown"
+}
+
+// Config says where a service's data lives.
+type Config struct {
+	// URL is a Postgres URL (postgres://…). Empty means SQLite under DataDir.
+	URL string
+	// DataDir holds the SQLite file <Schema>.db when URL is empty.
+	DataDir string
+	// Schema is the service's schema (Postgres) or file name (SQLite): [a-z_]+.
+	Schema string
+	// MaxConns caps the pool; 0 means 10 for Postgres. SQLite always uses one connection so
+	// writers never meet SQLITE_BUSY.
+	MaxConns int
+}
+
+// DB is a service's handle on its store.
+type DB struct {
+	*sql.DB
+	dialect Dialect
+	schema  string
+	rebind  sync.Map // query → rebound query (SQLite)
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_]+$`)
+
+// Open connects to the store and makes sure the service's schema exists.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	if !schemaName.MatchString(cfg.Schema) {
+		return nil, fmt.Errorf("db: schema %q: want [a-z_]+", cfg.Schema)
+	}
+	if cfg.URL == "" {
+		return openSQLite(ctx, cfg)
+	}
+	return openPostgres(ctx, cfg)
+}
+
+func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
+	pc, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("db: database url: %w", err)
+	}
+	// Create the schema with a plain connection first: search_path must name an existing schema.
+	boot, err := pgx.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("db: connect to postgres %s: %w", redact(cfg.URL), err)
+	}
+	_, err = boot.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+cfg.Schema)
+	boot.Close(ctx)
+	if err != nil && !isUniqueViolation(err) { // concurrent CREATE SCHEMA IF NOT EXISTS can race
+		return nil, fmt.Errorf("db: create schema %s: %w", cfg.Schema, err)
+	}
+	pc.RuntimeParams["search_path"] = cfg.Schema
+	sdb := stdlib.OpenDB(*pc)
+	n := cfg.MaxConns
+	if n <= 0 {
+		n = 10
+	}
+	sdb.SetMaxOpenConns(n)
+	sdb.SetMaxIdleConns(n)
+	if err := sdb.PingContext(ctx); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("db: ping postgres: %w", err)
+	}
+	return &DB{DB: sdb, dialect: Postgres, schema: cfg.Schema}, nil
+}
+
+func openSQLite(ctx context.Context, cfg Config) (*DB, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("db: data dir: required when no database url is given")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("db: data dir: %w", err)
+	}
+	path := filepath.Join(cfg.DataDir, cfg.Schema+".db")
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)"
+	sdb, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("db: open sqlite %s: %w", path, err)
+	}
+	sdb.SetMaxOpenConns(1)
+	if err := sdb.PingContext(ctx); err != nil {
+		sdb.Close()
+		return nil, fmt.Errorf("db: open sqlite %s: %w", path, err)
+	}
+	return &DB{DB: sdb, dialect: SQLite, schema: cfg.Schema}, nil
+}
+
+// Dialect tells which SQL flavour the store speaks.
+func (d *DB) Dialect() Dialect { return d.dialect }
+
+// Migrate applies the service's migrations: fsys holds a folder per dialect ("postgres",
+// "sqlite") of goose SQL files. The version table lives in the service's schema.
+func (d *DB) Migrate(ctx context.Context, fsys fs.FS) error {
+	sub, err := fs.Sub(fsys, d.dialect.String())
+	if err != nil {
+		return fmt.Errorf("db: migrations for %s: %w", d.dialect, err)
+	}
+	gd := goose.DialectPostgres
+	if d.dialect == SQLite {
+		gd = goose.DialectSQLite3
+	}
+	p, err := goose.NewProvider(gd, d.DB, sub)
+	if err != nil {
+		return fmt.Errorf("db: migrations of %s: %w", d.schema, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("db: migrate %s: %w", d.schema, err)
+	}
+	return nil
+}
+
+var placeholder = regexp.MustCompile(`\$(\d+)`)
+
+// Q adapts a query written with $n placeholders to the store: SQLite binds them as ?n.
+func (d *DB) Q(query string) string {
+	if d.dialect != SQLite {
+		return query
+	}
+	if q, ok := d.rebind.Load(query); ok {
+		return q.(string)
+	}
+	q := placeholder.ReplaceAllString(query, "?$1")
+	d.rebind.Store(query, q)
+	return q
+}
+
+// redact hides a URL's password for error messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable url)"
+	}
+	return u.Redacted()
+}
+
+// isUniqueViolation reports a Postgres unique_violation (SQLSTATE 23505).
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}

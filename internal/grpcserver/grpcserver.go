@@ -1,0 +1,52 @@
+// Package grpcserver builds the gRPC servers of the jobmesh services the same way: panics become
+// Internal, domain errors become statuses (apierr.ToStatus), and OpenTelemetry follows every call.
+package grpcserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jobmesh/jobmesh/internal/apierr"
+)
+
+// New returns a server with recovery, error translation and tracing installed.
+func New(log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+	base := []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(unaryRecover(log)),
+		grpc.ChainStreamInterceptor(streamRecover(log)),
+	}
+	return grpc.NewServer(append(base, opts...)...)
+}
+
+func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "panic in rpc", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		resp, err = h(ctx, req)
+		return resp, apierr.ToStatus(err)
+	}
+}
+
+func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ss.Context(), "panic in rpc", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return apierr.ToStatus(h(srv, ss))
+	}
+}
