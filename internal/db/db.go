@@ -20,7 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
-	_ "modernc.org/sqlite" // the embedded store of jobmesh dev
+	"modernc.org/sqlite" // the embedded store of jobmesh dev
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Dialect is the SQL flavour of a store.
@@ -90,7 +91,7 @@ func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	_, err = boot.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+cfg.Schema)
 	boot.Close(ctx)
-	if err != nil && !isUniqueViolation(err) { // concurrent CREATE SCHEMA IF NOT EXISTS can race
+	if err != nil && !IsUniqueViolation(err) { // concurrent CREATE SCHEMA IF NOT EXISTS can race
 		return nil, fmt.Errorf("db: create schema %s: %w", cfg.Schema, err)
 	}
 	pc.RuntimeParams["search_path"] = cfg.Schema
@@ -177,8 +178,13 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// isUniqueViolation reports a Postgres unique_violation (SQLSTATE 23505).
-func isUniqueViolation(err error) bool {
+// IsUniqueViolation reports whether err is a unique-constraint violation in either dialect, so
+// services can turn it into apierr.ErrAlreadyExists.
+func IsUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
+	if errors.As(err, &pe) {
+		return pe.Code == "23505"
+	}
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 }

@@ -1,0 +1,25 @@
+# jobmesh: the two commands are `make dev` (run everything) and `make test` (every check CI runs).
+.PHONY: dev test gen gen-check lint build tools
+
+dev: ## run every service in one process; UI and REST at http://127.0.0.1:8080
+	go run ./cmd/jobmesh dev
+
+test: ## everything CI checks: gofmt, buf lint, generation check, vet/build per module, go test -race on Postgres
+	bash scripts/test.sh
+
+gen: ## regenerate gen/ and the OpenAPI document from proto/
+	bash scripts/gen.sh
+
+gen-check: ## fail if gen/ differs from what proto/ generates
+	bash scripts/gen.sh --check
+
+lint: tools
+	./bin/buf lint
+	go vet ./... ./services/executor-agent/...
+
+build:
+	go build -o bin/jobmesh ./cmd/jobmesh
+	go build -o bin/jobmesh-agent ./services/executor-agent/cmd/jobmesh-agent
+
+tools:
+	bash scripts/tools.sh

@@ -1,0 +1,197 @@
+// Package gateway is the edge of jobmesh: REST for every service through grpc-gateway under
+// /api/v1, the merged OpenAPI document at /api/openapi.json, health at /healthz, and the web UI,
+// all on one HTTP listener.
+package gateway
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/gateway/openapi"
+)
+
+//go:embed ui
+var uiFiles embed.FS
+
+// Config says where the gateway listens and where the services are.
+type Config struct {
+	// ListenAddr is the HTTP address, e.g. "127.0.0.1:8080".
+	ListenAddr string
+	// SchedulerAddr, RegistryAddr, LogsAddr and AuthAddr are the services' gRPC addresses.
+	// AuthAddr may be empty until the auth service exists.
+	SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr string
+	// Logger receives the gateway's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.ListenAddr == "":
+		return errors.New("gateway: listen addr: required")
+	case c.SchedulerAddr == "":
+		return errors.New("gateway: scheduler addr: required")
+	case c.RegistryAddr == "":
+		return errors.New("gateway: registry addr: required")
+	case c.LogsAddr == "":
+		return errors.New("gateway: logs addr: required")
+	}
+	return nil
+}
+
+// Gateway serves HTTP.
+type Gateway struct {
+	cfg   Config
+	log   *slog.Logger
+	conns []*grpc.ClientConn
+	srv   *http.Server
+	ln    net.Listener
+
+	once sync.Once
+	done chan error
+}
+
+// New dials the services (lazily) and prepares the HTTP handler.
+func New(cfg Config) (*Gateway, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	h, err := g.handler()
+	if err != nil {
+		g.closeConns()
+		return nil, err
+	}
+	g.srv = &http.Server{Handler: otelhttp.NewHandler(h, "gateway"), ReadHeaderTimeout: 10 * time.Second}
+	return g, nil
+}
+
+func (g *Gateway) dial(addr string) (*grpc.ClientConn, error) {
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: dial %s: %w", addr, err)
+	}
+	g.conns = append(g.conns, c)
+	return c, nil
+}
+
+func (g *Gateway) handler() (http.Handler, error) {
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	ctx := context.Background()
+	sched, err := g.dial(g.cfg.SchedulerAddr)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := g.dial(g.cfg.RegistryAddr)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := g.dial(g.cfg.LogsAddr)
+	if err != nil {
+		return nil, err
+	}
+	regs := []func() error{
+		func() error { return schedulerv1.RegisterJobServiceHandler(ctx, mux, sched) },
+		func() error { return schedulerv1.RegisterSchedulerServiceHandler(ctx, mux, sched) },
+		func() error { return registryv1.RegisterRegistryServiceHandler(ctx, mux, reg) },
+		func() error { return logsv1.RegisterLogServiceHandler(ctx, mux, logs) },
+	}
+	if g.cfg.AuthAddr != "" {
+		auth, err := g.dial(g.cfg.AuthAddr)
+		if err != nil {
+			return nil, err
+		}
+		regs = append(regs, func() error { return authv1.RegisterAuthServiceHandler(ctx, mux, auth) })
+	}
+	for _, r := range regs {
+		if err := r(); err != nil {
+			return nil, fmt.Errorf("gateway: register handlers: %w", err)
+		}
+	}
+	ui, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		return nil, err
+	}
+	root := http.NewServeMux()
+	root.Handle("/api/v1/", mux)
+	root.HandleFunc("GET /api/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapi.JSON)
+	})
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	root.Handle("GET /", http.FileServerFS(ui))
+	return root, nil
+}
+
+// Start listens and serves until Stop.
+func (g *Gateway) Start(ctx context.Context) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", g.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen %s: %w", g.cfg.ListenAddr, err)
+	}
+	g.ln = ln
+	g.done = make(chan error, 1)
+	go func() {
+		err := g.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		g.done <- err
+	}()
+	return nil
+}
+
+// Addr is the address the gateway listens on, after Start.
+func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+
+// Stop stops accepting, lets requests in flight finish (up to 5 s) and closes the connections to
+// the services. It is idempotent.
+func (g *Gateway) Stop() {
+	g.once.Do(func() {
+		if g.ln != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := g.srv.Shutdown(ctx); err != nil {
+				g.log.Warn("gateway shutdown cut requests short", "error", err)
+			}
+			<-g.done
+		}
+		g.closeConns()
+	})
+}
+
+func (g *Gateway) closeConns() {
+	for _, c := range g.conns {
+		c.Close()
+	}
+}

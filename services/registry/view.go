@@ -1,0 +1,276 @@
+package registry
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+)
+
+// KeyPrefix is where executors register: KeyPrefix + "<app>/<instance>", value the protojson of
+// registryv1.Executor, under the executor's own lease.
+const KeyPrefix = "/jobmesh/v1/executors/"
+
+// view is the live executor view, rebuilt from etcd and kept current by a watch.
+type view struct {
+	log *slog.Logger
+	cli *clientv3.Client
+	now func() time.Time
+
+	mu    sync.RWMutex
+	execs map[string]*registryv1.Executor // etcd key → executor
+	rev   int64
+	subs  map[*subscriber]struct{}
+}
+
+// subscriber is one WatchExecutors stream. When it falls behind, its queue is dropped and it is
+// sent a fresh snapshot instead, so a slow reader never blocks the watch.
+type subscriber struct {
+	app    string
+	events chan *registryv1.WatchExecutorsResponse
+	resync chan struct{} // closed-or-signalled (cap 1) when events overflowed
+}
+
+func newView(log *slog.Logger, cli *clientv3.Client, now func() time.Time) *view {
+	return &view{log: log, cli: cli, now: now, execs: map[string]*registryv1.Executor{}, subs: map[*subscriber]struct{}{}}
+}
+
+// load lists the prefix and replaces the view with it; it returns the revision listed at.
+func (v *view) load(ctx context.Context) (int64, error) {
+	resp, err := v.cli.Get(ctx, KeyPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("list executors: %w", err)
+	}
+	execs := make(map[string]*registryv1.Executor, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if e, ok := v.decode(string(kv.Key), kv.Value); ok {
+			execs[string(kv.Key)] = e
+		}
+	}
+	v.mu.Lock()
+	v.execs = execs
+	v.rev = resp.Header.Revision
+	for s := range v.subs {
+		s.signalResync()
+	}
+	v.mu.Unlock()
+	return resp.Header.Revision, nil
+}
+
+// run keeps the view current until ctx ends: it watches from the last revision seen, resumes
+// after a broken watch and re-lists after a compaction.
+func (v *view) run(ctx context.Context, rev int64) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := v.watch(ctx, rev+1)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errCompacted) {
+			v.log.Warn("executor watch compacted; listing again", "revision", rev)
+		} else {
+			v.log.Warn("executor watch broken; resuming", "revision", rev, "error", err)
+			v.mu.RLock()
+			rev = v.rev
+			v.mu.RUnlock()
+			if err := sleepCtx(ctx, backoff); err != nil {
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		r, err := v.load(ctx)
+		if err != nil {
+			v.log.Warn("listing executors failed", "error", err)
+			if err := sleepCtx(ctx, backoff); err != nil {
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		rev, backoff = r, 100*time.Millisecond
+	}
+}
+
+var errCompacted = errors.New("watch revision compacted")
+
+func (v *view) watch(ctx context.Context, from int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range v.cli.Watch(wctx, KeyPrefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if wr.CompactRevision != 0 {
+			return errCompacted
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		v.apply(wr)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("watch channel closed")
+}
+
+func (v *view) apply(wr clientv3.WatchResponse) {
+	var puts, dels []*registryv1.Executor
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, ev := range wr.Events {
+		key := string(ev.Kv.Key)
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			if e, ok := v.decode(key, ev.Kv.Value); ok {
+				v.execs[key] = e
+				puts = append(puts, e)
+			}
+		case clientv3.EventTypeDelete:
+			if e, ok := v.execs[key]; ok {
+				delete(v.execs, key)
+				dels = append(dels, e)
+			}
+		}
+	}
+	v.rev = wr.Header.Revision
+	if len(puts) > 0 {
+		v.publish(&registryv1.WatchExecutorsResponse{Type: registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_PUT, Executors: puts, Revision: v.rev})
+	}
+	if len(dels) > 0 {
+		v.publish(&registryv1.WatchExecutorsResponse{Type: registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE, Executors: dels, Revision: v.rev})
+	}
+}
+
+// publish sends ev to every subscriber of its app; v.mu is held.
+func (v *view) publish(ev *registryv1.WatchExecutorsResponse) {
+	for s := range v.subs {
+		out := ev
+		if s.app != "" {
+			out = filterEvent(ev, s.app)
+			if out == nil {
+				continue
+			}
+		}
+		select {
+		case s.events <- out:
+		default:
+			s.signalResync()
+		}
+	}
+}
+
+func filterEvent(ev *registryv1.WatchExecutorsResponse, app string) *registryv1.WatchExecutorsResponse {
+	var es []*registryv1.Executor
+	for _, e := range ev.Executors {
+		if e.AppName == app {
+			es = append(es, e)
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	return &registryv1.WatchExecutorsResponse{Type: ev.Type, Executors: es, Revision: ev.Revision}
+}
+
+func (s *subscriber) signalResync() {
+	select {
+	case s.resync <- struct{}{}:
+	default:
+	}
+}
+
+// subscribe registers a stream and returns it with the snapshot it starts from.
+func (v *view) subscribe(app string) (*subscriber, *registryv1.WatchExecutorsResponse) {
+	s := &subscriber{app: app, events: make(chan *registryv1.WatchExecutorsResponse, 256), resync: make(chan struct{}, 1)}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.subs[s] = struct{}{}
+	return s, v.snapshotLocked(app)
+}
+
+// resnapshot empties a lagging subscriber's queue and returns a fresh snapshot for it.
+func (v *view) resnapshot(s *subscriber) *registryv1.WatchExecutorsResponse {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for len(s.events) > 0 {
+		<-s.events
+	}
+	return v.snapshotLocked(s.app)
+}
+
+func (v *view) unsubscribe(s *subscriber) {
+	v.mu.Lock()
+	delete(v.subs, s)
+	v.mu.Unlock()
+}
+
+func (v *view) snapshotLocked(app string) *registryv1.WatchExecutorsResponse {
+	return &registryv1.WatchExecutorsResponse{
+		Type:      registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_SNAPSHOT,
+		Executors: v.listLocked(app),
+		Revision:  v.rev,
+	}
+}
+
+// list returns the executors of app (all when empty), sorted by app, then address.
+func (v *view) list(app string) []*registryv1.Executor {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.listLocked(app)
+}
+
+func (v *view) listLocked(app string) []*registryv1.Executor {
+	out := make([]*registryv1.Executor, 0, len(v.execs))
+	for _, e := range v.execs {
+		if app == "" || e.AppName == app {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *registryv1.Executor) int {
+		return cmp.Or(cmp.Compare(a.AppName, b.AppName), cmp.Compare(a.Address, b.Address), cmp.Compare(a.InstanceId, b.InstanceId))
+	})
+	return out
+}
+
+// decode parses a registration; the key is the authority for app and instance.
+func (v *view) decode(key string, val []byte) (*registryv1.Executor, bool) {
+	rest := strings.TrimPrefix(key, KeyPrefix)
+	app, inst, ok := strings.Cut(rest, "/")
+	if !ok || app == "" || inst == "" {
+		v.log.Warn("ignoring malformed executor key", "key", key)
+		return nil, false
+	}
+	e := &registryv1.Executor{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(val, e); err != nil {
+		v.log.Warn("ignoring malformed executor registration", "key", key, "error", err)
+		return nil, false
+	}
+	if e.Address == "" {
+		v.log.Warn("ignoring executor registration without address", "key", key)
+		return nil, false
+	}
+	e.AppName, e.InstanceId = app, inst
+	e.LastSeenTime = timestamppb.New(v.now())
+	return e, true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
