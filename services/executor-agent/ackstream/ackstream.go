@@ -57,9 +57,9 @@ type Sender[T, Req, Resp any] struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	queue    []T         // not yet batched
+	queue    []T        // not yet batched
 	inflight []batch[T] // sent or to send, unacknowledged, in id order
-	held     int         // len(queue) + items in inflight
+	held     int        // len(queue) + items in inflight
 	nextID   uint64
 	stopped  bool
 	wake     chan struct{} // cap 1: new items

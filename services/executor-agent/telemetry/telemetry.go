@@ -89,7 +89,9 @@ func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return traceHandler{h.Handler.WithAttrs(as)}
 }
 
-func (h traceHandler) WithGroup(name string) slog.Handler { return traceHandler{h.Handler.WithGroup(name)} }
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}
 
 // OTLPConfigured reports whether the environment names an OTLP traces endpoint.
 func OTLPConfigured() bool {
