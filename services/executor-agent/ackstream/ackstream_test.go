@@ -1,0 +1,130 @@
+package ackstream_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
+)
+
+type req struct {
+	id    uint64
+	items []int
+}
+
+// server is an in-memory peer: it acks what it receives, except that the first session breaks
+// after receiving its first batch (before acking), so the sender must resend it.
+type server struct {
+	mu       sync.Mutex
+	sessions int
+	got      map[int]int // item → times received
+	acked    int
+}
+
+type stream struct {
+	srv    *server
+	broken bool
+	acks   chan uint64
+	ctx    context.Context
+}
+
+func (s *stream) Send(r *req) error {
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
+	if s.broken {
+		return errors.New("broken")
+	}
+	for _, it := range r.items {
+		s.srv.got[it]++
+	}
+	if s.srv.sessions == 1 { // first session: drop without acking
+		s.broken = true
+		close(s.acks)
+		return nil
+	}
+	s.srv.acked += len(r.items)
+	s.acks <- r.id
+	return nil
+}
+
+func (s *stream) Recv() (*uint64, error) {
+	select {
+	case id, ok := <-s.acks:
+		if !ok {
+			return nil, errors.New("connection reset")
+		}
+		return &id, nil
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+}
+
+func (s *stream) CloseSend() error { return nil }
+
+func TestResendsUnacknowledgedBatches(t *testing.T) {
+	t.Parallel()
+	srv := &server{got: map[int]int{}}
+	snd := ackstream.New(ackstream.Config[int, req, uint64]{
+		Name: "test",
+		Open: func(ctx context.Context) (ackstream.Stream[req, uint64], error) {
+			srv.mu.Lock()
+			srv.sessions++
+			srv.mu.Unlock()
+			return &stream{srv: srv, acks: make(chan uint64, 1000), ctx: ctx}, nil
+		},
+		Batch:    func(id uint64, items []int) *req { return &req{id: id, items: items} },
+		Acked:    func(id *uint64) uint64 { return *id },
+		MaxBatch: 7,
+	})
+	snd.Start(context.Background())
+	defer snd.Stop()
+	const n = 100
+	for i := range n {
+		if err := snd.Send(i); err != nil {
+			t.Fatalf("Send(%d): %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := snd.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v (pending %d)", err, snd.Pending())
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.sessions < 2 {
+		t.Errorf("sessions = %d, want a reconnect after the broken first one", srv.sessions)
+	}
+	for i := range n {
+		if srv.got[i] < 1 {
+			t.Errorf("item %d never delivered", i)
+		}
+	}
+	if srv.acked < n {
+		t.Errorf("acked %d items, want at least %d", srv.acked, n)
+	}
+}
+
+func TestFullQueueRefuses(t *testing.T) {
+	t.Parallel()
+	snd := ackstream.New(ackstream.Config[int, req, uint64]{
+		Open: func(ctx context.Context) (ackstream.Stream[req, uint64], error) {
+			return nil, errors.New("logsvc down")
+		},
+		Batch:      func(id uint64, items []int) *req { return &req{id: id, items: items} },
+		Acked:      func(id *uint64) uint64 { return *id },
+		MaxPending: 3,
+	})
+	if err := snd.Send(1, 2, 3); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if err := snd.Send(4); !errors.Is(err, ackstream.ErrFull) {
+		t.Errorf("Send over MaxPending = %v, want ErrFull", err)
+	}
+	snd.Stop()
+	if err := snd.Send(5); !errors.Is(err, ackstream.ErrStopped) {
+		t.Errorf("Send after Stop = %v, want ErrStopped", err)
+	}
+}
