@@ -1,0 +1,305 @@
+// Package auth is the gateway's account service: users with roles, password login that issues
+// session tokens, logout and password change. Passwords are hashed with argon2id; tokens are
+// random and stored only as hashes. The first admin is created at first start with a random
+// password that is returned once to be printed (or one taken from the environment), never a
+// built-in default like XXL-JOB's admin/123456.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/argon2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/db"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// MigrationsFS returns the auth schema's migrations, a folder per dialect.
+func MigrationsFS() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// Config tunes the service.
+type Config struct {
+	// SessionTTL is how long a login lasts; default 12 h.
+	SessionTTL time.Duration
+	// Logger receives the service's logs (never passwords or tokens); nil discards them.
+	Logger *slog.Logger
+}
+
+// Service serves the login part of AuthService. User administration, API tokens and the audit
+// trail are answered with Unimplemented until they are built.
+type Service struct {
+	authv1.UnimplementedAuthServiceServer
+	cfg   Config
+	log   *slog.Logger
+	store *db.DB
+	now   func() time.Time
+}
+
+// New returns the service over its store (schema "auth").
+func New(cfg Config, store *db.DB) (*Service, error) {
+	if store == nil {
+		return nil, errors.New("auth: store is required")
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.SessionTTL < time.Minute {
+		return nil, fmt.Errorf("auth: session ttl %v: at least 1m", cfg.SessionTTL)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, log: log, store: store, now: time.Now}, nil
+}
+
+// Register adds AuthService to g.
+func (s *Service) Register(g *grpc.Server) { authv1.RegisterAuthServiceServer(g, s) }
+
+// Bootstrap creates the first admin when there are no users. It uses password when given (from
+// the environment), else a random one, and returns the password it set so the caller can print
+// it once; it returns "" when users already exist.
+func (s *Service) Bootstrap(ctx context.Context, username, password string) (string, error) {
+	var n int
+	if err := s.store.QueryRowContext(ctx, `SELECT COUNT(*) FROM users`).Scan(&n); err != nil {
+		return "", fmt.Errorf("auth: count users: %w", err)
+	}
+	if n > 0 {
+		return "", nil
+	}
+	if password == "" {
+		password = randomToken(12)
+	}
+	if err := checkPassword("password", password); err != nil {
+		return "", err
+	}
+	_, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO users (username, password_hash, role, create_ms) VALUES ($1, $2, $3, $4)`),
+		username, hashPassword(password), int32(authv1.Role_ROLE_ADMIN), s.now().UnixMilli())
+	if err != nil && !db.IsUniqueViolation(err) {
+		return "", fmt.Errorf("auth: create first admin: %w", err)
+	}
+	s.log.Info("created the first admin", "username", username)
+	return password, nil
+}
+
+// Login implements AuthService.
+func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.LoginResponse, error) {
+	if req.GetUsername() == "" {
+		return nil, apierr.Field("username", "required")
+	}
+	if req.GetPassword() == "" {
+		return nil, apierr.Field("password", "required")
+	}
+	u, hash, err := s.userByName(ctx, req.GetUsername())
+	if errors.Is(err, apierr.ErrNotFound) {
+		verifyPassword(req.GetPassword(), dummyHash) // same cost whether or not the user exists
+		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !verifyPassword(req.GetPassword(), hash) {
+		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
+	}
+	token := randomToken(32)
+	exp := s.now().Add(s.cfg.SessionTTL)
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO sessions (token_hash, user_id, expire_ms) VALUES ($1, $2, $3)`),
+		tokenHash(token), u.Id, exp.UnixMilli()); err != nil {
+		return nil, fmt.Errorf("auth: create session: %w", err)
+	}
+	s.log.InfoContext(ctx, "login", "username", u.Username)
+	return &authv1.LoginResponse{Token: token, ExpireTime: timestamppb.New(exp), User: u}, nil
+}
+
+// Logout implements AuthService.
+func (s *Service) Logout(ctx context.Context, _ *authv1.LogoutRequest) (*authv1.LogoutResponse, error) {
+	tok, err := bearer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM sessions WHERE token_hash = $1`), tokenHash(tok)); err != nil {
+		return nil, fmt.Errorf("auth: logout: %w", err)
+	}
+	return &authv1.LogoutResponse{}, nil
+}
+
+// GetCurrentUser implements AuthService.
+func (s *Service) GetCurrentUser(ctx context.Context, _ *authv1.GetCurrentUserRequest) (*authv1.GetCurrentUserResponse, error) {
+	u, err := s.Authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &authv1.GetCurrentUserResponse{User: u}, nil
+}
+
+// ChangePassword implements AuthService.
+func (s *Service) ChangePassword(ctx context.Context, req *authv1.ChangePasswordRequest) (*authv1.ChangePasswordResponse, error) {
+	u, err := s.Authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPassword("new_password", req.GetNewPassword()); err != nil {
+		return nil, err
+	}
+	_, hash, err := s.userByName(ctx, u.Username)
+	if err != nil {
+		return nil, err
+	}
+	if !verifyPassword(req.GetOldPassword(), hash) {
+		return nil, apierr.Field("old_password", "does not match the current password")
+	}
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.Id, hashPassword(req.GetNewPassword())); err != nil {
+		return nil, fmt.Errorf("auth: change password: %w", err)
+	}
+	return &authv1.ChangePasswordResponse{}, nil
+}
+
+// Authenticate returns the user of the call's bearer token, or Unauthenticated.
+func (s *Service) Authenticate(ctx context.Context) (*authv1.User, error) {
+	tok, err := bearer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var uid, exp int64
+	err = s.store.QueryRowContext(ctx, s.store.Q(`SELECT user_id, expire_ms FROM sessions WHERE token_hash = $1`), tokenHash(tok)).Scan(&uid, &exp)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && exp <= s.now().UnixMilli()) {
+		return nil, status.Error(codes.Unauthenticated, "invalid or expired token")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: read session: %w", err)
+	}
+	u, err := scanUser(s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms, password_hash FROM users WHERE id = $1`), uid), nil)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, status.Error(codes.Unauthenticated, "the token's user no longer exists")
+	}
+	return u, err
+}
+
+func (s *Service) userByName(ctx context.Context, name string) (*authv1.User, string, error) {
+	var hash string
+	u, err := scanUser(s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms, password_hash FROM users WHERE username = $1`), name), &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, "", fmt.Errorf("user %q: %w", name, apierr.ErrNotFound)
+	}
+	return u, hash, err
+}
+
+func scanUser(r *sql.Row, hash *string) (*authv1.User, error) {
+	var (
+		u        authv1.User
+		role     int32
+		groups   string
+		createMs int64
+		h        string
+	)
+	if err := r.Scan(&u.Id, &u.Username, &role, &groups, &createMs, &h); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("auth: read user: %w", err)
+	}
+	if hash != nil {
+		*hash = h
+	}
+	u.Role = authv1.Role(role)
+	for _, g := range strings.Split(groups, ",") {
+		if id, err := strconv.ParseInt(g, 10, 64); err == nil {
+			u.GroupIds = append(u.GroupIds, id)
+		}
+	}
+	u.CreateTime = timestamppb.New(time.UnixMilli(createMs))
+	return &u, nil
+}
+
+func bearer(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && tok != "" {
+			return tok, nil
+		}
+	}
+	return "", status.Error(codes.Unauthenticated, "missing bearer token")
+}
+
+func checkPassword(field, p string) error {
+	if n := len([]rune(p)); n < 8 || n > 128 {
+		return apierr.Field(field, "want 8-128 characters, got %d", n)
+	}
+	return nil
+}
+
+// argon2id parameters (RFC 9106's second recommended option, with 64 MiB).
+const (
+	argonTime    = 3
+	argonMemory  = 64 * 1024
+	argonThreads = 2
+	argonKeyLen  = 32
+)
+
+// dummyHash keeps a failed login for an unknown user as slow as for a known one.
+var dummyHash = hashPassword("not a real password")
+
+func hashPassword(p string) string {
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
+	key := argon2.IDKey([]byte(p), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
+	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$%s$%s", argonMemory, argonTime, argonThreads,
+		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
+}
+
+func verifyPassword(p, encoded string) bool {
+	parts := strings.Split(encoded, "$")
+	if len(parts) != 6 || parts[1] != "argon2id" {
+		return false
+	}
+	var m uint32
+	var t uint32
+	var th uint8
+	if _, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &m, &t, &th); err != nil {
+		return false
+	}
+	salt, err1 := base64.RawStdEncoding.DecodeString(parts[4])
+	want, err2 := base64.RawStdEncoding.DecodeString(parts[5])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	got := argon2.IDKey([]byte(p), salt, t, m, th, uint32(len(want)))
+	return subtle.ConstantTimeCompare(got, want) == 1
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func tokenHash(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(h[:])
+}
