@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
@@ -116,7 +117,7 @@ func recvWithin(t *testing.T, st grpc.ServerStreamingClient[registryv1.WatchExec
 func TestLiveView(t *testing.T) {
 	t.Parallel()
 	cli := etcdClient(t)
-	c := serve(t, dbtest.Stores(t)[1])
+	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
 	ctx := context.Background()
 	app := "app-live-" + t.Name()
 
@@ -211,7 +212,7 @@ func TestGroups(t *testing.T) {
 
 func TestGroupValidationNamesTheField(t *testing.T) {
 	t.Parallel()
-	c := serve(t, dbtest.Stores(t)[1])
+	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
 	tests := []struct {
 		g     *registryv1.ExecutorGroup
 		field string

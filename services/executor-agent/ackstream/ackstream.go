@@ -44,6 +44,10 @@ type Config[T, Req, Resp any] struct {
 	MaxPending int
 	// Logger gets connection trouble; nil discards.
 	Logger *slog.Logger
+	// OnAck, when set, is called with the items of every acknowledged batch, before Flush can
+	// see them as delivered, so a caller can release what waited on them (the agent holds a run's
+	// result until its log lines are committed). It runs on the delivery goroutine: keep it short.
+	OnAck func(items []T)
 }
 
 type batch[T any] struct {
@@ -61,6 +65,7 @@ type Sender[T, Req, Resp any] struct {
 	inflight []batch[T] // sent or to send, unacknowledged, in id order
 	held     int        // len(queue) + items in inflight
 	nextID   uint64
+	acks     uint64 // batches acknowledged so far
 	stopped  bool
 	wake     chan struct{} // cap 1: new items
 	idle     chan struct{} // closed and replaced when everything is acknowledged
@@ -158,11 +163,16 @@ func (s *Sender[T, Req, Resp]) Stop() {
 }
 
 func (s *Sender[T, Req, Resp]) run(ctx context.Context) {
-	backoff := 50 * time.Millisecond
+	const minBackoff = 50 * time.Millisecond
+	backoff := minBackoff
 	for ctx.Err() == nil {
+		acksBefore := s.ackCount()
 		err := s.session(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if s.ackCount() != acksBefore {
+			backoff = minBackoff // the session worked for a while: reconnect quickly
 		}
 		s.log.Warn("delivery stream broken; reconnecting", "stream", s.cfg.Name, "error", err, "pending", s.Pending(), "backoff", backoff)
 		t := time.NewTimer(backoff)
@@ -258,16 +268,35 @@ func (s *Sender[T, Req, Resp]) nextBatch() (batch[T], bool) {
 	return b, true
 }
 
-func (s *Sender[T, Req, Resp]) ack(id uint64) {
+func (s *Sender[T, Req, Resp]) ackCount() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.acks
+}
+
+func (s *Sender[T, Req, Resp]) ack(id uint64) {
+	s.mu.Lock()
+	var items []T
+	found := false
 	for i, b := range s.inflight {
 		if b.id == id {
-			s.held -= len(b.items)
+			items, found = b.items, true
 			s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+			s.acks++
 			break
 		}
 	}
+	s.mu.Unlock()
+	if !found {
+		return // a repeated acknowledgement
+	}
+	// held drops only after OnAck, so Flush never returns before OnAck has run.
+	if s.cfg.OnAck != nil {
+		s.cfg.OnAck(items)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held -= len(items)
 	if s.held == 0 {
 		close(s.idle)
 		s.idle = make(chan struct{})

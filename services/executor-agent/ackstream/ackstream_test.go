@@ -128,3 +128,48 @@ func TestFullQueueRefuses(t *testing.T) {
 		t.Errorf("Send after Stop = %v, want ErrStopped", err)
 	}
 }
+
+func TestOnAckSeesEveryItemOnceBeforeFlushReturns(t *testing.T) {
+	t.Parallel()
+	srv := &server{got: map[int]int{}}
+	var mu sync.Mutex
+	seen := map[int]int{}
+	snd := ackstream.New(ackstream.Config[int, req, uint64]{
+		Open: func(ctx context.Context) (ackstream.Stream[req, uint64], error) {
+			srv.mu.Lock()
+			srv.sessions++
+			srv.mu.Unlock()
+			return &stream{srv: srv, acks: make(chan uint64, 1000), ctx: ctx}, nil
+		},
+		Batch:    func(id uint64, items []int) *req { return &req{id: id, items: items} },
+		Acked:    func(id *uint64) uint64 { return *id },
+		MaxBatch: 5,
+		OnAck: func(items []int) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, it := range items {
+				seen[it]++
+			}
+		},
+	})
+	snd.Start(context.Background())
+	defer snd.Stop()
+	const n = 40
+	for i := range n {
+		if err := snd.Send(i); err != nil {
+			t.Fatalf("Send(%d): %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := snd.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v (pending %d)", err, snd.Pending())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if seen[i] != 1 {
+			t.Errorf("item %d: OnAck saw it %d times, want 1", i, seen[i])
+		}
+	}
+}

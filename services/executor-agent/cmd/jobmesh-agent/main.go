@@ -1,0 +1,197 @@
+// Command jobmesh-agent is the jobmesh executor sidecar: it serves ExecutorService for one
+// executor group, runs GLUE scripts and the built-in "command" handler, registers itself in etcd
+// and delivers results and output lines to logsvc.
+//
+// Every flag has an environment twin: --app-name is JOBMESH_APP_NAME, and so on. A flag given on
+// the command line wins over its environment variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jobmesh-agent:", err)
+		os.Exit(2)
+	}
+	log, err := telemetry.NewLogger(telemetry.Config{Service: "jobmesh-agent", Level: cfg.logLevel, Format: cfg.logFormat})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jobmesh-agent:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, cfg, log)
+	stop()
+	if err != nil {
+		log.Error("jobmesh-agent failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+// startTimeout bounds start-up: listening, connecting and the first registration.
+const startTimeout = 30 * time.Second
+
+// run starts the agent and serves until ctx ends, then stops it in order.
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	shutdownTracing, err := telemetry.StartTracing(ctx, "jobmesh-agent")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Warn("flushing traces", "error", err)
+		}
+	}()
+
+	var etcd *clientv3.Client
+	if len(cfg.etcdEndpoints) > 0 {
+		etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return fmt.Errorf("--etcd-endpoints: %w", err)
+		}
+		defer etcd.Close()
+	}
+
+	agent, err := sdk.New(sdk.Config{
+		AppName: cfg.appName, InstanceID: cfg.instanceID, ListenAddr: cfg.listenAddr, AdvertiseAddr: cfg.advertiseAddr,
+		Etcd: etcd, RegistrationTTL: cfg.registrationTTL, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
+		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
+		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	err = agent.Start(sctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("signal received; stopping")
+	agent.Stop()
+	return nil
+}
+
+// config is the agent's command line.
+type config struct {
+	appName, instanceID, listenAddr, advertiseAddr string
+	etcdEndpoints                                  []string
+	logsvcAddr, logDir, accessToken                string
+	registrationTTL, killGrace, stopGrace          time.Duration
+	capacity                                       int
+	labels                                         map[string]string
+	logLevel, logFormat                            string
+}
+
+// envName is a flag's environment twin: --log-dir → JOBMESH_LOG_DIR.
+func envName(flagName string) string {
+	return "JOBMESH_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseConfig reads flags, then fills every flag not given from its environment twin, then
+// checks the result; errors name the flag and its variable.
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	var c config
+	var endpoints, labels string
+	fs := flag.NewFlagSet("jobmesh-agent", flag.ContinueOnError)
+	fs.StringVar(&c.appName, "app-name", "", "executor group app name to register under (required)")
+	fs.StringVar(&c.instanceID, "instance-id", "", "instance id within the app (default hostname-pid)")
+	fs.StringVar(&c.listenAddr, "listen-addr", "127.0.0.1:9999", "gRPC listen address of ExecutorService")
+	fs.StringVar(&c.advertiseAddr, "advertise-addr", "", "address registered for the scheduler to dial (default: the listen address)")
+	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints; empty disables registration")
+	fs.StringVar(&c.logsvcAddr, "logsvc-addr", "", "gRPC address of logsvc; empty keeps results local")
+	fs.StringVar(&c.logDir, "log-dir", "", "directory for run logs and GLUE scripts (required)")
+	fs.StringVar(&c.accessToken, "access-token", "", "token the scheduler must present (prefer the environment variable)")
+	fs.DurationVar(&c.registrationTTL, "registration-ttl", 10*time.Second, "etcd lease TTL of the registration")
+	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts")
+	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long stopping waits for running handlers")
+	fs.IntVar(&c.capacity, "capacity", 100, "fires the executor advertises it runs at once")
+	fs.StringVar(&labels, "labels", "", "comma-separated key=value labels to register")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("--%s (%s): invalid value %q: %w", f.Name, envName(f.Name), v, err))
+			}
+		}
+	})
+
+	for e := range strings.SplitSeq(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			c.etcdEndpoints = append(c.etcdEndpoints, e)
+		}
+	}
+	for kv := range strings.SplitSeq(labels, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			errs = append(errs, fmt.Errorf("--labels (%s): %q is not key=value", envName("labels"), kv))
+			continue
+		}
+		if c.labels == nil {
+			c.labels = map[string]string{}
+		}
+		c.labels[k] = v
+	}
+	if c.appName == "" {
+		errs = append(errs, fmt.Errorf("--app-name (%s): required", envName("app-name")))
+	}
+	if c.logDir == "" {
+		errs = append(errs, fmt.Errorf("--log-dir (%s): required", envName("log-dir")))
+	}
+	if c.registrationTTL < time.Second {
+		errs = append(errs, fmt.Errorf("--registration-ttl (%s): %v is below 1s", envName("registration-ttl"), c.registrationTTL))
+	}
+	if _, err := telemetry.ParseLevel(c.logLevel); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level (%s): %w", envName("log-level"), err))
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format (%s): %q: want text or json", envName("log-format"), c.logFormat))
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(config) bool
+		wantErr []string
+	}{
+		{
+			name: "flags",
+			args: []string{"--app-name", "billing", "--log-dir", "/tmp/x", "--etcd-endpoints", "a:2379, b:2379", "--labels", "zone=eu,tier=gold"},
+			check: func(c config) bool {
+				return c.appName == "billing" && c.logDir == "/tmp/x" && len(c.etcdEndpoints) == 2 && c.etcdEndpoints[1] == "b:2379" &&
+					c.labels["zone"] == "eu" && c.listenAddr == "127.0.0.1:9999" && c.registrationTTL == 10*time.Second
+			},
+		},
+		{
+			name: "environment twins, flags win",
+			args: []string{"--app-name", "from-flag"},
+			env:  map[string]string{"JOBMESH_APP_NAME": "from-env", "JOBMESH_LOG_DIR": "/var/x", "JOBMESH_REGISTRATION_TTL": "3s", "JOBMESH_ACCESS_TOKEN": "t"},
+			check: func(c config) bool {
+				return c.appName == "from-flag" && c.logDir == "/var/x" && c.registrationTTL == 3*time.Second && c.accessToken == "t"
+			},
+		},
+		{
+			name:    "missing required fields are named",
+			wantErr: []string{"--app-name (JOBMESH_APP_NAME): required", "--log-dir (JOBMESH_LOG_DIR): required"},
+		},
+		{
+			name:    "bad environment values are named",
+			args:    []string{"--app-name", "a", "--log-dir", "d"},
+			env:     map[string]string{"JOBMESH_REGISTRATION_TTL": "soon", "JOBMESH_LOG_FORMAT": "xml", "JOBMESH_LABELS": "novalue"},
+			wantErr: []string{"--registration-ttl (JOBMESH_REGISTRATION_TTL)", "--log-format (JOBMESH_LOG_FORMAT)"},
+		},
+		{
+			name:    "bad labels are named",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--labels", "novalue"},
+			wantErr: []string{"--labels (JOBMESH_LABELS)"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseConfig(tt.args, env(tt.env))
+			if len(tt.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("got %+v, want an error", got)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("got error %q, want it to contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got error %v", err)
+			}
+			if !tt.check(got) {
+				t.Fatalf("got %+v", got)
+			}
+		})
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{"--app-name", "agent-test", "--listen-addr", "127.0.0.1:0", "--log-dir", t.TempDir()}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: got %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}

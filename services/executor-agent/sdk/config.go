@@ -1,0 +1,159 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// Config describes one executor: who it is, where it listens, where it registers and where its
+// results go. Zero values mean the documented defaults.
+type Config struct {
+	// AppName is the executor group's app name the executor registers under: 1–64 of
+	// [A-Za-z0-9_.-]. Required.
+	AppName string
+	// InstanceID names this executor within its app (the etcd key's last part): 1–128 of
+	// [A-Za-z0-9_.:-]. Default: hostname-pid.
+	InstanceID string
+	// ListenAddr is the gRPC listen address of ExecutorService. Default "127.0.0.1:9999"; port 0
+	// picks a free port (see Addr).
+	ListenAddr string
+	// AdvertiseAddr is the "host:port" registered for the scheduler to dial. Default: the
+	// listener's actual address; an unspecified listen host (0.0.0.0, ::) is replaced by the
+	// first non-loopback IPv4 address of the machine.
+	AdvertiseAddr string
+	// Etcd, when set, is used to register /jobmesh/v1/executors/<app>/<instance> under a lease.
+	// The caller owns the client and closes it after Stop.
+	Etcd *clientv3.Client
+	// RegistrationTTL is the lease TTL of the registration, at least 1s. Default 10s.
+	RegistrationTTL time.Duration
+	// LogsvcAddr is the gRPC address of logsvc's IngestService. Empty disables delivery: results
+	// and output stay in the local log files.
+	LogsvcAddr string
+	// LogsvcDialOptions replace the default dial options (plaintext, reconnect backoff capped at
+	// 2s) of the logsvc connection, e.g. to add TLS.
+	LogsvcDialOptions []grpc.DialOption
+	// LogDir holds per-run log files (runs/<yyyy-mm-dd>/<trigger id>.log) and GLUE script files
+	// (glue/). Required.
+	LogDir string
+	// AccessToken, when set, must be presented by every ExecutorService call as the metadata
+	// "authorization: Bearer <token>"; other calls fail with Unauthenticated.
+	AccessToken string
+	// Version is the version the executor reports and registers.
+	Version string
+	// Capacity is how many fires the executor advertises it runs at once. Default 100.
+	Capacity int
+	// Labels are free-form labels registered with the executor.
+	Labels map[string]string
+	// KillGrace is how long a killed or timed-out script gets between SIGTERM and SIGKILL.
+	// Default 5s.
+	KillGrace time.Duration
+	// StopGrace is how long Stop waits for running handlers before killing them. Default 10s.
+	StopGrace time.Duration
+	// IdleTimeout is how long a job's worker may sit idle before it is reclaimed (and the
+	// handler's destroy hook runs). Default 90s, as XXL-JOB.
+	IdleTimeout time.Duration
+	// MaxPending caps results and log lines held for logsvc and not yet acknowledged; beyond it
+	// new items are dropped and logged (the local log file keeps the output). Default 100000.
+	MaxPending int
+	// OnResult, when set, is called once for every fire that ends, after its result is queued
+	// for logsvc. It runs on the worker's goroutine: keep it short.
+	OnResult func(Result)
+	// Logger receives the executor's own logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+var (
+	appNameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	instanceIDRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+	// triggerIDRE keeps trigger ids safe to use as file names.
+	triggerIDRE = regexp.MustCompile(`^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}$`)
+)
+
+// withDefaults returns cfg with every zero value replaced by its default.
+func (cfg Config) withDefaults() Config {
+	if cfg.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "executor"
+		}
+		cfg.InstanceID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:9999"
+	}
+	if cfg.RegistrationTTL == 0 {
+		cfg.RegistrationTTL = 10 * time.Second
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 100
+	}
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = 5 * time.Second
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 90 * time.Second
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 100_000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// validate checks a defaulted config; every error names the field.
+func (cfg Config) validate() error {
+	var errs []error
+	if !appNameRE.MatchString(cfg.AppName) {
+		errs = append(errs, fmt.Errorf("AppName %q: want 1–64 of [A-Za-z0-9_.-]", cfg.AppName))
+	}
+	if !instanceIDRE.MatchString(cfg.InstanceID) {
+		errs = append(errs, fmt.Errorf("InstanceID %q: want 1–128 of [A-Za-z0-9_.:-]", cfg.InstanceID))
+	}
+	if _, _, err := net.SplitHostPort(cfg.ListenAddr); err != nil {
+		errs = append(errs, fmt.Errorf("ListenAddr %q: %w", cfg.ListenAddr, err))
+	}
+	if cfg.AdvertiseAddr != "" {
+		if _, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err != nil {
+			errs = append(errs, fmt.Errorf("AdvertiseAddr %q: %w", cfg.AdvertiseAddr, err))
+		}
+	}
+	if cfg.LogsvcAddr != "" {
+		if _, _, err := net.SplitHostPort(cfg.LogsvcAddr); err != nil {
+			errs = append(errs, fmt.Errorf("LogsvcAddr %q: %w", cfg.LogsvcAddr, err))
+		}
+	}
+	if cfg.RegistrationTTL < time.Second {
+		errs = append(errs, fmt.Errorf("RegistrationTTL %v: want at least 1s", cfg.RegistrationTTL))
+	}
+	if cfg.LogDir == "" {
+		errs = append(errs, errors.New("LogDir: required"))
+	}
+	if cfg.Capacity < 0 {
+		errs = append(errs, fmt.Errorf("Capacity %d: must not be negative", cfg.Capacity))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"KillGrace", cfg.KillGrace}, {"StopGrace", cfg.StopGrace}, {"IdleTimeout", cfg.IdleTimeout}} {
+		if f.d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", f.name, f.d))
+		}
+	}
+	if cfg.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("MaxPending %d: must not be negative", cfg.MaxPending))
+	}
+	return errors.Join(errs...)
+}

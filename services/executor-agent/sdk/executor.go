@@ -1,0 +1,410 @@
+// Package sdk is the jobmesh executor engine. The jobmesh-agent sidecar runs it, and Go
+// applications embed it to run their own handlers in-process: it serves ExecutorService to the
+// scheduler, runs each job on its own worker with XXL-JOB's block strategies, runs GLUE scripts
+// and commands in their own process groups, registers the executor in etcd under a lease, and
+// delivers results and output lines to logsvc until they are acknowledged.
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+)
+
+// HandlerFunc runs one fire of a job. It must return when ctx ends (timeout, kill, shutdown);
+// a nil error means success, anything else (and a panic) means failure with its message.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// HandlerOption tunes a handler registered with Handle.
+type HandlerOption struct{ apply func(*bean) }
+
+// WithInit runs init once on each job's worker before its first fire (XXL-JOB's init method),
+// e.g. to open a connection; an error fails that fire, and the next fire tries again.
+func WithInit(init func() error) HandlerOption {
+	return HandlerOption{func(b *bean) { b.init = init }}
+}
+
+// WithDestroy runs destroy when a worker whose init succeeded ends: reclaimed when idle,
+// replaced, or at Stop (XXL-JOB's destroy method).
+func WithDestroy(destroy func()) HandlerOption {
+	return HandlerOption{func(b *bean) { b.destroy = destroy }}
+}
+
+// bean is a registered handler.
+type bean struct {
+	name    string
+	fn      HandlerFunc
+	init    func() error
+	destroy func()
+}
+
+// Job is what a handler knows about the fire it runs.
+type Job struct {
+	// ID is the job id.
+	ID int64
+	// GroupID is the executor group id.
+	GroupID int64
+	// TriggerID is the fire's deterministic id; the same fire always has the same id.
+	TriggerID string
+	// Handler is the handler name (BEAN jobs).
+	Handler string
+	// Params is the job's parameter for this fire.
+	Params string
+	// ShardIndex is the 0-based shard of a sharded fire; ShardTotal is at least 1.
+	ShardIndex, ShardTotal int
+	// ScheduledTime is when the fire was due; zero when the scheduler did not say.
+	ScheduledTime time.Time
+	// Attempt is 0 for the first fire and n for the n-th retry.
+	Attempt int
+	// TriggerType says why it fired: CRON, MANUAL, RETRY, PARENT, API or MISFIRE.
+	TriggerType string
+	// TraceContext is the fire's W3C trace context ("traceparent", "tracestate").
+	TraceContext map[string]string
+
+	run *run
+}
+
+// Logf appends a line (or several, one per newline) to the fire's log: the local log file the
+// Log call reads, and the lines streamed to logsvc. Lines logged after the handler returned are
+// dropped.
+func (j *Job) Logf(format string, args ...any) {
+	if j.run == nil {
+		return
+	}
+	j.run.logText(fmt.Sprintf(format, args...))
+}
+
+// Status is how a fire ended.
+type Status string
+
+// The statuses a fire ends with; they match logsvc's RunStatus names.
+const (
+	StatusSuccess Status = "SUCCESS"
+	StatusFail    Status = "FAIL"
+	StatusTimeout Status = "TIMEOUT"
+	StatusKilled  Status = "KILLED"
+)
+
+// Result is a fire's end, as passed to Config.OnResult.
+type Result struct {
+	// TriggerID and JobID name the fire.
+	TriggerID string
+	JobID     int64
+	// Status is how it ended; Message says why when it did not succeed.
+	Status  Status
+	Message string
+	// StartTime and EndTime bound the run; equal when the fire never started (killed while queued).
+	StartTime, EndTime time.Time
+}
+
+// Executor runs fires of jobs sent by the scheduler. Create it with New, register handlers with
+// Handle, then Start; Stop ends it.
+type Executor struct {
+	cfg Config
+	log *slog.Logger
+
+	hmu      sync.RWMutex
+	handlers map[string]*bean
+	hErrs    []error
+
+	mu         sync.Mutex
+	started    bool
+	stopping   bool
+	workers    map[int64]*worker    // the current worker of each job
+	allWorkers map[*worker]struct{} // every live worker goroutine, replaced ones included
+	active     map[string]*run      // queued or running fires by trigger id
+	recent     *recentIDs           // recently accepted trigger ids → log path
+	onReclaim  func(jobID int64)    // test hook: a worker was reclaimed
+	baseCtx    context.Context      // Start's values, never cancelled: parent of every run
+
+	ln        net.Listener
+	srv       *grpc.Server
+	serveDone chan struct{}
+	addr      string
+	advertise string
+	startTime time.Time
+	out       outbox
+	reg       *registrar
+
+	stopOnce sync.Once
+}
+
+// New checks cfg and returns an executor with the built-in "command" handler registered.
+// Errors name the offending Config field.
+func New(cfg Config) (*Executor, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
+	e := &Executor{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		handlers:   map[string]*bean{},
+		workers:    map[int64]*worker{},
+		allWorkers: map[*worker]struct{}{},
+		active:     map[string]*run{},
+		recent:     newRecentIDs(recentCap),
+		baseCtx:    context.Background(),
+		out:        nopOutbox{},
+	}
+	e.Handle(CommandHandler, e.commandHandler)
+	return e, nil
+}
+
+// CommandHandler is the name of the built-in BEAN handler that runs a program without a shell:
+// its params are a JSON array of strings ["prog", "arg1", ...] or a plain string split on
+// whitespace.
+const CommandHandler = "command"
+
+// Handle registers h as the BEAN handler name, replacing any handler of that name (the built-in
+// "command" included). It may be called before or after Start; a bad registration (empty name,
+// nil handler) is reported by Start.
+func (e *Executor) Handle(name string, h HandlerFunc, opts ...HandlerOption) {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	switch {
+	case strings.TrimSpace(name) == "":
+		e.hErrs = append(e.hErrs, errors.New("Handle: handler name is empty"))
+		return
+	case h == nil:
+		e.hErrs = append(e.hErrs, fmt.Errorf("Handle(%q): handler is nil", name))
+		return
+	}
+	b := &bean{name: name, fn: h}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(b)
+		}
+	}
+	e.handlers[name] = b
+}
+
+func (e *Executor) handler(name string) (*bean, bool) {
+	e.hmu.RLock()
+	defer e.hmu.RUnlock()
+	b, ok := e.handlers[name]
+	return b, ok
+}
+
+// Start listens, serves ExecutorService, starts delivery to logsvc and registers the executor
+// in etcd (the first registration must succeed). ctx bounds start-up and lends its values to
+// handlers; the executor runs until Stop.
+func (e *Executor) Start(ctx context.Context) error {
+	e.mu.Lock()
+	if e.started {
+		e.mu.Unlock()
+		return errors.New("executor: already started")
+	}
+	e.started = true
+	e.baseCtx = context.WithoutCancel(ctx)
+	e.mu.Unlock()
+
+	e.hmu.RLock()
+	herr := errors.Join(e.hErrs...)
+	e.hmu.RUnlock()
+	if herr != nil {
+		return fmt.Errorf("executor handlers: %w", herr)
+	}
+	for _, d := range []string{filepath.Join(e.cfg.LogDir, "runs"), filepath.Join(e.cfg.LogDir, "glue")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("LogDir: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", e.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("ListenAddr: listen on %s: %w", e.cfg.ListenAddr, err)
+	}
+	e.ln = ln
+	e.addr = ln.Addr().String()
+	e.advertise = e.cfg.AdvertiseAddr
+	if e.advertise == "" {
+		e.advertise = advertiseAddr(ln.Addr())
+	}
+	e.startTime = time.Now()
+
+	if e.cfg.LogsvcAddr != "" {
+		out, err := newStreamOutbox(e.cfg, e.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		out.start(ctx)
+		e.out = out
+	}
+
+	e.srv = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(recoverUnary(e.log), authUnary(e.cfg.AccessToken)),
+		grpc.MaxRecvMsgSize(64<<20),
+	)
+	executorv1.RegisterExecutorServiceServer(e.srv, &service{e: e})
+	e.serveDone = make(chan struct{})
+	go func() {
+		defer close(e.serveDone)
+		if err := e.srv.Serve(ln); err != nil {
+			e.log.Error("executor gRPC server ended", "error", err)
+		}
+	}()
+
+	if e.cfg.Etcd != nil {
+		e.reg = newRegistrar(e.cfg, e.advertise, e.startTime, e.log)
+		if err := e.reg.start(ctx); err != nil {
+			e.srv.Stop()
+			<-e.serveDone
+			e.out.stop()
+			return err
+		}
+	}
+	e.log.Info("executor started", "app", e.cfg.AppName, "instance", e.cfg.InstanceID, "listen_addr", e.addr,
+		"advertise_addr", e.advertise, "logsvc_addr", e.cfg.LogsvcAddr, "registered", e.cfg.Etcd != nil)
+	return nil
+}
+
+// Addr is the actual listen address after Start ("127.0.0.1:43121" for port 0).
+func (e *Executor) Addr() string {
+	return e.addr
+}
+
+// AdvertiseAddr is the address registered for the scheduler and reported in results.
+func (e *Executor) AdvertiseAddr() string {
+	return e.advertise
+}
+
+// Stop ends the executor in a fixed, bounded order: revoke the registration lease, refuse new
+// fires and kill queued ones, wait up to StopGrace for running handlers, kill what still runs
+// (reported KILLED), stop serving, then flush results and lines to logsvc. It is idempotent.
+func (e *Executor) Stop() {
+	e.stopOnce.Do(e.stop)
+}
+
+func (e *Executor) stop() {
+	e.mu.Lock()
+	started := e.started
+	e.stopping = true
+	e.mu.Unlock()
+	if !started {
+		return
+	}
+	if e.reg != nil {
+		e.reg.stop()
+	}
+
+	// Refuse new fires; queued fires end KILLED now, running ones may finish.
+	stopCause := &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: "killed: executor stopping"}
+	e.mu.Lock()
+	var queued []*run
+	var workers []*worker
+	for w := range e.allWorkers {
+		queued = append(queued, w.queue...)
+		w.queue = nil
+		w.retired = true
+		w.signal()
+		workers = append(workers, w)
+	}
+	clear(e.workers)
+	e.mu.Unlock()
+	for _, r := range queued {
+		e.finishUnstarted(r, stopCause)
+	}
+
+	if !waitWorkers(workers, e.cfg.StopGrace) {
+		e.mu.Lock()
+		running := e.runningLocked()
+		e.mu.Unlock()
+		e.log.Warn("handlers still running after the stop grace period; killing them", "count", len(running), "stop_grace", e.cfg.StopGrace)
+		for _, r := range running {
+			r.cancel(stopCause)
+		}
+		if !waitWorkers(workers, e.cfg.KillGrace+time.Second) {
+			// Handlers that ignore cancellation: report them killed; their late return is ignored.
+			e.mu.Lock()
+			running = e.runningLocked()
+			e.mu.Unlock()
+			for _, r := range running {
+				e.log.Error("handler ignores cancellation; reporting it killed", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId())
+				e.finish(r, logsv1.RunStatus_RUN_STATUS_KILLED, "killed: executor stopping (handler did not return)", time.Time{}, time.Now(), "")
+			}
+		}
+	}
+
+	if e.srv != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.srv.GracefulStop()
+		}()
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-done:
+		case <-t.C:
+			e.srv.Stop()
+			<-done
+		}
+		t.Stop()
+		<-e.serveDone
+	}
+
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := e.out.flush(fctx); err != nil {
+		e.log.Error("results and log lines not acknowledged by logsvc at stop; they are lost (output stays in the local log files)",
+			"pending", e.out.pending(), "error", err)
+	}
+	cancel()
+	e.out.stop()
+	e.log.Info("executor stopped", "app", e.cfg.AppName, "instance", e.cfg.InstanceID)
+}
+
+// runningLocked lists the fires that are running now.
+func (e *Executor) runningLocked() []*run {
+	var rs []*run
+	for w := range e.allWorkers {
+		if w.running != nil {
+			rs = append(rs, w.running)
+		}
+	}
+	return rs
+}
+
+// waitWorkers waits until every worker goroutine has ended or d has passed.
+func waitWorkers(ws []*worker, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
+}
+
+// advertiseAddr turns a listener address into one others can dial: an unspecified host becomes
+// the machine's first non-loopback IPv4 address (or 127.0.0.1 without one).
+func advertiseAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	host := "127.0.0.1"
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, ia := range addrs {
+			if n, ok := ia.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				host = n.IP.String()
+				break
+			}
+		}
+	}
+	return net.JoinHostPort(host, fmt.Sprint(tcp.Port))
+}

@@ -1,0 +1,619 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
+)
+
+// wait bounds every wait in these tests; nothing sleeps.
+const wait = 20 * time.Second
+
+// harness is one executor on loopback delivering to a fake logsvc.
+type harness struct {
+	exec   *sdk.Executor
+	ingest *sdktest.Ingest
+	cli    executorv1.ExecutorServiceClient
+	gates  *gates
+}
+
+// start runs an executor for the test with a "gate" BEAN handler (see gates); configure may
+// change the config. Tests register more handlers on h.exec: Handle works after Start.
+func start(t *testing.T, configure func(*sdk.Config)) *harness {
+	t.Helper()
+	h := &harness{ingest: sdktest.NewIngest(), gates: &gates{m: map[string]*gate{}}}
+	cfg := sdk.Config{
+		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: h.ingest.Serve(t),
+		LogDir: t.TempDir(), KillGrace: 500 * time.Millisecond, StopGrace: 2 * time.Second, Logger: testLogger(t),
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	e, err := sdk.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	e.Handle("gate", h.gates.handler)
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(e.Stop)
+	h.exec = e
+	h.cli = sdktest.Client(t, e.Addr(), cfg.AccessToken)
+	return h
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("JOBMESH_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run sends fires in one Run call and returns the outcomes.
+func (h *harness) run(t *testing.T, ts ...*executorv1.Trigger) []*executorv1.RunAck {
+	t.Helper()
+	resp, err := h.cli.Run(ctxFor(t), &executorv1.RunRequest{Triggers: ts})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(resp.GetAcks()) != len(ts) {
+		t.Fatalf("Run: got %d acks for %d fires", len(resp.GetAcks()), len(ts))
+	}
+	return resp.GetAcks()
+}
+
+// accept sends one fire and fails the test unless it is accepted.
+func (h *harness) accept(t *testing.T, tr *executorv1.Trigger) {
+	t.Helper()
+	if ack := h.run(t, tr)[0]; ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED {
+		t.Fatalf("fire %s: got %v %q, want ACCEPTED", tr.GetTriggerId(), ack.GetOutcome(), ack.GetMessage())
+	}
+}
+
+// result waits for a fire's result at the fake logsvc.
+func (h *harness) result(t *testing.T, id string) *logsv1.RunResult {
+	t.Helper()
+	r, err := h.ingest.WaitResult(ctxFor(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (h *harness) wantResult(t *testing.T, id string, status logsv1.RunStatus, msgPart string) *logsv1.RunResult {
+	t.Helper()
+	r := h.result(t, id)
+	if r.GetStatus() != status || !strings.Contains(r.GetMessage(), msgPart) {
+		t.Fatalf("fire %s: got %v %q, want %v containing %q", id, r.GetStatus(), r.GetMessage(), status, msgPart)
+	}
+	return r
+}
+
+// waitLines waits until the fake logsvc holds at least n lines of a fire.
+func (h *harness) waitLines(t *testing.T, id string, n int) []string {
+	t.Helper()
+	if err := h.ingest.Wait(ctxFor(t), func() bool { return len(h.ingest.Lines(id)) >= n }); err != nil {
+		t.Fatalf("fire %s: got lines %q, want at least %d: %v", id, h.ingest.Texts(id), n, err)
+	}
+	return h.ingest.Texts(id)
+}
+
+func script(id string, job int64, src string) *executorv1.Trigger {
+	return &executorv1.Trigger{
+		TriggerId: id, JobId: job, GlueType: schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, GlueSource: src,
+		GlueUpdatedUnixMs: 1, ShardTotal: 1,
+	}
+}
+
+func bean(id string, job int64, handler, params string) *executorv1.Trigger {
+	return &executorv1.Trigger{TriggerId: id, JobId: job, GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Handler: handler, Params: params, ShardTotal: 1}
+}
+
+// gates drive the "gate" handler: each fire signals when it starts and runs until released
+// (then succeeds) or cancelled (then returns the context's error).
+type gates struct {
+	mu sync.Mutex
+	m  map[string]*gate
+}
+
+type gate struct {
+	started, release chan struct{}
+}
+
+func (g *gates) get(id string) *gate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m[id] == nil {
+		g.m[id] = &gate{started: make(chan struct{}), release: make(chan struct{})}
+	}
+	return g.m[id]
+}
+
+func (g *gates) handler(ctx context.Context, job *sdk.Job) error {
+	gt := g.get(job.TriggerID)
+	close(gt.started)
+	job.Logf("gate %s open", job.TriggerID)
+	select {
+	case <-gt.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gates) waitStarted(t *testing.T, id string) {
+	t.Helper()
+	select {
+	case <-g.get(id).started:
+	case <-time.After(wait):
+		t.Fatalf("fire %s did not start", id)
+	}
+}
+
+func (g *gates) release(id string) { close(g.get(id).release) }
+
+func TestScriptRunsWithArgsEnvAndNumberedLines(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tr := script("11-1763884800123-1-2", 11, strings.Join([]string{
+		`echo "args:$1|$2|$3"`,
+		`echo "env:$JOBMESH_JOB_ID|$JOBMESH_TRIGGER_ID|$JOBMESH_SCHEDULED_UNIX_MS|$JOBMESH_ATTEMPT|$JOBMESH_SHARD_INDEX|$JOBMESH_SHARD_TOTAL|$JOBMESH_PARAMS"`,
+		`echo "trace:$TRACEPARENT"`,
+		`echo "to stderr" >&2`,
+	}, "\n"))
+	tr.Params, tr.ShardIndex, tr.ShardTotal, tr.Attempt, tr.ScheduledUnixMs = "a b; echo injected", 1, 3, 2, 1763884800123
+	tr.TraceContext = map[string]string{"traceparent": traceparent}
+	h.accept(t, tr)
+
+	r := h.wantResult(t, tr.TriggerId, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	lines := h.ingest.Lines(tr.TriggerId)
+	want := []string{
+		"args:a b; echo injected|1|3",
+		"env:11|11-1763884800123-1-2|1763884800123|2|1|3|a b; echo injected",
+		"trace:" + traceparent,
+		"to stderr",
+	}
+	var got []string
+	for i, l := range lines {
+		if l.GetLineNo() != int64(i+1) {
+			t.Errorf("line %d: got line_no %d, want %d", i, l.GetLineNo(), i+1)
+		}
+		got = append(got, l.GetText())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("lines: got %q, want %q", got, want)
+	}
+	if r.GetExecutorAddress() != h.exec.AdvertiseAddr() || r.GetJobId() != 11 || r.GetTraceId() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("result: got address %q job %d trace %q, want %q 11 0af7651916cd43dd8448eb211c80319c", r.GetExecutorAddress(), r.GetJobId(), r.GetTraceId(), h.exec.AdvertiseAddr())
+	}
+	if r.GetStartUnixMs() == 0 || r.GetEndUnixMs() < r.GetStartUnixMs() {
+		t.Errorf("result times: got start %d end %d", r.GetStartUnixMs(), r.GetEndUnixMs())
+	}
+
+	// The local log serves the same lines, from a line on.
+	lr, err := h.cli.Log(ctxFor(t), &executorv1.LogRequest{TriggerId: tr.TriggerId, FromLine: 2})
+	if err != nil {
+		t.Fatalf("Log: %v", err)
+	}
+	if !slices.Equal(lr.GetLines(), want[1:]) || lr.GetFromLine() != 2 || lr.GetToLine() != 4 || !lr.GetIsEnd() {
+		t.Fatalf("Log: got %d–%d %q end %v, want 2–4 %q end true", lr.GetFromLine(), lr.GetToLine(), lr.GetLines(), lr.GetIsEnd(), want[1:])
+	}
+	if _, err := h.cli.Log(ctxFor(t), &executorv1.LogRequest{TriggerId: "no-such-fire", FromLine: 1}); status.Code(err) != codes.NotFound {
+		t.Fatalf("Log of an unknown fire: got %v, want NotFound", err)
+	}
+}
+
+func TestScriptExitCodeFails(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	h.accept(t, script("12-1-0-0", 12, "echo before\nexit 3"))
+	h.wantResult(t, "12-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "exit code 3")
+	if got := h.ingest.Texts("12-1-0-0"); !slices.Equal(got, []string{"before"}) {
+		t.Fatalf("lines: got %q, want [before]", got)
+	}
+}
+
+func TestScriptTimeoutKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	tr := script("13-1-0-0", 13, "sleep 1000 &\necho \"child $!\"\nwait")
+	tr.TimeoutSeconds = 1
+	h.accept(t, tr)
+	h.wantResult(t, tr.TriggerId, logsv1.RunStatus_RUN_STATUS_TIMEOUT, "timed out after 1s")
+	lines := h.ingest.Texts(tr.TriggerId)
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "child ") {
+		t.Fatalf("lines: got %q, want [child <pid>]", lines)
+	}
+	pid, err := strconv.Atoi(strings.TrimPrefix(lines[0], "child "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Fatalf("child sleep %d survived the timeout", pid)
+	}
+}
+
+// alive reports whether pid runs: it exists and is not a zombie waiting for its reaper.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
+}
+
+func TestKillByTriggerID(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	h.accept(t, script("14-1-0-0", 14, "echo started\nsleep 1000"))
+	h.waitLines(t, "14-1-0-0", 1)
+	lr, err := h.cli.Log(ctxFor(t), &executorv1.LogRequest{TriggerId: "14-1-0-0"})
+	if err != nil || !slices.Equal(lr.GetLines(), []string{"started"}) || lr.GetIsEnd() {
+		t.Fatalf("Log while running: got %v %v, want [started] and not the end", lr, err)
+	}
+
+	resp, err := h.cli.Kill(ctxFor(t), &executorv1.KillRequest{TriggerId: "14-1-0-0"})
+	if err != nil || !resp.GetKilled() {
+		t.Fatalf("Kill: got %v %v, want killed", resp, err)
+	}
+	h.wantResult(t, "14-1-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "killed by request")
+
+	resp, err = h.cli.Kill(ctxFor(t), &executorv1.KillRequest{TriggerId: "14-1-0-0"})
+	if err != nil || resp.GetKilled() {
+		t.Fatalf("second Kill: got %v %v, want not killed", resp, err)
+	}
+}
+
+func TestKillByJobIDEndsRunningAndQueued(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	h.accept(t, bean("15-1-0-0", 15, "gate", ""))
+	h.gates.waitStarted(t, "15-1-0-0")
+	h.accept(t, bean("15-2-0-0", 15, "gate", ""))
+
+	resp, err := h.cli.Kill(ctxFor(t), &executorv1.KillRequest{JobId: 15})
+	if err != nil || !resp.GetKilled() {
+		t.Fatalf("Kill: got %v %v, want killed", resp, err)
+	}
+	h.wantResult(t, "15-1-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "killed by request")
+	h.wantResult(t, "15-2-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "killed by request")
+}
+
+func TestBlockStrategies(t *testing.T) {
+	t.Parallel()
+	t.Run("serial execution queues", func(t *testing.T) {
+		t.Parallel()
+		h := start(t, nil)
+		h.accept(t, bean("21-1-0-0", 21, "gate", ""))
+		h.gates.waitStarted(t, "21-1-0-0")
+		second := bean("21-2-0-0", 21, "gate", "")
+		second.BlockStrategy = schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION
+		h.accept(t, second)
+
+		idle, err := h.cli.IdleBeat(ctxFor(t), &executorv1.IdleBeatRequest{JobId: 21})
+		if err != nil || idle.GetIdle() {
+			t.Fatalf("IdleBeat: got %v %v, want busy", idle, err)
+		}
+		beat, err := h.cli.Beat(ctxFor(t), &executorv1.BeatRequest{})
+		if err != nil || beat.GetRunning() != 1 || beat.GetQueued() != 1 || beat.GetAppName() != "test-app" {
+			t.Fatalf("Beat: got %v %v, want test-app running 1 queued 1", beat, err)
+		}
+		h.gates.release("21-1-0-0")
+		first := h.wantResult(t, "21-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+		h.gates.waitStarted(t, "21-2-0-0")
+		h.gates.release("21-2-0-0")
+		r2 := h.wantResult(t, "21-2-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+		if r2.GetStartUnixMs() < first.GetEndUnixMs() {
+			t.Fatalf("second fire started at %d, before the first ended at %d", r2.GetStartUnixMs(), first.GetEndUnixMs())
+		}
+		idle, err = h.cli.IdleBeat(ctxFor(t), &executorv1.IdleBeatRequest{JobId: 99})
+		if err != nil || !idle.GetIdle() {
+			t.Fatalf("IdleBeat of an unknown job: got %v %v, want idle", idle, err)
+		}
+	})
+	t.Run("discard later rejects", func(t *testing.T) {
+		t.Parallel()
+		h := start(t, nil)
+		h.accept(t, bean("22-1-0-0", 22, "gate", ""))
+		h.gates.waitStarted(t, "22-1-0-0")
+		second := bean("22-2-0-0", 22, "gate", "")
+		second.BlockStrategy = schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER
+		ack := h.run(t, second)[0]
+		if ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_REJECTED || !strings.Contains(ack.GetMessage(), "DISCARD_LATER") {
+			t.Fatalf("got %v %q, want REJECTED naming DISCARD_LATER", ack.GetOutcome(), ack.GetMessage())
+		}
+		h.gates.release("22-1-0-0")
+		h.wantResult(t, "22-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	})
+	t.Run("cover early kills the running fire", func(t *testing.T) {
+		t.Parallel()
+		h := start(t, nil)
+		h.accept(t, bean("23-1-0-0", 23, "gate", ""))
+		h.gates.waitStarted(t, "23-1-0-0")
+		second := bean("23-2-0-0", 23, "gate", "")
+		second.BlockStrategy = schedulerv1.BlockStrategy_BLOCK_STRATEGY_COVER_EARLY
+		h.accept(t, second)
+		h.wantResult(t, "23-1-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "COVER_EARLY")
+		h.gates.waitStarted(t, "23-2-0-0")
+		h.gates.release("23-2-0-0")
+		h.wantResult(t, "23-2-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	})
+}
+
+func TestGlueUpdateReplacesWorker(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	h.accept(t, script("24-1-0-0", 24, "echo v1\nsleep 1000"))
+	h.waitLines(t, "24-1-0-0", 1)
+	v2 := script("24-2-0-0", 24, "echo v2")
+	v2.GlueUpdatedUnixMs = 2
+	h.accept(t, v2)
+	h.wantResult(t, "24-1-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "GLUE source changed")
+	h.wantResult(t, "24-2-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if got := h.ingest.Texts("24-2-0-0"); !slices.Equal(got, []string{"v2"}) {
+		t.Fatalf("lines: got %q, want [v2]", got)
+	}
+}
+
+func TestDuplicateTriggerID(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	tr := bean("25-1-0-0", 25, "gate", "")
+	acks := h.run(t, tr, tr)
+	if acks[0].GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED || acks[1].GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE {
+		t.Fatalf("same batch: got %v %v, want ACCEPTED DUPLICATE", acks[0].GetOutcome(), acks[1].GetOutcome())
+	}
+	h.gates.release("25-1-0-0")
+	h.wantResult(t, "25-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if ack := h.run(t, tr)[0]; ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE {
+		t.Fatalf("after the run: got %v, want DUPLICATE", ack.GetOutcome())
+	}
+	if results, _ := h.ingest.Receipts("25-1-0-0"); results != 1 {
+		t.Fatalf("results received: got %d, want 1", results)
+	}
+}
+
+func TestBeanHandlers(t *testing.T) {
+	t.Parallel()
+	var inits, destroys int
+	destroyed := make(chan struct{})
+	h := start(t, func(cfg *sdk.Config) { cfg.IdleTimeout = 100 * time.Millisecond })
+	e := h.exec
+	e.Handle("hello", func(ctx context.Context, job *sdk.Job) error {
+		job.Logf("hello %s", job.Params)
+		job.Logf("shard %d of %d, attempt %d, %s\nsecond line", job.ShardIndex, job.ShardTotal, job.Attempt, job.TriggerType)
+		return nil
+	}, sdk.WithInit(func() error { inits++; return nil }), sdk.WithDestroy(func() { destroys++; close(destroyed) }))
+	e.Handle("fails", func(ctx context.Context, job *sdk.Job) error { return errors.New("no invoices today") })
+	e.Handle("panics", func(ctx context.Context, job *sdk.Job) error { panic("boom") })
+	hello := bean("31-1-0-0", 31, "hello", "world")
+	hello.TriggerType = schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL
+	h.accept(t, hello)
+	h.wantResult(t, "31-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	want := []string{"hello world", "shard 0 of 1, attempt 0, MANUAL", "second line"}
+	if got := h.ingest.Texts("31-1-0-0"); !slices.Equal(got, want) {
+		t.Fatalf("lines: got %q, want %q", got, want)
+	}
+	for i, l := range h.ingest.Lines("31-1-0-0") {
+		if l.GetLineNo() != int64(i+1) {
+			t.Fatalf("line %q: got line_no %d, want %d", l.GetText(), l.GetLineNo(), i+1)
+		}
+	}
+
+	h.accept(t, bean("32-1-0-0", 32, "fails", ""))
+	h.wantResult(t, "32-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "no invoices today")
+	h.accept(t, bean("33-1-0-0", 33, "panics", ""))
+	h.wantResult(t, "33-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "panic: boom")
+
+	// The idle worker is reclaimed, which runs the destroy hook once after one init.
+	select {
+	case <-destroyed:
+	case <-time.After(wait):
+		t.Fatal("idle worker not reclaimed")
+	}
+	if inits != 1 || destroys != 1 {
+		t.Fatalf("init/destroy: got %d/%d, want 1/1", inits, destroys)
+	}
+}
+
+func TestCommandHandler(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	h.accept(t, bean("34-1-0-0", 34, sdk.CommandHandler, `["printf", "%s|%s\n", "a b", "c;$(echo no)"]`))
+	h.wantResult(t, "34-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if got := h.ingest.Texts("34-1-0-0"); !slices.Equal(got, []string{"a b|c;$(echo no)"}) {
+		t.Fatalf("lines: got %q", got)
+	}
+	h.accept(t, bean("35-1-0-0", 35, sdk.CommandHandler, "echo  hello   world"))
+	h.wantResult(t, "35-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if got := h.ingest.Texts("35-1-0-0"); !slices.Equal(got, []string{"hello world"}) {
+		t.Fatalf("lines: got %q", got)
+	}
+	h.accept(t, bean("36-1-0-0", 36, sdk.CommandHandler, "no-such-program-jobmesh"))
+	h.wantResult(t, "36-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "command no-such-program-jobmesh not found on this executor")
+}
+
+func TestRejections(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	missing := ""
+	for _, c := range []struct {
+		interp string
+		glue   schedulerv1.GlueType
+	}{{"php", schedulerv1.GlueType_GLUE_TYPE_GLUE_PHP}, {"pwsh", schedulerv1.GlueType_GLUE_TYPE_GLUE_POWERSHELL}} {
+		if _, err := exec.LookPath(c.interp); err != nil {
+			missing = c.interp
+			tr := script("41-1-0-0", 41, "echo hi")
+			tr.GlueType = c.glue
+			ack := h.run(t, tr)[0]
+			if ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_REJECTED || ack.GetMessage() != "interpreter "+c.interp+" not found on this executor" {
+				t.Errorf("missing %s: got %v %q", c.interp, ack.GetOutcome(), ack.GetMessage())
+			}
+			break
+		}
+	}
+	if missing == "" {
+		t.Log("php and pwsh are both installed: the missing-interpreter case is not exercised")
+	}
+
+	groovy := script("42-1-0-0", 42, "println 1")
+	groovy.GlueType = schedulerv1.GlueType_GLUE_TYPE_GLUE_GROOVY
+	badShard := bean("44-1-0-0", 44, "gate", "")
+	badShard.ShardIndex = 3
+	acks := h.run(t,
+		bean("43-1-0-0", 43, "nope", ""),
+		groovy,
+		badShard,
+		bean("../etc/passwd", 45, "gate", ""),
+		bean("46-1-0-0", 46, "gate", ""), // a good fire in a bad batch still runs
+	)
+	want := []struct {
+		outcome executorv1.RunOutcome
+		msg     string
+	}{
+		{executorv1.RunOutcome_RUN_OUTCOME_REJECTED, "no handler nope on executor test-app"},
+		{executorv1.RunOutcome_RUN_OUTCOME_REJECTED, "GLUE_GROOVY is not supported"},
+		{executorv1.RunOutcome_RUN_OUTCOME_REJECTED, "shard_index 3 out of range"},
+		{executorv1.RunOutcome_RUN_OUTCOME_REJECTED, "trigger_id"},
+		{executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED, ""},
+	}
+	for i, w := range want {
+		if acks[i].GetOutcome() != w.outcome || !strings.Contains(acks[i].GetMessage(), w.msg) {
+			t.Errorf("fire %d: got %v %q, want %v containing %q", i, acks[i].GetOutcome(), acks[i].GetMessage(), w.outcome, w.msg)
+		}
+	}
+	h.gates.release("46-1-0-0")
+	h.wantResult(t, "46-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+}
+
+func TestAccessToken(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(cfg *sdk.Config) { cfg.AccessToken = "s3cret" })
+	if _, err := h.cli.Beat(ctxFor(t), &executorv1.BeatRequest{}); err != nil {
+		t.Fatalf("Beat with the token: %v", err)
+	}
+	for _, token := range []string{"", "wrong"} {
+		cli := sdktest.Client(t, h.exec.Addr(), token)
+		if _, err := cli.Beat(ctxFor(t), &executorv1.BeatRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Beat with token %q: got %v, want Unauthenticated", token, err)
+		}
+		if _, err := cli.Run(ctxFor(t), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{bean("51-1-0-0", 51, "gate", "")}}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Run with token %q: got %v, want Unauthenticated", token, err)
+		}
+	}
+}
+
+func TestDeliverySurvivesRefusedAndDroppedConnections(t *testing.T) {
+	t.Parallel()
+	ingest := sdktest.NewIngest()
+	ingest.RefuseConns(2)
+	ingest.DropStreams(2)
+	e, err := sdk.New(sdk.Config{
+		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(t),
+		LogDir: t.TempDir(), Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Handle("three", func(ctx context.Context, job *sdk.Job) error {
+		for i := 1; i <= 3; i++ {
+			job.Logf("%s line %d", job.TriggerID, i)
+		}
+		return nil
+	})
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	h := &harness{exec: e, ingest: ingest, cli: sdktest.Client(t, e.Addr(), "")}
+
+	const fires = 20
+	var ids []string
+	for i := range fires {
+		id := fmt.Sprintf("%d-1-0-0", 60+i)
+		ids = append(ids, id)
+		h.accept(t, bean(id, int64(60+i), "three", ""))
+	}
+	for _, id := range ids {
+		h.wantResult(t, id, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+		// A result is delivered only after its lines: they are all there already.
+		lines := ingest.Lines(id)
+		if len(lines) != 3 {
+			t.Fatalf("fire %s: got %d lines with its result, want 3", id, len(lines))
+		}
+		for i, l := range lines {
+			if l.GetLineNo() != int64(i+1) || l.GetText() != fmt.Sprintf("%s line %d", id, i+1) {
+				t.Fatalf("fire %s line %d: got %d %q", id, i+1, l.GetLineNo(), l.GetText())
+			}
+		}
+	}
+	if got := len(ingest.Results()); got != fires {
+		t.Fatalf("results stored: got %d, want %d", got, fires)
+	}
+	refused, dropped := ingest.Misbehaved()
+	if refused != 2 || dropped != 2 {
+		t.Fatalf("misbehaviour exercised: got %d refused connections and %d dropped batches, want 2 and 2", refused, dropped)
+	}
+}
+
+func TestStopKillsRunningAndFlushesResults(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(cfg *sdk.Config) { cfg.StopGrace = 100 * time.Millisecond })
+	h.accept(t, script("71-1-0-0", 71, "echo started\nsleep 1000"))
+	h.waitLines(t, "71-1-0-0", 1)
+	h.accept(t, script("71-2-0-0", 71, "echo never"))
+	h.exec.Stop()
+	h.exec.Stop() // idempotent
+	// Stop returns after logsvc acknowledged everything.
+	for _, id := range []string{"71-1-0-0", "71-2-0-0"} {
+		r, ok := h.ingest.Result(id)
+		if !ok || r.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED {
+			t.Fatalf("fire %s after Stop: got %v %v, want KILLED", id, r, ok)
+		}
+	}
+}
+
+func TestNewNamesBadFields(t *testing.T) {
+	t.Parallel()
+	_, err := sdk.New(sdk.Config{AppName: "bad app!", RegistrationTTL: time.Millisecond})
+	if err == nil {
+		t.Fatal("New: got nil error")
+	}
+	for _, field := range []string{"AppName", "LogDir", "RegistrationTTL"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("New error %q does not name %s", err, field)
+		}
+	}
+}

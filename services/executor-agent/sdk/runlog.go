@@ -1,0 +1,128 @@
+package sdk
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+)
+
+// begin marks the fire started and opens its local log file. Without a file the fire still
+// runs and its lines still go to logsvc.
+func (r *run) begin(now time.Time) {
+	var f *os.File
+	err := os.MkdirAll(filepath.Dir(r.logPath), 0o700)
+	if err == nil {
+		f, err = os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	if err != nil {
+		r.e.log.Error("cannot open run log file; output goes to logsvc only", "trigger_id", r.t.GetTriggerId(), "error", err)
+	}
+	r.mu.Lock()
+	r.started = now
+	if f != nil {
+		r.file = f
+	}
+	r.mu.Unlock()
+}
+
+// logText appends text to the fire's log, one line per newline.
+func (r *run) logText(text string) {
+	text = strings.TrimSuffix(text, "\n")
+	for line := range strings.SplitSeq(text, "\n") {
+		r.logLine(line)
+	}
+}
+
+// logLine appends one line: numbered, written to the local file and queued for logsvc, all
+// under the run's lock so lines keep their order and none follows the result.
+func (r *run) logLine(text string) {
+	text = cleanText(strings.TrimSuffix(text, "\r"))
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finished {
+		return
+	}
+	r.lineNo++
+	if r.file != nil {
+		buf := make([]byte, 0, len(text)+1)
+		buf = append(buf, text...)
+		buf = append(buf, '\n')
+		if _, err := r.file.Write(buf); err != nil {
+			r.e.log.Error("writing run log file; output goes to logsvc only", "trigger_id", r.t.GetTriggerId(), "error", err)
+			r.file.Close()
+			r.file = nil
+		}
+	}
+	r.e.out.addLines([]*logsv1.LogLine{{TriggerId: r.t.GetTriggerId(), LineNo: r.lineNo, UnixMs: now.UnixMilli(), Text: text}})
+}
+
+// maxLogRead caps what one Log call returns.
+const (
+	maxLogLines = 1000
+	maxLogBytes = 1 << 20
+)
+
+// findLog locates a fire's local log: whether the fire is still queued or running, and the file
+// path ("" when the fire is known but never started).
+func (e *Executor) findLog(triggerID string) (path string, active, known bool) {
+	e.mu.Lock()
+	if r, ok := e.active[triggerID]; ok {
+		e.mu.Unlock()
+		return r.logPath, true, true
+	}
+	p, ok := e.recent.get(triggerID)
+	e.mu.Unlock()
+	if ok {
+		return p, false, true
+	}
+	// After a restart: look through the day directories.
+	matches, _ := filepath.Glob(filepath.Join(e.cfg.LogDir, "runs", "*", triggerID+".log"))
+	if len(matches) > 0 {
+		return matches[len(matches)-1], false, true
+	}
+	return "", false, false
+}
+
+// readLog returns complete lines of a log file from line from (1-based) on, and whether the
+// end of the file was reached.
+func readLog(path string, from int64) (lines []string, eof bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	var n int64
+	size := 0
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			// A trailing line without its newline is still being written.
+			if errors.Is(err, io.EOF) {
+				return lines, true, nil
+			}
+			return lines, false, err
+		}
+		n++
+		if n < from {
+			continue
+		}
+		if len(lines) >= maxLogLines || size+len(line) > maxLogBytes && len(lines) > 0 {
+			return lines, false, nil
+		}
+		size += len(line)
+		lines = append(lines, string(bytes.TrimSuffix(line, []byte{'\n'})))
+	}
+}

@@ -1,0 +1,129 @@
+package sdk
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+)
+
+// maxTriggers caps the fires of one Run call, as the contract says.
+const maxTriggers = 10_000
+
+// service is the thin gRPC face of the executor.
+type service struct {
+	executorv1.UnimplementedExecutorServiceServer
+	e *Executor
+}
+
+func (s *service) Beat(context.Context, *executorv1.BeatRequest) (*executorv1.BeatResponse, error) {
+	e := s.e
+	e.mu.Lock()
+	var running, queued int32
+	for w := range e.allWorkers {
+		if w.running != nil {
+			running++
+		}
+		queued += int32(len(w.queue))
+	}
+	e.mu.Unlock()
+	return &executorv1.BeatResponse{AppName: e.cfg.AppName, InstanceId: e.cfg.InstanceID, Version: e.cfg.Version, Running: running, Queued: queued}, nil
+}
+
+func (s *service) IdleBeat(_ context.Context, req *executorv1.IdleBeatRequest) (*executorv1.IdleBeatResponse, error) {
+	e := s.e
+	e.mu.Lock()
+	busy := false
+	for w := range e.allWorkers { // a replaced worker still ending its fire counts too
+		if w.jobID == req.GetJobId() && w.busy() {
+			busy = true
+			break
+		}
+	}
+	e.mu.Unlock()
+	if busy {
+		return &executorv1.IdleBeatResponse{Reason: fmt.Sprintf("job %d is running or has queued fires", req.GetJobId())}, nil
+	}
+	return &executorv1.IdleBeatResponse{Idle: true}, nil
+}
+
+func (s *service) Run(_ context.Context, req *executorv1.RunRequest) (*executorv1.RunResponse, error) {
+	if n := len(req.GetTriggers()); n > maxTriggers {
+		return nil, status.Errorf(codes.InvalidArgument, "triggers: %d fires, at most %d per call", n, maxTriggers)
+	}
+	acks := make([]*executorv1.RunAck, len(req.GetTriggers()))
+	for i, t := range req.GetTriggers() {
+		acks[i] = s.e.accept(t)
+	}
+	return &executorv1.RunResponse{Acks: acks}, nil
+}
+
+func (s *service) Kill(_ context.Context, req *executorv1.KillRequest) (*executorv1.KillResponse, error) {
+	if req.GetTriggerId() == "" && req.GetJobId() <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "kill: name a trigger_id or a job_id")
+	}
+	killed, msg := s.e.kill(req.GetJobId(), req.GetTriggerId())
+	return &executorv1.KillResponse{Killed: killed, Message: msg}, nil
+}
+
+func (s *service) Log(_ context.Context, req *executorv1.LogRequest) (*executorv1.LogResponse, error) {
+	id := req.GetTriggerId()
+	if !triggerIDRE.MatchString(id) {
+		return nil, status.Errorf(codes.InvalidArgument, "trigger_id %q: want 1–128 of [A-Za-z0-9_.:-]", id)
+	}
+	from := max(req.GetFromLine(), 1)
+	path, active, known := s.e.findLog(id)
+	if !known {
+		return nil, status.Errorf(codes.NotFound, "no log of fire %s on this executor", id)
+	}
+	var lines []string
+	eof := true
+	if path != "" {
+		var err error
+		if lines, eof, err = readLog(path, from); err != nil {
+			return nil, status.Errorf(codes.Internal, "read log of fire %s: %v", id, err)
+		}
+	}
+	return &executorv1.LogResponse{
+		FromLine: from, ToLine: from + int64(len(lines)) - 1, Lines: lines,
+		IsEnd: eof && !active,
+	}, nil
+}
+
+// authUnary requires "authorization: Bearer <token>" on every call when token is set.
+func authUnary(token string) grpc.UnaryServerInterceptor {
+	want := []byte("Bearer " + token)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if token == "" {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		for _, v := range md.Get("authorization") {
+			if subtle.ConstantTimeCompare([]byte(v), want) == 1 {
+				return handler(ctx, req)
+			}
+		}
+		return nil, status.Error(codes.Unauthenticated, "executor: missing or wrong access token (authorization: Bearer <token>)")
+	}
+}
+
+// recoverUnary turns a panic in a call into Internal, logged with its stack.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in executor call", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = status.Errorf(codes.Internal, "executor: internal error in %s", info.FullMethod)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

@@ -1,0 +1,534 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+)
+
+const (
+	// recentCap bounds the trigger ids remembered for duplicate detection and Log lookups.
+	recentCap = 100_000
+	// maxJobQueue bounds the fires queued behind one job's running fire.
+	maxJobQueue = 10_000
+	// maxText caps a log line and a result message, as logsvc does.
+	maxText = 64 << 10
+)
+
+var tracer = otel.Tracer("github.com/jobmesh/jobmesh/services/executor-agent/sdk")
+
+// stopCause is why a fire's context was cancelled, and so how the fire ends.
+type stopCause struct {
+	status logsv1.RunStatus
+	msg    string
+}
+
+func (c *stopCause) Error() string { return c.msg }
+
+// killedByRequest is the cause of a Kill call.
+var killedByRequest = &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: "killed by request"}
+
+// worker runs the fires of one job, one at a time, from a FIFO queue. Its fields other than
+// the channels are guarded by Executor.mu, except inited (the worker goroutine's own).
+type worker struct {
+	jobID   int64
+	key     string // handler identity; a fire with another key replaces the worker
+	bean    *bean  // BEAN handler, for init/destroy; nil for scripts
+	queue   []*run
+	running *run
+	retired bool // replaced, reclaimed or stopping: takes no more fires
+	wake    chan struct{}
+	done    chan struct{}
+	prev    <-chan struct{} // the replaced worker's done: wait for it before the first fire
+	inited  bool
+}
+
+func (w *worker) busy() bool { return w.running != nil || len(w.queue) > 0 }
+
+// signal wakes the worker goroutine without blocking.
+func (w *worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is one accepted fire.
+type run struct {
+	e       *Executor
+	t       *executorv1.Trigger
+	job     *Job
+	w       *worker
+	fn      HandlerFunc
+	logPath string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed once the result is recorded
+
+	mu       sync.Mutex
+	started  time.Time
+	lineNo   int64
+	file     *os.File
+	finished bool
+}
+
+// retirement is what a retired worker leaves to end: its running fire and its queue.
+type retirement struct {
+	running *run
+	queued  []*run
+	cause   *stopCause
+}
+
+// accept answers one fire of a Run call.
+func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
+	id := t.GetTriggerId()
+	reject := func(msg string) *executorv1.RunAck {
+		e.log.Debug("fire rejected", "trigger_id", id, "job_id", t.GetJobId(), "reason", msg)
+		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_REJECTED, Message: msg}
+	}
+	if err := checkTrigger(t); err != nil {
+		return reject(err.Error())
+	}
+	fn, b, key, err := e.resolve(t)
+	if err != nil {
+		return reject(err.Error())
+	}
+
+	var retired []retirement
+	e.mu.Lock()
+	if e.stopping || !e.started {
+		e.mu.Unlock()
+		return reject("executor is shutting down")
+	}
+	if _, seen := e.recent.get(id); seen {
+		e.mu.Unlock()
+		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE, Message: "fire " + id + " was already accepted here"}
+	}
+	w := e.workers[t.GetJobId()]
+	var prev <-chan struct{}
+	if w != nil && w.key != key {
+		retired = append(retired, e.retireLocked(w, changeCause(w.key, key)))
+		prev, w = w.done, nil
+	}
+	if w != nil && w.busy() {
+		switch t.GetBlockStrategy() {
+		case schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER:
+			e.mu.Unlock()
+			return reject(fmt.Sprintf("block strategy DISCARD_LATER: job %d is running or has queued fires", t.GetJobId()))
+		case schedulerv1.BlockStrategy_BLOCK_STRATEGY_COVER_EARLY:
+			retired = append(retired, e.retireLocked(w, &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: "killed: covered by a newer fire (COVER_EARLY)"}))
+			prev, w = w.done, nil
+		default:
+			if len(w.queue) >= maxJobQueue {
+				e.mu.Unlock()
+				return reject(fmt.Sprintf("job %d has %d fires queued here already", t.GetJobId(), len(w.queue)))
+			}
+		}
+	}
+	if w == nil {
+		w = &worker{jobID: t.GetJobId(), key: key, bean: b, wake: make(chan struct{}, 1), done: make(chan struct{}), prev: prev}
+		e.workers[w.jobID] = w
+		e.allWorkers[w] = struct{}{}
+		go e.work(w)
+	}
+	r := e.newRunLocked(t, w, fn)
+	w.queue = append(w.queue, r)
+	e.active[id] = r
+	e.recent.add(id, r.logPath)
+	w.signal()
+	e.mu.Unlock()
+
+	for _, rt := range retired {
+		e.endRetirement(rt)
+	}
+	return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED}
+}
+
+// checkTrigger refuses fires that cannot be run as sent.
+func checkTrigger(t *executorv1.Trigger) error {
+	switch {
+	case !triggerIDRE.MatchString(t.GetTriggerId()):
+		return fmt.Errorf("trigger_id %q: want 1–128 of [A-Za-z0-9_.:-], not starting with a dot", t.GetTriggerId())
+	case t.GetJobId() <= 0:
+		return fmt.Errorf("job_id %d: must be positive", t.GetJobId())
+	case t.GetTimeoutSeconds() < 0:
+		return fmt.Errorf("timeout_seconds %d: must not be negative", t.GetTimeoutSeconds())
+	case t.GetShardTotal() < 0 || t.GetShardIndex() < 0 || t.GetShardIndex() >= max(t.GetShardTotal(), 1):
+		return fmt.Errorf("shard_index %d out of range for shard_total %d", t.GetShardIndex(), t.GetShardTotal())
+	}
+	if _, ok := schedulerv1.BlockStrategy_name[int32(t.GetBlockStrategy())]; !ok {
+		return fmt.Errorf("unknown block strategy %d", t.GetBlockStrategy())
+	}
+	return nil
+}
+
+// resolve finds what runs a fire: its function, its BEAN (nil for scripts) and the worker key.
+func (e *Executor) resolve(t *executorv1.Trigger) (HandlerFunc, *bean, string, error) {
+	switch gt := t.GetGlueType(); gt {
+	case schedulerv1.GlueType_GLUE_TYPE_BEAN, schedulerv1.GlueType_GLUE_TYPE_UNSPECIFIED:
+		if t.GetHandler() == "" {
+			return nil, nil, "", errors.New("BEAN fire names no handler")
+		}
+		b, ok := e.handler(t.GetHandler())
+		if !ok {
+			return nil, nil, "", fmt.Errorf("no handler %s on executor %s", t.GetHandler(), e.cfg.AppName)
+		}
+		return b.fn, b, "bean:" + t.GetHandler(), nil
+	case schedulerv1.GlueType_GLUE_TYPE_GLUE_GROOVY:
+		return nil, nil, "", errors.New("GLUE_GROOVY is not supported by jobmesh executors")
+	default:
+		g, ok := glues[gt]
+		if !ok {
+			return nil, nil, "", fmt.Errorf("unknown glue type %d", gt)
+		}
+		if _, err := lookInterpreter(g.interpreter); err != nil {
+			return nil, nil, "", err
+		}
+		key := gt.String() + ":" + strconv.FormatInt(t.GetGlueUpdatedUnixMs(), 10)
+		return e.scriptHandler(g, t), nil, key, nil
+	}
+}
+
+// changeCause says why a worker is replaced by one with another key.
+func changeCause(oldKey, newKey string) *stopCause {
+	msg := "killed: the job's GLUE source changed"
+	if strings.HasPrefix(oldKey, "bean:") || strings.HasPrefix(newKey, "bean:") {
+		msg = "killed: the job's handler changed"
+	}
+	return &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: msg}
+}
+
+// newRunLocked builds an accepted fire.
+func (e *Executor) newRunLocked(t *executorv1.Trigger, w *worker, fn HandlerFunc) *run {
+	ctx, cancel := context.WithCancelCause(e.baseCtx)
+	day := time.Now().UTC().Format(time.DateOnly)
+	r := &run{
+		e: e, t: t, w: w, fn: fn, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		logPath: filepath.Join(e.cfg.LogDir, "runs", day, t.GetTriggerId()+".log"),
+	}
+	total := int(t.GetShardTotal())
+	if total < 1 {
+		total = 1
+	}
+	var sched time.Time
+	if ms := t.GetScheduledUnixMs(); ms > 0 {
+		sched = time.UnixMilli(ms)
+	}
+	r.job = &Job{
+		ID: t.GetJobId(), GroupID: t.GetGroupId(), TriggerID: t.GetTriggerId(), Handler: t.GetHandler(),
+		Params: t.GetParams(), ShardIndex: int(t.GetShardIndex()), ShardTotal: total, ScheduledTime: sched,
+		Attempt: int(t.GetAttempt()), TriggerType: strings.TrimPrefix(t.GetTriggerType().String(), "TRIGGER_TYPE_"),
+		TraceContext: maps.Clone(t.GetTraceContext()), run: r,
+	}
+	return r
+}
+
+// retireLocked takes w out of service; the caller ends what it held with endRetirement after
+// unlocking.
+func (e *Executor) retireLocked(w *worker, cause *stopCause) retirement {
+	w.retired = true
+	if e.workers[w.jobID] == w {
+		delete(e.workers, w.jobID)
+	}
+	rt := retirement{running: w.running, queued: w.queue, cause: cause}
+	w.queue = nil
+	w.signal()
+	return rt
+}
+
+// endRetirement kills a retired worker's running fire and ends its queued ones.
+func (e *Executor) endRetirement(rt retirement) {
+	if rt.running != nil {
+		rt.running.cancel(rt.cause)
+	}
+	for _, r := range rt.queued {
+		e.finishUnstarted(r, rt.cause)
+	}
+}
+
+// work is a worker's goroutine: it runs queued fires in order, and ends when retired or after
+// IdleTimeout without fires.
+func (e *Executor) work(w *worker) {
+	defer func() {
+		if w.inited && w.bean != nil && w.bean.destroy != nil {
+			if err := safeCall(func() error { w.bean.destroy(); return nil }); err != nil {
+				e.log.Error("handler destroy failed", "handler", w.bean.name, "job_id", w.jobID, "error", err)
+			}
+		}
+		e.mu.Lock()
+		delete(e.allWorkers, w)
+		e.mu.Unlock()
+		close(w.done)
+	}()
+	if w.prev != nil {
+		// The replaced worker's fire was killed; let it end so two fires of a job never overlap,
+		// unless its handler ignores cancellation.
+		t := time.NewTimer(e.cfg.KillGrace + time.Second)
+		select {
+		case <-w.prev:
+		case <-t.C:
+			e.log.Warn("previous fire of the job has not ended after its kill; starting the next anyway", "job_id", w.jobID)
+		}
+		t.Stop()
+	}
+	idle := time.NewTimer(e.cfg.IdleTimeout)
+	defer idle.Stop()
+	for {
+		e.mu.Lock()
+		if len(w.queue) > 0 {
+			r := w.queue[0]
+			w.queue[0] = nil
+			w.queue = w.queue[1:]
+			w.running = r
+			e.mu.Unlock()
+			e.execute(w, r)
+			e.mu.Lock()
+			w.running = nil
+			e.mu.Unlock()
+			idle.Reset(e.cfg.IdleTimeout)
+			continue
+		}
+		if w.retired {
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-idle.C:
+			e.mu.Lock()
+			reclaim := !w.busy() && !w.retired
+			if reclaim {
+				w.retired = true
+				if e.workers[w.jobID] == w {
+					delete(e.workers, w.jobID)
+				}
+			}
+			e.mu.Unlock()
+			if reclaim {
+				e.log.Debug("idle job worker reclaimed", "job_id", w.jobID)
+				return
+			}
+			idle.Reset(e.cfg.IdleTimeout)
+		}
+	}
+}
+
+// execute runs one fire to its end and records its result.
+func (e *Executor) execute(w *worker, r *run) {
+	if r.ctx.Err() != nil { // killed between dequeue and start
+		e.finishUnstarted(r, causeOf(r.ctx))
+		return
+	}
+	start := time.Now()
+	r.begin(start)
+
+	ctx := r.ctx
+	if secs := r.t.GetTimeoutSeconds(); secs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(secs)*time.Second,
+			&stopCause{status: logsv1.RunStatus_RUN_STATUS_TIMEOUT, msg: fmt.Sprintf("timed out after %ds", secs)})
+		defer cancel()
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(r.t.GetTraceContext()))
+	ctx, span := tracer.Start(ctx, "jobmesh.run", trace.WithAttributes(
+		attribute.Int64("jobmesh.job_id", r.t.GetJobId()),
+		attribute.String("jobmesh.trigger_id", r.t.GetTriggerId()),
+		attribute.String("jobmesh.handler", r.t.GetHandler()),
+		attribute.String("jobmesh.glue_type", r.t.GetGlueType().String()),
+	))
+	var traceID string
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		traceID = sc.TraceID().String()
+	}
+
+	var err error
+	if w.bean != nil && w.bean.init != nil && !w.inited {
+		if err = safeCall(w.bean.init); err != nil {
+			err = fmt.Errorf("handler %s init: %w", w.bean.name, err)
+		} else {
+			w.inited = true
+		}
+	} else if w.bean != nil {
+		w.inited = true
+	}
+	if err == nil {
+		err = safeCall(func() error { return r.fn(ctx, r.job) })
+		var pe *panicError
+		if errors.As(err, &pe) {
+			e.log.Error("handler panicked", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "panic", pe.value, "stack", pe.stack)
+			r.logText("panic: " + fmt.Sprint(pe.value) + "\n" + pe.stack)
+		}
+	}
+	status, msg := outcome(ctx, err)
+	if status != logsv1.RunStatus_RUN_STATUS_SUCCESS {
+		span.SetStatus(codes.Error, msg)
+	}
+	span.End()
+	e.finish(r, status, msg, start, time.Now(), traceID)
+}
+
+// outcome turns a handler's return into a status: success, the cause of a cancellation
+// (timeout, kill) the handler gave in to, or failure.
+func outcome(ctx context.Context, err error) (logsv1.RunStatus, string) {
+	if err == nil {
+		return logsv1.RunStatus_RUN_STATUS_SUCCESS, ""
+	}
+	var sc *stopCause
+	if ctx.Err() != nil && errors.As(context.Cause(ctx), &sc) {
+		return sc.status, sc.msg
+	}
+	if errors.As(err, &sc) {
+		return sc.status, sc.msg
+	}
+	return logsv1.RunStatus_RUN_STATUS_FAIL, err.Error()
+}
+
+// causeOf is the stop cause of a cancelled fire context.
+func causeOf(ctx context.Context) *stopCause {
+	var sc *stopCause
+	if errors.As(context.Cause(ctx), &sc) {
+		return sc
+	}
+	return &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: "killed"}
+}
+
+// panicError carries a handler panic.
+type panicError struct {
+	value any
+	stack string
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("panic: %v", p.value) }
+
+// safeCall runs f, turning a panic into a *panicError.
+func safeCall(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicError{value: p, stack: string(debug.Stack())}
+		}
+	}()
+	return f()
+}
+
+// finishUnstarted ends a fire that never ran.
+func (e *Executor) finishUnstarted(r *run, cause *stopCause) {
+	r.cancel(cause)
+	now := time.Now()
+	e.finish(r, cause.status, cause.msg, now, now, "")
+}
+
+// finish records a fire's result once: later calls are ignored.
+func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, end time.Time, traceID string) {
+	r.mu.Lock()
+	if r.finished {
+		r.mu.Unlock()
+		return
+	}
+	r.finished = true
+	if start.IsZero() {
+		start = r.started
+	}
+	if start.IsZero() {
+		start = end
+	}
+	f := r.file
+	r.file = nil
+	r.mu.Unlock()
+	if f != nil {
+		if err := f.Close(); err != nil {
+			e.log.Warn("closing run log file", "trigger_id", r.t.GetTriggerId(), "error", err)
+		}
+	}
+	r.cancel(context.Canceled)
+
+	e.mu.Lock()
+	if e.active[r.t.GetTriggerId()] == r {
+		delete(e.active, r.t.GetTriggerId())
+	}
+	e.mu.Unlock()
+
+	msg = cleanText(msg)
+	e.out.addResult(&logsv1.RunResult{
+		TriggerId: r.t.GetTriggerId(), JobId: r.t.GetJobId(), Status: status, Message: msg,
+		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceID,
+	})
+	e.log.Debug("fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
+	if e.cfg.OnResult != nil {
+		e.cfg.OnResult(Result{
+			TriggerID: r.t.GetTriggerId(), JobID: r.t.GetJobId(), Status: Status(strings.TrimPrefix(status.String(), "RUN_STATUS_")),
+			Message: msg, StartTime: start, EndTime: end,
+		})
+	}
+	close(r.done)
+}
+
+// kill ends fires: one by trigger id, or every fire of a job.
+func (e *Executor) kill(jobID int64, triggerID string) (bool, string) {
+	e.mu.Lock()
+	var rt retirement
+	rt.cause = killedByRequest
+	if triggerID != "" {
+		r, ok := e.active[triggerID]
+		if !ok {
+			e.mu.Unlock()
+			return false, "fire " + triggerID + " is not running or queued here"
+		}
+		if r.w.running == r {
+			rt.running = r
+		} else {
+			for i, q := range r.w.queue {
+				if q == r {
+					r.w.queue = append(r.w.queue[:i], r.w.queue[i+1:]...)
+					break
+				}
+			}
+			rt.queued = []*run{r}
+		}
+	} else {
+		w := e.workers[jobID]
+		if w == nil || !w.busy() {
+			e.mu.Unlock()
+			return false, fmt.Sprintf("job %d has nothing running or queued here", jobID)
+		}
+		rt.running, rt.queued = w.running, w.queue
+		w.queue = nil
+	}
+	e.mu.Unlock()
+	e.endRetirement(rt)
+	return true, ""
+}
+
+// cleanText makes s a valid proto string of at most maxText bytes.
+func cleanText(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) > maxText {
+		cut := maxText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}

@@ -1,0 +1,226 @@
+// Package logsvc is the execution-log service: it stores what happens to every fire (the
+// scheduler's trigger records, the executors' results and output lines), answers the UI's
+// queries about runs, follows a run's output live, and publishes every run that ends so the
+// scheduler leader can retry, fire child jobs and plan FIX_DELAY. Ingestion is idempotent by
+// trigger id, so at-least-once senders get exactly-once storage.
+package logsvc
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// MigrationsFS returns the logs schema's goose migrations, a folder per dialect ("postgres",
+// "sqlite"), ready for db.DB.Migrate.
+func MigrationsFS() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// Killer reaches the scheduler to kill a run on its executor (SchedulerService.KillTrigger):
+// logsvc knows where a run is, the scheduler owns the connections to executors.
+type Killer interface {
+	KillTrigger(ctx context.Context, triggerID string, jobID int64, address string) (killed bool, msg string, err error)
+}
+
+// Config tunes the service; the zero value is ready to use.
+type Config struct {
+	// Logger receives the service's logs; nil discards them.
+	Logger *slog.Logger
+	// WatchBatch caps the completions in one WatchCompletions message; 0 means 500.
+	WatchBatch int
+	// TailBatch caps the lines in one TailRun message; 0 means 1000.
+	TailBatch int
+	// FallbackPoll is how often a completion watch or a tail re-reads the store when no signal
+	// came from this process's writers, to see writes made through another replica; 0 means 1 s.
+	FallbackPoll time.Duration
+	// Retention deletes runs scheduled longer ago than this, once at Start and then daily
+	// (XXL-JOB's logretentiondays); 0 means 30 days, negative keeps everything.
+	Retention time.Duration
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.WatchBatch < 0:
+		return fmt.Errorf("logsvc: watch batch %d: must not be negative", c.WatchBatch)
+	case c.TailBatch < 0:
+		return fmt.Errorf("logsvc: tail batch %d: must not be negative", c.TailBatch)
+	case c.FallbackPoll < 0:
+		return fmt.Errorf("logsvc: fallback poll %v: must not be negative", c.FallbackPoll)
+	case c.Retention > 0 && c.Retention < 24*time.Hour:
+		return fmt.Errorf("logsvc: retention %v: at least 24h (negative disables it)", c.Retention)
+	}
+	if c.WatchBatch == 0 {
+		c.WatchBatch = 500
+	}
+	if c.TailBatch == 0 {
+		c.TailBatch = 1000
+	}
+	if c.FallbackPoll == 0 {
+		c.FallbackPoll = time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	return nil
+}
+
+// Service serves IngestService and LogService over the logs store.
+type Service struct {
+	logsv1.UnimplementedIngestServiceServer
+	logsv1.UnimplementedLogServiceServer
+
+	cfg    Config
+	log    *slog.Logger
+	store  *db.DB
+	killer Killer
+	now    func() time.Time
+	hub    *hub
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// New returns the service over its store (schema "logs", migrated with MigrationsFS) and the
+// scheduler's kill path.
+func New(cfg Config, store *db.DB, killer Killer) (*Service, error) {
+	if store == nil || killer == nil {
+		return nil, errors.New("logsvc: store and killer are required")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub()}, nil
+}
+
+// Register adds IngestService and LogService to g.
+func (s *Service) Register(g *grpc.Server) {
+	logsv1.RegisterIngestServiceServer(g, s)
+	logsv1.RegisterLogServiceServer(g, s)
+}
+
+// Start runs the background work (retention) until Stop. The RPCs work without it.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("logsvc: already started")
+	}
+	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.done = make(chan struct{})
+	s.started = true
+	go func() {
+		defer close(s.done)
+		s.retain(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the background work and waits for it. It is idempotent.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel = nil
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// retain prunes old runs now and then daily, until ctx ends.
+func (s *Service) retain(ctx context.Context) {
+	if s.cfg.Retention < 0 {
+		return
+	}
+	t := time.NewTicker(24 * time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := s.prune(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("retention pass failed", "error", err)
+		} else if n > 0 {
+			s.log.Info("retention pass deleted old runs", "deleted", n, "retention", s.cfg.Retention.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// prune deletes runs scheduled before now−Retention, and completions recorded before it.
+func (s *Service) prune(ctx context.Context) (int64, error) {
+	cutoff := s.now().Add(-s.cfg.Retention).UnixMilli()
+	n, err := s.clearBefore(ctx, 0, 0, cutoff)
+	if err != nil {
+		return n, err
+	}
+	for {
+		res, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM completions WHERE cursor IN
+			(SELECT cursor FROM completions WHERE created_ms < $1 ORDER BY cursor LIMIT $2)`), cutoff, deleteBatch)
+		if err != nil {
+			return n, fmt.Errorf("prune completions: %w", err)
+		}
+		if k, _ := res.RowsAffected(); k < deleteBatch {
+			return n, nil
+		}
+	}
+}
+
+// inTx runs fn in a transaction and commits it, retrying a few times when Postgres aborts it
+// for a deadlock or a serialization failure (fn must be safe to run again).
+func (s *Service) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.tx(ctx, fn)
+		if err == nil || attempt == 3 || !retryable(err) {
+			return err
+		}
+		s.log.WarnContext(ctx, "transaction aborted by the store; retrying", "attempt", attempt, "error", err)
+	}
+}
+
+func (s *Service) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.store.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}

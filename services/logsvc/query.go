@@ -1,0 +1,484 @@
+package logsvc
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+)
+
+const (
+	defaultPageSize  = 50
+	maxPageSize      = 1000
+	defaultLineLimit = 1000
+	maxLineLimit     = 10000
+	maxKeepNewest    = 1_000_000
+	maxReportDays    = 366
+	dayMs            = int64(24 * time.Hour / time.Millisecond)
+)
+
+const runColumns = `trigger_id, job_id, group_id, trigger_type, scheduled_ms, trigger_ms, executor_address, handler, params,
+	shard_index, shard_total, attempt, retries_left, route_strategy, trigger_outcome, trigger_message, status,
+	handle_message, start_ms, end_ms, alarm_status, trace_id`
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanRun reads runColumns, after any extra leading destinations.
+func scanRun(sc scanner, extra ...any) (*logsv1.Run, error) {
+	r := &logsv1.Run{}
+	var tt, route, outcome, st, alarm int32
+	var sched, trig, start, end int64
+	dest := append(extra, &r.Id, &r.JobId, &r.GroupId, &tt, &sched, &trig, &r.ExecutorAddress, &r.Handler, &r.Params,
+		&r.ShardIndex, &r.ShardTotal, &r.Attempt, &r.RetriesLeft, &route, &outcome, &r.TriggerMessage, &st,
+		&r.HandleMessage, &start, &end, &alarm, &r.TraceId)
+	if err := sc.Scan(dest...); err != nil {
+		return nil, err
+	}
+	r.TriggerType, r.RouteStrategy = schedulerv1.TriggerType(tt), schedulerv1.RouteStrategy(route)
+	r.TriggerOutcome, r.Status, r.AlarmStatus = logsv1.TriggerOutcome(outcome), logsv1.RunStatus(st), logsv1.AlarmStatus(alarm)
+	r.ScheduledTime, r.TriggerTime, r.StartTime, r.EndTime = ts(sched), ts(trig), ts(start), ts(end)
+	return r, nil
+}
+
+// ListRuns implements LogService: newest first by arrival, paged by the last seq seen.
+func (s *Service) ListRuns(ctx context.Context, req *logsv1.ListRunsRequest) (*logsv1.ListRunsResponse, error) {
+	var bad apierr.Fields
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = defaultPageSize
+	case size < 0 || size > maxPageSize:
+		bad.Add("page_size", "want 1 to %d, got %d", maxPageSize, size)
+	}
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "@", s.ph(len(args))))
+	}
+	if v := req.GetGroupId(); v != 0 {
+		add("group_id = @", v)
+	}
+	if v := req.GetJobId(); v != 0 {
+		add("job_id = @", v)
+	}
+	if v := req.GetStatus(); v != logsv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		if logsv1.RunStatus_name[int32(v)] == "" {
+			bad.Add("status", "unknown status %d", v)
+		}
+		add("status = @", int32(v))
+	}
+	if v := req.GetTriggerType(); v != schedulerv1.TriggerType_TRIGGER_TYPE_UNSPECIFIED {
+		if schedulerv1.TriggerType_name[int32(v)] == "" {
+			bad.Add("trigger_type", "unknown trigger type %d", v)
+		}
+		add("trigger_type = @", int32(v))
+	}
+	if t := req.GetStartTime(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			bad.Add("start_time", "%v", err)
+		}
+		add("scheduled_ms >= @", t.AsTime().UnixMilli())
+	}
+	if t := req.GetEndTime(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			bad.Add("end_time", "%v", err)
+		}
+		add("scheduled_ms < @", t.AsTime().UnixMilli())
+	}
+	if v := req.GetExecutorAddress(); v != "" {
+		add("executor_address = @", v)
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		seq, err := decodePageToken(tok)
+		if err != nil {
+			bad.Add("page_token", "not a token from a previous page")
+		}
+		add("seq < @", seq)
+	}
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	q := `SELECT seq, ` + runColumns + ` FROM runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY seq DESC LIMIT ` + s.ph(len(args)+1)
+	rows, err := s.store.QueryContext(ctx, q, append(args, size+1)...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	resp := &logsv1.ListRunsResponse{}
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		r, err := scanRun(rows, &seq)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
+		}
+		resp.Runs = append(resp.Runs, r)
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	if len(resp.Runs) > size {
+		resp.Runs = resp.Runs[:size]
+		resp.NextPageToken = encodePageToken(seqs[size-1])
+	}
+	return resp, nil
+}
+
+// Page tokens are opaque to clients; they carry the seq of the last run returned.
+func encodePageToken(seq int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("seq:" + strconv.FormatInt(seq, 10)))
+}
+
+func decodePageToken(tok string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := strings.CutPrefix(string(b), "seq:")
+	if !ok {
+		return 0, errors.New("bad page token")
+	}
+	seq, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || seq < 1 {
+		return 0, errors.New("bad page token")
+	}
+	return seq, nil
+}
+
+// GetRun implements LogService.
+func (s *Service) GetRun(ctx context.Context, req *logsv1.GetRunRequest) (*logsv1.GetRunResponse, error) {
+	if req.GetId() == "" {
+		return nil, apierr.Field("id", "required")
+	}
+	r, err := s.getRun(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &logsv1.GetRunResponse{Run: r}, nil
+}
+
+func (s *Service) getRun(ctx context.Context, id string) (*logsv1.Run, error) {
+	r, err := scanRun(s.store.QueryRowContext(ctx, s.store.Q(`SELECT `+runColumns+` FROM runs WHERE trigger_id = $1`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("run %q: %w", id, apierr.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read run %q: %w", id, err)
+	}
+	return r, nil
+}
+
+// runStatus reads a run's status; found is false when there is no such run.
+func (s *Service) runStatus(ctx context.Context, id string) (st logsv1.RunStatus, found bool, err error) {
+	var v int32
+	err = s.store.QueryRowContext(ctx, s.store.Q(`SELECT status FROM runs WHERE trigger_id = $1`), id).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read status of run %q: %w", id, err)
+	}
+	return logsv1.RunStatus(v), true, nil
+}
+
+// readLines returns up to limit lines of run id from line from on.
+func (s *Service) readLines(ctx context.Context, id string, from int64, limit int) ([]*logsv1.LogLine, error) {
+	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT line_no, unix_ms, text FROM run_lines
+		WHERE trigger_id = $1 AND line_no >= $2 ORDER BY line_no LIMIT $3`), id, from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read lines of run %q: %w", id, err)
+	}
+	defer rows.Close()
+	var out []*logsv1.LogLine
+	for rows.Next() {
+		l := &logsv1.LogLine{TriggerId: id}
+		if err := rows.Scan(&l.LineNo, &l.UnixMs, &l.Text); err != nil {
+			return nil, fmt.Errorf("read lines of run %q: %w", id, err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read lines of run %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// ListRunLines implements LogService. Lines that arrive before the run's record or result are
+// returned too; only a run with neither a row nor lines is NotFound.
+func (s *Service) ListRunLines(ctx context.Context, req *logsv1.ListRunLinesRequest) (*logsv1.ListRunLinesResponse, error) {
+	var bad apierr.Fields
+	if req.GetId() == "" {
+		bad.Add("id", "required")
+	}
+	from := req.GetFromLine()
+	if from < 0 {
+		bad.Add("from_line", "must not be negative, got %d", from)
+	}
+	limit := int(req.GetLimit())
+	switch {
+	case limit == 0:
+		limit = defaultLineLimit
+	case limit < 0 || limit > maxLineLimit:
+		bad.Add("limit", "want 1 to %d, got %d", maxLineLimit, limit)
+	}
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	from = max(from, 1)
+	st, found, err := s.runStatus(ctx, req.GetId()) // before the lines: see TailRun
+	if err != nil {
+		return nil, err
+	}
+	lines, err := s.readLines(ctx, req.GetId(), from, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	if !found && len(lines) == 0 {
+		return nil, fmt.Errorf("run %q: %w", req.GetId(), apierr.ErrNotFound)
+	}
+	more := len(lines) > limit
+	if more {
+		lines = lines[:limit]
+	}
+	next := from
+	if len(lines) > 0 {
+		next = lines[len(lines)-1].GetLineNo() + 1
+	}
+	return &logsv1.ListRunLinesResponse{Lines: lines, NextLine: next, IsEnd: found && final(int32(st)) && !more}, nil
+}
+
+// KillRun implements LogService: the scheduler asks the run's executor to kill it.
+func (s *Service) KillRun(ctx context.Context, req *logsv1.KillRunRequest) (*logsv1.KillRunResponse, error) {
+	if req.GetId() == "" {
+		return nil, apierr.Field("id", "required")
+	}
+	r, err := s.getRun(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if final(int32(r.GetStatus())) {
+		return nil, fmt.Errorf("run %q has already ended (%s): %w", r.GetId(), r.GetStatus(), apierr.ErrFailedPrecondition)
+	}
+	killed, msg, err := s.killer.KillTrigger(ctx, r.GetId(), r.GetJobId(), r.GetExecutorAddress())
+	if err != nil {
+		return nil, fmt.Errorf("kill run %q on %s: %w", r.GetId(), r.GetExecutorAddress(), err)
+	}
+	s.log.InfoContext(ctx, "kill requested", "trigger_id", r.GetId(), "job_id", r.GetJobId(), "executor_address", r.GetExecutorAddress(), "killed", killed)
+	return &logsv1.KillRunResponse{Killed: killed, Message: msg}, nil
+}
+
+// ClearRuns implements LogService: runs and their lines are deleted a batch at a time, each
+// batch in its own short transaction.
+func (s *Service) ClearRuns(ctx context.Context, req *logsv1.ClearRunsRequest) (*logsv1.ClearRunsResponse, error) {
+	before, keep := req.GetBeforeTime(), req.GetKeepNewest()
+	switch {
+	case (before == nil) == (keep == 0):
+		return nil, apierr.Fields{
+			{Field: "before_time", Reason: "set exactly one of before_time and keep_newest"},
+			{Field: "keep_newest", Reason: "set exactly one of before_time and keep_newest"},
+		}
+	case before != nil:
+		if err := before.CheckValid(); err != nil {
+			return nil, apierr.Field("before_time", "%v", err)
+		}
+	case keep < 1 || keep > maxKeepNewest:
+		return nil, apierr.Field("keep_newest", "want 1 to %d, got %d", maxKeepNewest, keep)
+	}
+	var n int64
+	var err error
+	if before != nil {
+		n, err = s.clearBefore(ctx, req.GetGroupId(), req.GetJobId(), before.AsTime().UnixMilli())
+	} else {
+		n, err = s.clearKeepNewest(ctx, req.GetGroupId(), req.GetJobId(), int(keep))
+	}
+	if n > 0 {
+		s.log.InfoContext(ctx, "cleared runs", "deleted", n, "group_id", req.GetGroupId(), "job_id", req.GetJobId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &logsv1.ClearRunsResponse{Deleted: n}, nil
+}
+
+// clearBefore deletes the runs scheduled before cutoff, of a group and a job (0: any).
+func (s *Service) clearBefore(ctx context.Context, groupID, jobID, cutoff int64) (int64, error) {
+	return s.deleteRuns(ctx, `scheduled_ms < $1 AND (CAST($2 AS BIGINT) = 0 OR group_id = $2) AND (CAST($3 AS BIGINT) = 0 OR job_id = $3)`, cutoff, groupID, jobID)
+}
+
+// clearKeepNewest deletes all but the newest keep runs of every job that matches the filters.
+func (s *Service) clearKeepNewest(ctx context.Context, groupID, jobID int64, keep int) (int64, error) {
+	var jobs []int64
+	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT DISTINCT job_id FROM runs
+		WHERE (CAST($1 AS BIGINT) = 0 OR group_id = $1) AND (CAST($2 AS BIGINT) = 0 OR job_id = $2) ORDER BY job_id`), groupID, jobID)
+	if err != nil {
+		return 0, fmt.Errorf("list jobs to clear: %w", err)
+	}
+	for rows.Next() {
+		var j int64
+		if err := rows.Scan(&j); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("list jobs to clear: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("list jobs to clear: %w", err)
+	}
+	var total int64
+	for _, j := range jobs {
+		// The keep-th newest run of the job (in the group) is the oldest one kept.
+		var oldestKept int64
+		err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT seq FROM runs WHERE job_id = $1 AND (CAST($2 AS BIGINT) = 0 OR group_id = $2)
+			ORDER BY seq DESC LIMIT 1 OFFSET $3`), j, groupID, keep-1).Scan(&oldestKept)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // keep or fewer runs
+		}
+		if err != nil {
+			return total, fmt.Errorf("find runs of job %d to keep: %w", j, err)
+		}
+		n, err := s.deleteRuns(ctx, `job_id = $1 AND (CAST($2 AS BIGINT) = 0 OR group_id = $2) AND seq < $3`, j, groupID, oldestKept)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// deleteRuns deletes the runs matching cond (over $1..$3) and their lines, deleteBatch runs per
+// transaction, and returns how many it deleted.
+func (s *Service) deleteRuns(ctx context.Context, cond string, a1, a2, a3 int64) (int64, error) {
+	q := s.store.Q(`DELETE FROM runs WHERE seq IN (SELECT seq FROM runs WHERE ` + cond + ` ORDER BY seq LIMIT $4) RETURNING trigger_id`)
+	var total int64
+	for {
+		var ids []string
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			ids = ids[:0]
+			rows, err := tx.QueryContext(ctx, q, a1, a2, a3, deleteBatch)
+			if err != nil {
+				return fmt.Errorf("delete runs: %w", err)
+			}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return fmt.Errorf("delete runs: %w", err)
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Close(); err != nil {
+				return fmt.Errorf("delete runs: %w", err)
+			}
+			for _, chunk := range chunks(ids, rowsPerStatement) {
+				if _, err := tx.ExecContext(ctx, `DELETE FROM run_lines WHERE trigger_id IN `+s.in(len(chunk), 1), anys(chunk)...); err != nil {
+					return fmt.Errorf("delete lines: %w", err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(len(ids))
+		if len(ids) < deleteBatch {
+			return total, nil
+		}
+	}
+}
+
+// GetReport implements LogService: counts by UTC day of the scheduled time, computed from the
+// runs table in one grouped scan of the range.
+func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (*logsv1.GetReportResponse, error) {
+	var bad apierr.Fields
+	start, err := time.Parse(time.DateOnly, req.GetStartDate())
+	if err != nil {
+		bad.Add("start_date", "want YYYY-MM-DD, got %q", req.GetStartDate())
+	} else if start.Year() < 1970 {
+		bad.Add("start_date", "want 1970-01-01 or later, got %s", req.GetStartDate())
+	}
+	end, err := time.Parse(time.DateOnly, req.GetEndDate())
+	if err != nil {
+		bad.Add("end_date", "want YYYY-MM-DD, got %q", req.GetEndDate())
+	}
+	if len(bad) == 0 {
+		switch days := int(end.Sub(start) / (24 * time.Hour)); {
+		case days < 0:
+			bad.Add("end_date", "before start_date")
+		case days > maxReportDays:
+			bad.Add("end_date", "at most %d days after start_date, got %d", maxReportDays, days)
+		}
+	}
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	from, to := start.UnixMilli(), end.UnixMilli()+dayMs
+	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT scheduled_ms / 86400000,
+			SUM(CASE WHEN status = $3 THEN 1 ELSE 0 END),
+			SUM(CASE WHEN status = $4 THEN 1 ELSE 0 END),
+			SUM(CASE WHEN status > $4 THEN 1 ELSE 0 END)
+		FROM runs WHERE scheduled_ms >= $1 AND scheduled_ms < $2
+		GROUP BY scheduled_ms / 86400000`), from, to, statusRunning, int32(logsv1.RunStatus_RUN_STATUS_SUCCESS))
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	defer rows.Close()
+	counts := map[int64]*logsv1.DayReport{}
+	for rows.Next() {
+		var day int64
+		d := &logsv1.DayReport{}
+		if err := rows.Scan(&day, &d.Running, &d.Success, &d.Fail); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		counts[day] = d
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	resp := &logsv1.GetReportResponse{}
+	for day := from / dayMs; day < to/dayMs; day++ {
+		d := counts[day]
+		if d == nil {
+			d = &logsv1.DayReport{}
+		}
+		d.Date = time.UnixMilli(day * dayMs).UTC().Format(time.DateOnly)
+		resp.Days = append(resp.Days, d)
+	}
+	return resp, nil
+}
+
+// GetDashboard implements LogService: today is the current UTC day.
+func (s *Service) GetDashboard(ctx context.Context, _ *logsv1.GetDashboardRequest) (*logsv1.GetDashboardResponse, error) {
+	resp := &logsv1.GetDashboardResponse{}
+	if err := s.store.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs`).Scan(&resp.RunCount); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	today := s.now().UnixMilli() / dayMs * dayMs
+	var success, finished int64
+	err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT COUNT(*),
+			COALESCE(SUM(CASE WHEN status = $3 THEN 1 ELSE 0 END), 0),
+			COALESCE(SUM(CASE WHEN status > $4 THEN 1 ELSE 0 END), 0)
+		FROM runs WHERE scheduled_ms >= $1 AND scheduled_ms < $2`),
+		today, today+dayMs, int32(logsv1.RunStatus_RUN_STATUS_SUCCESS), statusRunning).Scan(&resp.RunsToday, &success, &finished)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	if finished > 0 {
+		resp.SuccessRateToday = float64(success) / float64(finished)
+	}
+	return resp, nil
+}
