@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrFull: the sender holds MaxPending items already; the caller decides what to do.
@@ -174,6 +177,13 @@ func (s *Sender[T, Req, Resp]) run(ctx context.Context) {
 		if s.ackCount() != acksBefore {
 			backoff = minBackoff // the session worked for a while: reconnect quickly
 		}
+		if status.Code(err) == codes.InvalidArgument {
+			// The receiver refused a batch as invalid; it answers in order, so it is the oldest
+			// unacknowledged one. Resending it would fail forever: drop it (as if delivered), loudly.
+			if n := s.dropOldest(); n > 0 {
+				s.log.Error("receiver refused a batch as invalid; dropped it", "stream", s.cfg.Name, "items", n, "error", err)
+			}
+		}
 		s.log.Warn("delivery stream broken; reconnecting", "stream", s.cfg.Name, "error", err, "pending", s.Pending(), "backoff", backoff)
 		t := time.NewTimer(backoff)
 		select {
@@ -245,6 +255,19 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 		default:
 		}
 	}
+}
+
+// dropOldest forgets the oldest in-flight batch and returns how many items it held.
+func (s *Sender[T, Req, Resp]) dropOldest() int {
+	s.mu.Lock()
+	if len(s.inflight) == 0 {
+		s.mu.Unlock()
+		return 0
+	}
+	b := s.inflight[0]
+	s.mu.Unlock()
+	s.ack(b.id)
+	return len(b.items)
 }
 
 func (s *Sender[T, Req, Resp]) queued() int {

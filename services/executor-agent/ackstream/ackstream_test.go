@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
 )
 
@@ -171,5 +174,77 @@ func TestOnAckSeesEveryItemOnceBeforeFlushReturns(t *testing.T) {
 		if seen[i] != 1 {
 			t.Errorf("item %d: OnAck saw it %d times, want 1", i, seen[i])
 		}
+	}
+}
+
+// rejecting refuses the first batch it sees as invalid, then acks everything.
+type rejecting struct {
+	mu      sync.Mutex
+	refused bool
+	got     []int
+}
+
+type rejStream struct {
+	r    *rejecting
+	acks chan *uint64
+	errs chan error
+}
+
+func (s *rejStream) Send(q *req) error {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	if !s.r.refused {
+		s.r.refused = true
+		s.errs <- status.Error(codes.InvalidArgument, "records[0].trigger_id: required")
+		return nil
+	}
+	s.r.got = append(s.r.got, q.items...)
+	id := q.id
+	s.acks <- &id
+	return nil
+}
+
+func (s *rejStream) Recv() (*uint64, error) {
+	select {
+	case id := <-s.acks:
+		return id, nil
+	case err := <-s.errs:
+		return nil, err
+	}
+}
+
+func (s *rejStream) CloseSend() error { return nil }
+
+func TestInvalidBatchIsDroppedNotResentForever(t *testing.T) {
+	t.Parallel()
+	r := &rejecting{}
+	snd := ackstream.New(ackstream.Config[int, req, uint64]{
+		Open: func(ctx context.Context) (ackstream.Stream[req, uint64], error) {
+			return &rejStream{r: r, acks: make(chan *uint64, 100), errs: make(chan error, 1)}, nil
+		},
+		Batch:    func(id uint64, items []int) *req { return &req{id: id, items: items} },
+		Acked:    func(id *uint64) uint64 { return *id },
+		MaxBatch: 1,
+	})
+	snd.Start(context.Background())
+	defer snd.Stop()
+	if err := snd.Send(1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := snd.Flush(ctx); err != nil {
+		t.Fatalf("Flush with a refused batch: %v (pending %d)", err, snd.Pending())
+	}
+	if err := snd.Send(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.got) != 1 || r.got[0] != 2 {
+		t.Errorf("delivered %v, want [2] (1 was refused and dropped)", r.got)
 	}
 }
