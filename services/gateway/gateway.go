@@ -12,14 +12,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
@@ -99,6 +104,7 @@ func (g *Gateway) dial(addr string) (*grpc.ClientConn, error) {
 
 func (g *Gateway) handler() (http.Handler, error) {
 	mux := runtime.NewServeMux(
+		runtime.WithErrorHandler(errorHandler),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
@@ -149,7 +155,7 @@ func (g *Gateway) handler() (http.Handler, error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	root.Handle("GET /", http.FileServerFS(ui))
+	root.Handle("/", http.FileServerFS(ui))
 	return root, nil
 }
 
@@ -194,4 +200,35 @@ func (g *Gateway) closeConns() {
 	for _, c := range g.conns {
 		c.Close()
 	}
+}
+
+// decodeField finds the field a JSON decoding error is about ("… enum field routeStrategy: …").
+var decodeField = regexp.MustCompile(`field (\w+)`)
+
+// errorHandler is grpc-gateway's default, except that request-body decoding errors name the
+// field by its proto name (route_strategy), as every other error of the API does.
+func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "proto:") {
+		msg := decodeField.ReplaceAllStringFunc(st.Message(), func(s string) string {
+			return "field " + snake(strings.TrimPrefix(s, "field "))
+		})
+		msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "proto:")), " ")
+		err = status.Error(codes.InvalidArgument, "request body: "+msg)
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// snake turns a JSON (lowerCamel) field name into its proto name.
+func snake(s string) string {
+	var b strings.Builder
+	for i, c := range s {
+		if unicode.IsUpper(c) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			c = unicode.ToLower(c)
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

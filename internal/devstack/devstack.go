@@ -1,0 +1,385 @@
+// Package devstack composes every jobmesh service into one process: an embedded etcd, the stores
+// (SQLite under the data directory, or Postgres), registry, logsvc, scheduler, gateway and one
+// local executor agent. `jobmesh dev` runs it; the end-to-end tests start the same stack.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"path/filepath"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/etcdembed"
+	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/gateway"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
+	"github.com/jobmesh/jobmesh/services/logsvc"
+	"github.com/jobmesh/jobmesh/services/registry"
+	"github.com/jobmesh/jobmesh/services/scheduler"
+)
+
+// DevApp is the app name of the local agent and of the executor group created for it.
+const DevApp = "jobmesh-dev"
+
+// Config says where the stack keeps data and listens. Port 0 picks a free port.
+type Config struct {
+	// DataDir holds etcd's data, the SQLite stores and the agent's logs. Required.
+	DataDir string
+	// DatabaseURL selects Postgres instead of SQLite.
+	DatabaseURL string
+	// HTTPAddr is the gateway's address (REST, UI). Default 127.0.0.1:8080.
+	HTTPAddr string
+	// SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr and AgentAddr are the gRPC addresses.
+	// Defaults 127.0.0.1:9010, :9011, :9012, :9013 and :9999.
+	SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr, AgentAddr string
+	// AdminPassword is the first admin's password on a fresh store; empty means a random one,
+	// printed once.
+	AdminPassword string
+	// EtcdAddr is the embedded etcd's client address. Default 127.0.0.1:2379.
+	EtcdAddr string
+	// Scheduler tunes the scheduler (clock, windows); its Logger is set here.
+	Scheduler scheduler.Config
+	// Logger receives every service's logs.
+	Logger *slog.Logger
+	// UnsafeEtcd skips fsync in etcd (tests).
+	UnsafeEtcd bool
+}
+
+func (c *Config) setDefaults() {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&c.HTTPAddr, "127.0.0.1:8080")
+	def(&c.SchedulerAddr, "127.0.0.1:9010")
+	def(&c.RegistryAddr, "127.0.0.1:9011")
+	def(&c.LogsAddr, "127.0.0.1:9012")
+	def(&c.AuthAddr, "127.0.0.1:9013")
+	def(&c.AgentAddr, "127.0.0.1:9999")
+	def(&c.EtcdAddr, "127.0.0.1:2379")
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Stack is a running all-in-one jobmesh.
+type Stack struct {
+	// HTTPAddr, SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr, AgentAddr and EtcdEndpoint are
+	// the actual addresses after Start.
+	HTTPAddr, SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr, AgentAddr, EtcdEndpoint string
+	// AdminPassword is the password given to the first admin by this start; empty when the
+	// store already had users.
+	AdminPassword string
+	// GroupID is the executor group of the local agent.
+	GroupID int64
+
+	log     *slog.Logger
+	closers []func() // in shutdown order
+}
+
+// Start brings the whole stack up. On error, whatever started is stopped again.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	cfg.setDefaults()
+	if cfg.DataDir == "" {
+		return nil, errors.New("devstack: data dir: required")
+	}
+	st := &Stack{log: cfg.Logger}
+	var undo []func() // reverse start order
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	log := cfg.Logger
+
+	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd})
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, etcd.Close)
+	st.EtcdEndpoint = etcd.Endpoint()
+	var clients []*clientv3.Client
+	newEtcd := func() (*clientv3.Client, error) {
+		c, err := etcd.Client()
+		if err == nil {
+			clients = append(clients, c)
+		}
+		return c, err
+	}
+	undo = append(undo, func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+
+	open := func(schema string, m fs.FS) (*db.DB, error) {
+		d, err := db.Open(ctx, db.Config{URL: cfg.DatabaseURL, DataDir: filepath.Join(cfg.DataDir, "db"), Schema: schema})
+		if err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { d.Close() })
+		if err := d.Migrate(ctx, m); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	regDB, err := open("registry", registry.MigrationsFS())
+	if err != nil {
+		return nil, err
+	}
+	logsDB, err := open("logs", logsvc.MigrationsFS())
+	if err != nil {
+		return nil, err
+	}
+	schedDB, err := open("scheduler", scheduler.MigrationsFS())
+	if err != nil {
+		return nil, err
+	}
+	authDB, err := open("auth", auth.MigrationsFS())
+	if err != nil {
+		return nil, err
+	}
+
+	// Listen first, so every service knows every address before it dials.
+	listen := func(addr string) (net.Listener, error) {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("devstack: listen %s: %w", addr, err)
+		}
+		undo = append(undo, func() { ln.Close() })
+		return ln, nil
+	}
+	regLn, err := listen(cfg.RegistryAddr)
+	if err != nil {
+		return nil, err
+	}
+	logsLn, err := listen(cfg.LogsAddr)
+	if err != nil {
+		return nil, err
+	}
+	schedLn, err := listen(cfg.SchedulerAddr)
+	if err != nil {
+		return nil, err
+	}
+	authLn, err := listen(cfg.AuthAddr)
+	if err != nil {
+		return nil, err
+	}
+	st.RegistryAddr, st.LogsAddr, st.SchedulerAddr = regLn.Addr().String(), logsLn.Addr().String(), schedLn.Addr().String()
+	st.AuthAddr = authLn.Addr().String()
+
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+		if err != nil {
+			return nil, fmt.Errorf("devstack: dial %s: %w", addr, err)
+		}
+		undo = append(undo, func() { c.Close() })
+		return c, nil
+	}
+	regConn, err := dial(st.RegistryAddr)
+	if err != nil {
+		return nil, err
+	}
+	logsConn, err := dial(st.LogsAddr)
+	if err != nil {
+		return nil, err
+	}
+	schedConn, err := dial(st.SchedulerAddr)
+	if err != nil {
+		return nil, err
+	}
+
+	serve := func(name string, ln net.Listener, register func(*grpc.Server)) {
+		g := grpcserver.New(log.With("service", name))
+		register(g)
+		go func() {
+			if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				log.Error("grpc server ended", "service", name, "error", err)
+			}
+		}()
+		undo = append(undo, g.GracefulStop)
+	}
+
+	// Registry.
+	regEtcd, err := newEtcd()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := registry.New(registry.Config{Logger: log.With("service", "registry")}, regDB, regEtcd)
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Start(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, reg.Stop)
+	serve("registry", regLn, reg.Register)
+
+	// logsvc.
+	logs, err := logsvc.New(logsvc.Config{Logger: log.With("service", "logsvc")}, logsDB, killer{schedulerv1.NewSchedulerServiceClient(schedConn)})
+	if err != nil {
+		return nil, err
+	}
+	if err := logs.Start(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, logs.Stop)
+	serve("logsvc", logsLn, logs.Register)
+
+	// Scheduler.
+	schedEtcd, err := newEtcd()
+	if err != nil {
+		return nil, err
+	}
+	scfg := cfg.Scheduler
+	scfg.Logger = log.With("service", "scheduler")
+	sched, err := scheduler.New(scfg, scheduler.Deps{
+		Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
+		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sched.Start(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, sched.Stop)
+	serve("scheduler", schedLn, sched.Register)
+
+	// The local agent's group, then the agent.
+	gid, err := ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn))
+	if err != nil {
+		return nil, err
+	}
+	st.GroupID = gid
+	agentEtcd, err := newEtcd()
+	if err != nil {
+		return nil, err
+	}
+	agent, err := sdk.New(sdk.Config{
+		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, Etcd: agentEtcd,
+		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev",
+		Logger: log.With("service", "agent"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := agent.Start(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, agent.Stop)
+	st.AgentAddr = agent.Addr()
+
+	// Auth.
+	authSvc, err := auth.New(auth.Config{Logger: log.With("service", "auth")}, authDB)
+	if err != nil {
+		return nil, err
+	}
+	if st.AdminPassword, err = authSvc.Bootstrap(ctx, "admin", cfg.AdminPassword); err != nil {
+		return nil, err
+	}
+	serve("auth", authLn, authSvc.Register)
+
+	// Gateway.
+	gw, err := gateway.New(gateway.Config{
+		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
+		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := gw.Start(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, gw.Stop)
+	st.HTTPAddr = gw.Addr()
+
+	// Shutdown order: stop accepting (gateway), resign and drain (scheduler), finish runs and
+	// deliver results (agent), then logsvc and registry, the gRPC servers, connections, etcd, stores.
+	// Every Stop is idempotent, so the reverse start order that follows only closes what is left.
+	st.closers = []func(){gw.Stop, sched.Stop, agent.Stop, logs.Stop, reg.Stop}
+	for i := len(undo) - 1; i >= 0; i-- {
+		st.closers = append(st.closers, undo[i])
+	}
+	return st, nil
+}
+
+// PrintWhere writes where everything is.
+func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
+	store := "SQLite under " + filepath.Join(cfg.DataDir, "db")
+	if cfg.DatabaseURL != "" {
+		store = "Postgres (schemas scheduler, registry, logs)"
+	}
+	if s.AdminPassword != "" && cfg.AdminPassword == "" {
+		fmt.Fprintf(w, "first start: created user \"admin\" with password %s (shown once; change it)\n", s.AdminPassword)
+	}
+	fmt.Fprintf(w, `jobmesh dev is up
+  web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)
+  scheduler gRPC    %s
+  registry gRPC     %s
+  logsvc gRPC       %s
+  auth gRPC         %s
+  local agent gRPC  %s   (app %q, executor group id %d)
+  etcd              %s
+  store             %s
+  data directory    %s
+Press Ctrl-C to stop.
+`, s.HTTPAddr, s.SchedulerAddr, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, store, cfg.DataDir)
+}
+
+// Stop shuts everything down in order. It is idempotent (every part's Stop is).
+func (s *Stack) Stop() {
+	for _, c := range s.closers {
+		c()
+	}
+}
+
+// ensureGroup returns the id of the local agent's executor group, creating it on first start.
+func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int64, error) {
+	resp, err := reg.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: DevApp})
+	if err != nil {
+		return 0, fmt.Errorf("devstack: list groups: %w", err)
+	}
+	for _, g := range resp.GetGroups() {
+		if g.GetAppName() == DevApp {
+			return g.GetId(), nil
+		}
+	}
+	cr, err := reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
+		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO,
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("devstack: create group: %w", err)
+	}
+	return cr.GetGroup().GetId(), nil
+}
+
+// killer lets logsvc reach the scheduler's KillTrigger.
+type killer struct {
+	c schedulerv1.SchedulerServiceClient
+}
+
+func (k killer) KillTrigger(ctx context.Context, triggerID string, jobID int64, address string) (bool, string, error) {
+	resp, err := k.c.KillTrigger(ctx, &schedulerv1.KillTriggerRequest{TriggerId: triggerID, JobId: jobID, Address: address})
+	if err != nil {
+		return false, "", err
+	}
+	return resp.GetKilled(), resp.GetMessage(), nil
+}

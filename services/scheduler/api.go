@@ -1,0 +1,619 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
+)
+
+// Limits of job fields, as the API documents them.
+const (
+	maxNameLen       = 255
+	maxAuthorLen     = 64
+	maxAlarmEmails   = 20
+	maxHandlerLen    = 255
+	maxParamsLen     = 2048
+	maxTimeout       = 86400
+	maxRetryCount    = 100
+	maxRetryInterval = 3_600_000
+	maxGlueSource    = 1 << 20
+	maxGlueRemark    = 128
+	maxChildJobs     = 50
+)
+
+// CreateJob implements JobService.
+func (s *Service) CreateJob(ctx context.Context, req *schedulerv1.CreateJobRequest) (*schedulerv1.CreateJobResponse, error) {
+	in := req.GetJob()
+	if in == nil {
+		return nil, apierr.Field("job", "required")
+	}
+	now := s.clk.Now()
+	j := fromProto(in)
+	j.CreateMs, j.UpdateMs = now.UnixMilli(), now.UnixMilli()
+	if isScript(j.GlueType) {
+		j.GlueUpdatedMs = now.UnixMilli()
+	}
+	sch, err := s.validate(ctx, j, 0)
+	if err != nil {
+		return nil, err
+	}
+	j.NextFireMs = firstFire(sch, j.Status, now)
+	id, err := s.jobs.insert(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.jobs.get(ctx, s.store, id)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "job created", "job_id", id, "name", j.Name)
+	return &schedulerv1.CreateJobResponse{Job: toProto(out)}, nil
+}
+
+// GetJob implements JobService.
+func (s *Service) GetJob(ctx context.Context, req *schedulerv1.GetJobRequest) (*schedulerv1.GetJobResponse, error) {
+	j, err := s.jobs.get(ctx, s.store, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.GetJobResponse{Job: toProto(j)}, nil
+}
+
+// ListJobs implements JobService.
+func (s *Service) ListJobs(ctx context.Context, req *schedulerv1.ListJobsRequest) (*schedulerv1.ListJobsResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = 50
+	case size < 0 || size > 1000:
+		return nil, apierr.Field("page_size", "want 1-1000, got %d", size)
+	}
+	if _, ok := schedulerv1.JobStatus_name[int32(req.GetStatus())]; !ok {
+		return nil, apierr.Field("status", "unknown value %d", req.GetStatus())
+	}
+	before, err := decodeCursor(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	rows, total, err := s.jobs.list(ctx, jobFilter{
+		GroupID: req.GetGroupId(), Status: req.GetStatus(), Name: req.GetName(), Handler: req.GetHandler(),
+		Author: req.GetAuthor(), Limit: size + 1, BeforeID: before,
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &schedulerv1.ListJobsResponse{TotalSize: total}
+	if len(rows) > size {
+		rows = rows[:size]
+		resp.NextPageToken = encodeCursor(rows[size-1].ID)
+	}
+	for _, j := range rows {
+		resp.Jobs = append(resp.Jobs, toProto(j))
+	}
+	return resp, nil
+}
+
+// writableJobFields are the fields UpdateJob may change.
+var writableJobFields = []string{
+	"group_id", "name", "author", "alarm_emails", "schedule", "schedule.type", "schedule.expression", "schedule.time_zone",
+	"misfire_strategy", "route_strategy", "handler", "params", "block_strategy", "timeout_seconds", "retry_count",
+	"retry_backoff", "retry_interval_ms", "glue_type", "glue_source", "glue_remark", "child_job_ids", "status",
+}
+
+// UpdateJob implements JobService.
+func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobRequest) (*schedulerv1.UpdateJobResponse, error) {
+	in := req.GetJob()
+	if in == nil {
+		return nil, apierr.Field("job", "required")
+	}
+	cur, err := s.jobs.get(ctx, s.store, in.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if in.GetVersion() != 0 && in.GetVersion() != cur.Version {
+		return nil, fmt.Errorf("job %d is at version %d, the update was based on %d: %w", cur.ID, cur.Version, in.GetVersion(), apierr.ErrConflict)
+	}
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		paths = writableJobFields
+	}
+	next := *cur
+	upd := fromProto(in)
+	for _, p := range paths {
+		switch p {
+		case "group_id":
+			next.GroupID = upd.GroupID
+		case "name":
+			next.Name = upd.Name
+		case "author":
+			next.Author = upd.Author
+		case "alarm_emails":
+			next.AlarmEmails = upd.AlarmEmails
+		case "schedule":
+			next.ScheduleType, next.ScheduleExpr, next.TimeZone = upd.ScheduleType, upd.ScheduleExpr, upd.TimeZone
+		case "schedule.type":
+			next.ScheduleType = upd.ScheduleType
+		case "schedule.expression":
+			next.ScheduleExpr = upd.ScheduleExpr
+		case "schedule.time_zone":
+			next.TimeZone = upd.TimeZone
+		case "misfire_strategy":
+			next.Misfire = upd.Misfire
+		case "route_strategy":
+			next.Route = upd.Route
+		case "handler":
+			next.Handler = upd.Handler
+		case "params":
+			next.Params = upd.Params
+		case "block_strategy":
+			next.Block = upd.Block
+		case "timeout_seconds":
+			next.TimeoutSeconds = upd.TimeoutSeconds
+		case "retry_count":
+			next.RetryCount = upd.RetryCount
+		case "retry_backoff":
+			next.RetryBackoff = upd.RetryBackoff
+		case "retry_interval_ms":
+			next.RetryIntervalMs = upd.RetryIntervalMs
+		case "glue_type":
+			next.GlueType = upd.GlueType
+		case "glue_source":
+			next.GlueSource = upd.GlueSource
+		case "glue_remark":
+			next.GlueRemark = upd.GlueRemark
+		case "child_job_ids":
+			next.ChildJobIDs = upd.ChildJobIDs
+		case "status":
+			next.Status = upd.Status
+		case "id", "version":
+			// The job's identity and the version the change is based on, not changes.
+		default:
+			return nil, apierr.Field("update_mask", "unknown or read-only field %q", p)
+		}
+	}
+	defaults(&next)
+	sch, err := s.validate(ctx, &next, cur.ID)
+	if err != nil {
+		return nil, err
+	}
+	now := s.clk.Now()
+	next.UpdateMs = now.UnixMilli()
+	glueChanged := isScript(next.GlueType) && (next.GlueType != cur.GlueType || next.GlueSource != cur.GlueSource)
+	if glueChanged {
+		next.GlueUpdatedMs = now.UnixMilli()
+	}
+	if next.Status != cur.Status || next.ScheduleType != cur.ScheduleType || next.ScheduleExpr != cur.ScheduleExpr || next.TimeZone != cur.TimeZone {
+		next.NextFireMs = firstFire(sch, next.Status, now)
+		s.disarm(cur.ID)
+	}
+	if err := s.jobs.update(ctx, &next, glueChanged); err != nil {
+		return nil, err
+	}
+	out, err := s.jobs.get(ctx, s.store, cur.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.UpdateJobResponse{Job: toProto(out)}, nil
+}
+
+// DeleteJob implements JobService.
+func (s *Service) DeleteJob(ctx context.Context, req *schedulerv1.DeleteJobRequest) (*schedulerv1.DeleteJobResponse, error) {
+	if err := s.jobs.delete(ctx, req.GetId()); err != nil {
+		return nil, err
+	}
+	s.disarm(req.GetId())
+	return &schedulerv1.DeleteJobResponse{}, nil
+}
+
+// StartJob implements JobService.
+func (s *Service) StartJob(ctx context.Context, req *schedulerv1.StartJobRequest) (*schedulerv1.StartJobResponse, error) {
+	j, err := s.setStatus(ctx, req.GetId(), schedulerv1.JobStatus_JOB_STATUS_RUNNING)
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.StartJobResponse{Job: j}, nil
+}
+
+// StopJob implements JobService.
+func (s *Service) StopJob(ctx context.Context, req *schedulerv1.StopJobRequest) (*schedulerv1.StopJobResponse, error) {
+	j, err := s.setStatus(ctx, req.GetId(), schedulerv1.JobStatus_JOB_STATUS_STOPPED)
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.StopJobResponse{Job: j}, nil
+}
+
+func (s *Service) setStatus(ctx context.Context, id int64, st schedulerv1.JobStatus) (*schedulerv1.Job, error) {
+	for {
+		cur, err := s.jobs.get(ctx, s.store, id)
+		if err != nil {
+			return nil, err
+		}
+		if cur.Status == st {
+			return toProto(cur), nil
+		}
+		sch, err := parseSchedule(cur)
+		if err != nil {
+			return nil, err
+		}
+		if st == schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+			if err := checkFiresAgain(sch, cur.ScheduleType, s.clk.Now()); err != nil {
+				return nil, err
+			}
+		}
+		now := s.clk.Now()
+		cur.Status, cur.UpdateMs = st, now.UnixMilli()
+		cur.NextFireMs = firstFire(sch, st, now)
+		err = s.jobs.update(ctx, cur, false)
+		if errors.Is(err, apierr.ErrConflict) {
+			continue // changed under us; read again
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.disarm(id)
+		out, err := s.jobs.get(ctx, s.store, id)
+		if err != nil {
+			return nil, err
+		}
+		return toProto(out), nil
+	}
+}
+
+// CopyJob implements JobService.
+func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) (*schedulerv1.CopyJobResponse, error) {
+	cur, err := s.jobs.get(ctx, s.store, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	cp := *cur
+	cp.Name = req.GetName()
+	if cp.Name == "" {
+		cp.Name = cur.Name + " (copy)"
+	}
+	if n := len([]rune(cp.Name)); n > maxNameLen {
+		return nil, apierr.Field("name", "at most %d characters, got %d", maxNameLen, n)
+	}
+	now := s.clk.Now()
+	cp.Status, cp.NextFireMs, cp.LastFireMs = schedulerv1.JobStatus_JOB_STATUS_STOPPED, 0, 0
+	cp.CreateMs, cp.UpdateMs = now.UnixMilli(), now.UnixMilli()
+	id, err := s.jobs.insert(ctx, &cp)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.jobs.get(ctx, s.store, id)
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.CopyJobResponse{Job: toProto(out)}, nil
+}
+
+// ListGlueVersions implements JobService.
+func (s *Service) ListGlueVersions(ctx context.Context, req *schedulerv1.ListGlueVersionsRequest) (*schedulerv1.ListGlueVersionsResponse, error) {
+	if _, err := s.jobs.get(ctx, s.store, req.GetJobId()); err != nil {
+		return nil, err
+	}
+	vs, err := s.jobs.glueVersions(ctx, req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.ListGlueVersionsResponse{Versions: vs}, nil
+}
+
+// RestoreGlueVersion implements JobService.
+func (s *Service) RestoreGlueVersion(ctx context.Context, req *schedulerv1.RestoreGlueVersionRequest) (*schedulerv1.RestoreGlueVersionResponse, error) {
+	vs, err := s.ListGlueVersions(ctx, &schedulerv1.ListGlueVersionsRequest{JobId: req.GetJobId()})
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(vs.Versions, func(v *schedulerv1.GlueVersion) bool { return v.Version == req.GetVersion() })
+	if i < 0 {
+		return nil, fmt.Errorf("glue version %d of job %d: %w", req.GetVersion(), req.GetJobId(), apierr.ErrNotFound)
+	}
+	v := vs.Versions[i]
+	resp, err := s.UpdateJob(ctx, &schedulerv1.UpdateJobRequest{
+		Job: &schedulerv1.Job{Id: req.GetJobId(), GlueType: v.GlueType, GlueSource: v.GlueSource,
+			GlueRemark: fmt.Sprintf("restored version %d: %s", v.Version, v.GlueRemark)},
+		UpdateMask: fieldMask("glue_type", "glue_source", "glue_remark"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerv1.RestoreGlueVersionResponse{Job: resp.Job}, nil
+}
+
+// PreviewSchedule implements JobService.
+func (s *Service) PreviewSchedule(_ context.Context, req *schedulerv1.PreviewScheduleRequest) (*schedulerv1.PreviewScheduleResponse, error) {
+	n := int(req.GetCount())
+	switch {
+	case n == 0:
+		n = 5
+	case n < 0 || n > 100:
+		return nil, apierr.Field("count", "want 1-100, got %d", n)
+	}
+	sc := req.GetSchedule()
+	if sc == nil {
+		return nil, apierr.Field("schedule", "required")
+	}
+	sch, err := schedule.Parse(schedule.Type(sc.GetType()), sc.GetExpression(), sc.GetTimeZone())
+	if err != nil {
+		return nil, scheduleErr(err)
+	}
+	from := s.clk.Now()
+	if req.GetStartTime() != nil {
+		from = req.GetStartTime().AsTime()
+	}
+	resp := &schedulerv1.PreviewScheduleResponse{}
+	for _, t := range sch.Preview(from, n) {
+		resp.FireTimes = append(resp.FireTimes, timestamppb.New(t))
+	}
+	return resp, nil
+}
+
+// validate checks a job completely and returns its parsed schedule. self is the job's id when
+// it already exists (0 on create), for the child-job checks.
+func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedule.Schedule, error) {
+	var fs apierr.Fields
+	if j.GroupID <= 0 {
+		fs.Add("group_id", "required: the id of an executor group")
+	} else if s.groups != nil {
+		if err := s.groups.CheckGroup(ctx, j.GroupID); err != nil {
+			if !errors.Is(err, apierr.ErrNotFound) {
+				return nil, err
+			}
+			fs.Add("group_id", "no executor group %d", j.GroupID)
+		}
+	}
+	if n := len([]rune(j.Name)); n < 1 || n > maxNameLen {
+		fs.Add("name", "want 1-%d characters, got %d", maxNameLen, n)
+	}
+	if n := len([]rune(j.Author)); n > maxAuthorLen {
+		fs.Add("author", "at most %d characters, got %d", maxAuthorLen, n)
+	}
+	if j.AlarmEmails != "" {
+		emails := strings.Split(j.AlarmEmails, ",")
+		if len(emails) > maxAlarmEmails {
+			fs.Add("alarm_emails", "at most %d addresses, got %d", maxAlarmEmails, len(emails))
+		}
+		for i, e := range emails {
+			if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
+				fs.Add(fmt.Sprintf("alarm_emails[%d]", i), "not an email address: %q", e)
+			}
+		}
+	}
+	checkEnum(&fs, "schedule.type", schedulerv1.ScheduleType_name, int32(j.ScheduleType))
+	checkEnum(&fs, "misfire_strategy", schedulerv1.MisfireStrategy_name, int32(j.Misfire))
+	checkEnum(&fs, "route_strategy", schedulerv1.RouteStrategy_name, int32(j.Route))
+	checkEnum(&fs, "block_strategy", schedulerv1.BlockStrategy_name, int32(j.Block))
+	checkEnum(&fs, "retry_backoff", schedulerv1.RetryBackoff_name, int32(j.RetryBackoff))
+	checkEnum(&fs, "glue_type", schedulerv1.GlueType_name, int32(j.GlueType))
+	checkEnum(&fs, "status", schedulerv1.JobStatus_name, int32(j.Status))
+	var sch *schedule.Schedule
+	if j.ScheduleType == schedulerv1.ScheduleType_SCHEDULE_TYPE_UNSPECIFIED {
+		fs.Add("schedule.type", "required: NONE, CRON, FIX_RATE, FIX_DELAY or ONCE")
+	} else if _, ok := schedulerv1.ScheduleType_name[int32(j.ScheduleType)]; ok {
+		var err error
+		if sch, err = parseSchedule(j); err != nil {
+			var fe *apierr.FieldError
+			if errors.As(err, &fe) {
+				fs = append(fs, fe)
+			} else {
+				return nil, err
+			}
+		} else if j.Status == schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+			if err := checkFiresAgain(sch, j.ScheduleType, s.clk.Now()); err != nil {
+				fs = append(fs, err.(*apierr.FieldError))
+			}
+		}
+	}
+	if j.GlueType == schedulerv1.GlueType_GLUE_TYPE_BEAN {
+		if j.Handler == "" {
+			fs.Add("handler", "required for glue type BEAN: the name of a handler registered in the executor")
+		}
+	} else if isScript(j.GlueType) {
+		if j.GlueType == schedulerv1.GlueType_GLUE_TYPE_GLUE_GROOVY {
+			fs.Add("glue_type", "GLUE_GROOVY is not supported by jobmesh executors; use a script type or BEAN")
+		}
+		if strings.TrimSpace(j.GlueSource) == "" {
+			fs.Add("glue_source", "required for glue type %s", strings.TrimPrefix(j.GlueType.String(), "GLUE_TYPE_"))
+		}
+	}
+	if n := len(j.Handler); n > maxHandlerLen {
+		fs.Add("handler", "at most %d characters, got %d", maxHandlerLen, n)
+	}
+	if n := len([]rune(j.Params)); n > maxParamsLen {
+		fs.Add("params", "at most %d characters, got %d", maxParamsLen, n)
+	}
+	if j.TimeoutSeconds < 0 || j.TimeoutSeconds > maxTimeout {
+		fs.Add("timeout_seconds", "want 0-%d (0 means no limit), got %d", maxTimeout, j.TimeoutSeconds)
+	}
+	if j.RetryCount < 0 || j.RetryCount > maxRetryCount {
+		fs.Add("retry_count", "want 0-%d, got %d", maxRetryCount, j.RetryCount)
+	}
+	if j.RetryIntervalMs < 0 || j.RetryIntervalMs > maxRetryInterval {
+		fs.Add("retry_interval_ms", "want 0-%d, got %d", maxRetryInterval, j.RetryIntervalMs)
+	}
+	if n := len(j.GlueSource); n > maxGlueSource {
+		fs.Add("glue_source", "at most %d bytes, got %d", maxGlueSource, n)
+	}
+	if n := len([]rune(j.GlueRemark)); n > maxGlueRemark {
+		fs.Add("glue_remark", "at most %d characters, got %d", maxGlueRemark, n)
+	}
+	if err := s.checkChildren(ctx, &fs, j, self); err != nil {
+		return nil, err
+	}
+	return sch, fs.Err()
+}
+
+// checkChildren rejects missing children, the job itself, and cycles through child links.
+func (s *Service) checkChildren(ctx context.Context, fs *apierr.Fields, j *jobRow, self int64) error {
+	kids := splitIDs(j.ChildJobIDs)
+	if len(kids) > maxChildJobs {
+		fs.Add("child_job_ids", "at most %d, got %d", maxChildJobs, len(kids))
+		return nil
+	}
+	seen := map[int64]bool{}
+	queue := []int64{}
+	for i, id := range kids {
+		switch {
+		case id <= 0:
+			fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "not a job id: %d", id)
+		case self != 0 && id == self:
+			fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "a job cannot be its own child")
+		default:
+			child, err := s.jobs.get(ctx, s.store, id)
+			if errors.Is(err, apierr.ErrNotFound) {
+				fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "no job %d", id)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if !seen[id] {
+				seen[id] = true
+				queue = append(queue, splitIDs(child.ChildJobIDs)...)
+			}
+		}
+	}
+	// Walk the descendants: reaching self again is a cycle.
+	for len(queue) > 0 && self != 0 {
+		id := queue[0]
+		queue = queue[1:]
+		if id == self {
+			fs.Add("child_job_ids", "would form a cycle back to job %d", self)
+			return nil
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		child, err := s.jobs.get(ctx, s.store, id)
+		if errors.Is(err, apierr.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		queue = append(queue, splitIDs(child.ChildJobIDs)...)
+	}
+	return nil
+}
+
+func checkEnum(fs *apierr.Fields, field string, names map[int32]string, v int32) {
+	if _, ok := names[v]; !ok {
+		fs.Add(field, "unknown value %d", v)
+	}
+}
+
+func parseSchedule(j *jobRow) (*schedule.Schedule, error) {
+	sch, err := schedule.Parse(schedule.Type(j.ScheduleType), j.ScheduleExpr, j.TimeZone)
+	if err != nil {
+		return nil, scheduleErr(err)
+	}
+	return sch, nil
+}
+
+func scheduleErr(err error) error {
+	var se *schedule.Error
+	if errors.As(err, &se) {
+		return apierr.Field("schedule."+se.Field, "%s", se.Reason)
+	}
+	return err
+}
+
+// checkFiresAgain refuses to run a CRON or ONCE schedule that has no fire left.
+func checkFiresAgain(sch *schedule.Schedule, typ schedulerv1.ScheduleType, now time.Time) error {
+	if typ != schedulerv1.ScheduleType_SCHEDULE_TYPE_CRON && typ != schedulerv1.ScheduleType_SCHEDULE_TYPE_ONCE {
+		return nil
+	}
+	if _, ok := sch.First(now); !ok {
+		return &apierr.FieldError{Field: "schedule.expression", Reason: fmt.Sprintf("never fires after %s", now.UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// firstFire is the next_fire of a job that starts (or is saved) now.
+func firstFire(sch *schedule.Schedule, st schedulerv1.JobStatus, now time.Time) int64 {
+	if sch == nil || st != schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+		return 0
+	}
+	t, ok := sch.First(now)
+	if !ok {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// defaults fills in the API's documented defaults for unset enums.
+func defaults(j *jobRow) {
+	if j.Misfire == 0 {
+		j.Misfire = schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING
+	}
+	if j.Route == 0 {
+		j.Route = schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST
+	}
+	if j.Block == 0 {
+		j.Block = schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION
+	}
+	if j.RetryBackoff == 0 {
+		j.RetryBackoff = schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE
+	}
+	if j.GlueType == 0 {
+		j.GlueType = schedulerv1.GlueType_GLUE_TYPE_BEAN
+	}
+	if j.Status == 0 {
+		j.Status = schedulerv1.JobStatus_JOB_STATUS_STOPPED
+	}
+}
+
+func fromProto(p *schedulerv1.Job) *jobRow {
+	j := &jobRow{
+		ID: p.GetId(), GroupID: p.GetGroupId(), Name: p.GetName(), Author: p.GetAuthor(),
+		AlarmEmails: strings.Join(p.GetAlarmEmails(), ","), ScheduleType: p.GetSchedule().GetType(),
+		ScheduleExpr: strings.TrimSpace(p.GetSchedule().GetExpression()), TimeZone: p.GetSchedule().GetTimeZone(),
+		Misfire: p.GetMisfireStrategy(), Route: p.GetRouteStrategy(), Handler: p.GetHandler(), Params: p.GetParams(),
+		Block: p.GetBlockStrategy(), TimeoutSeconds: p.GetTimeoutSeconds(), RetryCount: p.GetRetryCount(),
+		RetryBackoff: p.GetRetryBackoff(), RetryIntervalMs: p.GetRetryIntervalMs(), GlueType: p.GetGlueType(),
+		GlueSource: p.GetGlueSource(), GlueRemark: p.GetGlueRemark(), ChildJobIDs: joinIDs(p.GetChildJobIds()),
+		Status: p.GetStatus(), Version: p.GetVersion(),
+	}
+	defaults(j)
+	return j
+}
+
+func toProto(j *jobRow) *schedulerv1.Job {
+	p := &schedulerv1.Job{
+		Id: j.ID, GroupId: j.GroupID, Name: j.Name, Author: j.Author,
+		Schedule:        &schedulerv1.Schedule{Type: j.ScheduleType, Expression: j.ScheduleExpr, TimeZone: j.TimeZone},
+		MisfireStrategy: j.Misfire, RouteStrategy: j.Route, Handler: j.Handler, Params: j.Params,
+		BlockStrategy: j.Block, TimeoutSeconds: j.TimeoutSeconds, RetryCount: j.RetryCount,
+		RetryBackoff: j.RetryBackoff, RetryIntervalMs: j.RetryIntervalMs, GlueType: j.GlueType,
+		GlueSource: j.GlueSource, GlueRemark: j.GlueRemark, GlueUpdatedTime: tsMs(j.GlueUpdatedMs),
+		ChildJobIds: splitIDs(j.ChildJobIDs), Status: j.Status, LastFireTime: tsMs(j.LastFireMs),
+		NextFireTime: tsMs(j.NextFireMs), Version: j.Version, CreateTime: tsMs(j.CreateMs), UpdateTime: tsMs(j.UpdateMs),
+	}
+	if j.AlarmEmails != "" {
+		p.AlarmEmails = strings.Split(j.AlarmEmails, ",")
+	}
+	return p
+}
+
+func tsMs(ms int64) *timestamppb.Timestamp {
+	if ms == 0 {
+		return nil
+	}
+	return timestamppb.New(time.UnixMilli(ms))
+}
+
+func fieldMask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }

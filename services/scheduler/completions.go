@@ -1,0 +1,157 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+)
+
+// maxBackoff caps exponential retry backoff.
+const maxBackoff = time.Hour
+
+// followCompletions follows logsvc's completion stream while this replica leads, and acts on
+// every run that ends: retries, child jobs and the next FIX_DELAY fire. The cursor of the last
+// completion handled is saved, fenced, so a new leader resumes there.
+func (s *Service) followCompletions(ctx context.Context, l *leadership) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.completionSession(ctx, l)
+		if ctx.Err() != nil || errors.Is(err, errDeposed) {
+			return
+		}
+		s.log.Warn("completion stream broken; reconnecting", "error", err)
+		if s.wait(ctx, backoff) != nil {
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (s *Service) completionSession(ctx context.Context, l *leadership) error {
+	var cursor int64
+	if err := s.store.QueryRowContext(ctx, `SELECT cursor FROM completion_cursor WHERE id = 1`).Scan(&cursor); err != nil {
+		return fmt.Errorf("read completion cursor: %w", err)
+	}
+	st, err := s.logs.WatchCompletions(ctx, &logsv1.WatchCompletionsRequest{AfterCursor: cursor})
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if err := s.handleCompletions(ctx, l, resp.GetCompletions()); err != nil {
+			return err
+		}
+	}
+}
+
+// handleCompletions applies one batch: schedule changes and the cursor commit together, fenced;
+// retries and child fires go out after the commit (their trigger ids are deterministic, so a
+// repeat after a failover is dropped downstream).
+func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*logsv1.Completion) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	tx, err := s.store.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
+		return err
+	}
+	var after []func()
+	for _, c := range cs {
+		j, err := s.jobs.get(ctx, tx, c.GetJobId())
+		if errors.Is(err, apierr.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ok := c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS
+		retry := !ok && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED && c.GetAttempt() < j.RetryCount
+		switch {
+		case retry:
+			after = append(after, s.retryFire(l, j, c))
+		case ok:
+			for _, child := range splitIDs(j.ChildJobIDs) {
+				after = append(after, s.childFire(ctx, child, c))
+			}
+		}
+		if !retry && j.ScheduleType == schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY &&
+			j.Status == schedulerv1.JobStatus_JOB_STATUS_RUNNING && c.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL &&
+			c.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_API && c.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_PARENT {
+			sch, err := parseSchedule(j)
+			if err == nil {
+				next := max(c.GetEndUnixMs(), s.clk.Now().UnixMilli()) + sch.Interval().Milliseconds()
+				if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET next_fire_ms = $2 WHERE id = $1 AND next_fire_ms IS NULL`), j.ID, next); err != nil {
+					return fmt.Errorf("schedule next FIX_DELAY fire of job %d: %w", j.ID, err)
+				}
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE completion_cursor SET cursor = $1 WHERE id = 1`), cs[len(cs)-1].GetCursor()); err != nil {
+		return fmt.Errorf("save completion cursor: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit completions: %w", err)
+	}
+	for _, f := range after {
+		f()
+	}
+	return nil
+}
+
+// retryFire prepares the retry of a failed fire: same scheduled time and params, attempt+1, the
+// failed shard only, after the job's backoff.
+func (s *Service) retryFire(l *leadership, j *jobRow, c *logsv1.Completion) func() {
+	params := c.GetParams()
+	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY,
+		attempt: c.GetAttempt() + 1, params: &params}
+	if c.GetShardTotal() > 1 {
+		f.shard, f.shardTotal = c.GetShardIndex(), c.GetShardTotal()
+	}
+	wait := time.Duration(j.RetryIntervalMs) * time.Millisecond
+	switch j.RetryBackoff {
+	case schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED:
+	case schedulerv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL:
+		for range c.GetAttempt() {
+			if wait = 2 * wait; wait >= maxBackoff {
+				wait = maxBackoff
+				break
+			}
+		}
+	default:
+		wait = 0
+	}
+	return func() {
+		if wait <= 0 {
+			s.submit(f)
+			return
+		}
+		l.ring.Add(ringEntry{JobID: j.ID, FireAt: s.clk.Now().Add(wait).UnixMilli(), Value: f})
+	}
+}
+
+// childFire prepares a PARENT fire of a child job; its scheduled time is the parent's, so the
+// trigger id is the same however often the completion is seen.
+func (s *Service) childFire(ctx context.Context, childID int64, c *logsv1.Completion) func() {
+	return func() {
+		child, err := s.jobs.get(ctx, s.store, childID)
+		if err != nil || childID == c.GetJobId() {
+			if err != nil {
+				s.log.Warn("child job not fired", "job_id", c.GetJobId(), "child_job_id", childID, "error", err)
+			}
+			return
+		}
+		s.submit(&fire{job: child, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT})
+	}
+}

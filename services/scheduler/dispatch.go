@@ -1,0 +1,284 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
+)
+
+// fire is one firing of a job on its way to executors.
+type fire struct {
+	job      *jobRow
+	fireMs   int64 // scheduled time, Unix ms: part of the trigger id
+	trigType schedulerv1.TriggerType
+	attempt  int32
+	// params overrides the job's params when set (manual triggers, retries).
+	params *string
+	// addresses overrides routing (manual triggers with an address list).
+	addresses []string
+	// shard, when shardTotal > 0, sends only that shard (a retry of one failed shard).
+	shard, shardTotal int32
+}
+
+// TriggerID is the deterministic id of one fire: the same fire always gets the same id, so
+// executors and logsvc drop duplicates after a failover.
+func TriggerID(jobID, fireMs int64, shard, attempt int32) string {
+	return fmt.Sprintf("%d-%d-%d-%d", jobID, fireMs, shard, attempt)
+}
+
+// onFire is the ring's callback: hand every due fire to a trigger pool without blocking the ring.
+func (s *Service) onFire(due []ringEntry) {
+	for _, e := range due {
+		s.submit(e.Value)
+	}
+}
+
+// submit queues a fire on the fast pool, or the slow one for jobs whose dispatch has been slow.
+// A full pool is recorded as a trigger failure, never dropped silently.
+func (s *Service) submit(f *fire) {
+	p := s.fast
+	if s.slowness.isSlow(f.job.ID) {
+		p = s.slow
+	}
+	if !p.trySubmit(f) {
+		s.recordFailure(f, 0, 1, "", fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue)))
+	}
+}
+
+// dispatch routes a fire and sends Run to each chosen executor, then records the outcome.
+func (s *Service) dispatch(f *fire) []string {
+	start := time.Now()
+	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DispatchTimeout)
+	defer cancel()
+
+	var targets []route.Target
+	var routeMsg string
+	if len(f.addresses) > 0 {
+		for _, a := range f.addresses {
+			targets = append(targets, route.Target{Address: a, ShardIndex: 0, ShardTotal: 1})
+		}
+		routeMsg = "addresses given by the trigger request: " + strings.Join(f.addresses, ", ")
+	} else {
+		addrs, err := s.groups.addresses(ctx, f.job.GroupID)
+		if err != nil {
+			return []string{s.recordFailure(f, 0, 1, "", "route: "+err.Error())}
+		}
+		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
+		if err != nil {
+			return []string{s.recordFailure(f, 0, 1, "", fmt.Sprintf("route %s over group %d: %v", strings.TrimPrefix(f.job.Route.String(), "ROUTE_STRATEGY_"), f.job.GroupID, err))}
+		}
+		targets, routeMsg = dec.Targets, dec.Message
+	}
+	if f.shardTotal > 0 { // a retry of one shard keeps its index
+		for i := range targets {
+			targets[i].ShardIndex, targets[i].ShardTotal = int(f.shard), int(f.shardTotal)
+		}
+		targets = targets[:1]
+	}
+	ids := make([]string, 0, len(targets))
+	for _, t := range targets {
+		ids = append(ids, s.send(ctx, f, t, routeMsg))
+	}
+	return ids
+}
+
+// send delivers one shard of a fire to one executor and records what happened.
+func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string) string {
+	shard, total := int32(t.ShardIndex), int32(t.ShardTotal)
+	if total == 0 {
+		total = 1
+	}
+	j := f.job
+	params := j.Params
+	if f.params != nil {
+		params = *f.params
+	}
+	id := TriggerID(j.ID, f.fireMs, shard, f.attempt)
+	now := s.clk.Now().UnixMilli()
+	tc := map[string]string{}
+	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(tc))
+	trig := &executorv1.Trigger{
+		TriggerId: id, JobId: j.ID, GroupId: j.GroupID, Handler: j.Handler, Params: params,
+		BlockStrategy: j.Block, TimeoutSeconds: j.TimeoutSeconds, GlueType: j.GlueType, GlueSource: j.GlueSource,
+		GlueUpdatedUnixMs: j.GlueUpdatedMs, ShardIndex: shard, ShardTotal: total, ScheduledUnixMs: f.fireMs,
+		DispatchUnixMs: now, Attempt: f.attempt, TriggerType: f.trigType, TraceContext: tc,
+	}
+	rec := s.record(f, id, shard, total, t.Address, params)
+	rec.TriggerUnixMs = now
+	ack, err := s.execs.run(ctx, t.Address, trig)
+	switch {
+	case err != nil:
+		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %v", routeMsg, t.Address, err)
+	case ack.GetOutcome() == executorv1.RunOutcome_RUN_OUTCOME_REJECTED:
+		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s rejected the fire: %s", routeMsg, t.Address, ack.GetMessage())
+	default:
+		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
+		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %s", routeMsg, t.Address, strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_"))
+	}
+	s.deliver(rec)
+	return id
+}
+
+// record starts the trigger record of one shard of a fire.
+func (s *Service) record(f *fire, id string, shard, total int32, addr, params string) *logsv1.TriggerRecord {
+	j := f.job
+	left := j.RetryCount - f.attempt
+	if left < 0 {
+		left = 0
+	}
+	return &logsv1.TriggerRecord{
+		TriggerId: id, JobId: j.ID, GroupId: j.GroupID, TriggerType: f.trigType, ScheduledUnixMs: f.fireMs,
+		TriggerUnixMs: s.clk.Now().UnixMilli(), ExecutorAddress: addr, Handler: j.Handler, Params: params,
+		ShardIndex: shard, ShardTotal: total, Attempt: f.attempt, RetriesLeft: left, RouteStrategy: j.Route,
+	}
+}
+
+// recordFailure records a fire that reached no executor; it counts toward retry.
+func (s *Service) recordFailure(f *fire, shard, total int32, addr, msg string) string {
+	params := f.job.Params
+	if f.params != nil {
+		params = *f.params
+	}
+	if f.shardTotal > 0 {
+		shard, total = f.shard, f.shardTotal
+	}
+	id := TriggerID(f.job.ID, f.fireMs, shard, f.attempt)
+	rec := s.record(f, id, shard, total, addr, params)
+	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+	rec.TriggerMessage = msg
+	s.log.Warn("trigger failed", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
+	s.deliver(rec)
+	return id
+}
+
+func (s *Service) deliver(rec *logsv1.TriggerRecord) {
+	if err := s.records.Send(rec); err != nil {
+		s.log.Error("trigger record not queued for logsvc", "trigger_id", rec.TriggerId, "error", err)
+	}
+}
+
+// TriggerJob implements JobService: fire once now, on this replica.
+func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobRequest) (*schedulerv1.TriggerJobResponse, error) {
+	tt := req.GetTriggerType()
+	switch tt {
+	case schedulerv1.TriggerType_TRIGGER_TYPE_UNSPECIFIED:
+		tt = schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL
+	case schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL, schedulerv1.TriggerType_TRIGGER_TYPE_API:
+	default:
+		return nil, apierr.Field("trigger_type", "want MANUAL or API, got %s", tt)
+	}
+	for i, a := range req.GetAddresses() {
+		if !validAddress(a) {
+			return nil, apierr.Field(fmt.Sprintf("addresses[%d]", i), "want host:port, got %q", a)
+		}
+	}
+	if n := len([]rune(req.GetParams())); n > maxParamsLen {
+		return nil, apierr.Field("params", "at most %d characters, got %d", maxParamsLen, n)
+	}
+	j, err := s.jobs.get(ctx, s.store, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	f := &fire{job: j, fireMs: s.clk.Now().UnixMilli(), trigType: tt, addresses: req.GetAddresses()}
+	if req.GetParams() != "" {
+		p := req.GetParams()
+		f.params = &p
+	}
+	return &schedulerv1.TriggerJobResponse{TriggerIds: s.dispatch(f)}, nil
+}
+
+// pool is a trigger pool: a bounded queue and a fixed set of workers.
+type pool struct {
+	name  string
+	n     int
+	queue chan *fire
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func newPool(name string, workers, queue int) *pool {
+	return &pool{name: name, n: workers, queue: make(chan *fire, queue)}
+}
+
+func (p *pool) start(work func(*fire) []string) {
+	p.wg.Add(p.n)
+	for range p.n {
+		go func() {
+			defer p.wg.Done()
+			for f := range p.queue {
+				work(f)
+			}
+		}()
+	}
+}
+
+func (p *pool) trySubmit(f *fire) (ok bool) {
+	defer func() {
+		if recover() != nil { // closed during shutdown
+			ok = false
+		}
+	}()
+	select {
+	case p.queue <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop lets the workers finish what is queued, then returns.
+func (p *pool) stop() {
+	p.once.Do(func() { close(p.queue) })
+	p.wg.Wait()
+}
+
+// slowTracker moves a job to the slow pool once more than 10 of its dispatches took over 500 ms
+// in the current minute, as XXL-JOB does; the counts reset every minute.
+type slowTracker struct {
+	clk    clock.Clock
+	mu     sync.Mutex
+	minute int64
+	counts map[int64]int
+}
+
+func newSlowTracker(clk clock.Clock) *slowTracker {
+	return &slowTracker{clk: clk, counts: map[int64]int{}}
+}
+
+func (t *slowTracker) roll() {
+	if m := t.clk.Now().Unix() / 60; m != t.minute {
+		t.minute, t.counts = m, map[int64]int{}
+	}
+}
+
+func (t *slowTracker) observe(jobID int64, took time.Duration) {
+	if took <= 500*time.Millisecond {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.roll()
+	t.counts[jobID]++
+}
+
+func (t *slowTracker) isSlow(jobID int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.roll()
+	return t.counts[jobID] > 10
+}

@@ -1,0 +1,244 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+)
+
+// executorPool keeps one long-lived connection per executor address.
+type executorPool struct {
+	opts  []grpc.DialOption
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newExecutorPool(opts []grpc.DialOption) *executorPool {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return &executorPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *executorPool) client(addr string) (executorv1.ExecutorServiceClient, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return executorv1.NewExecutorServiceClient(c), nil
+	}
+	c, err := grpc.NewClient(addr, p.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial executor %s: %w", addr, err)
+	}
+	p.conns[addr] = c
+	return executorv1.NewExecutorServiceClient(c), nil
+}
+
+// run sends one fire and returns the executor's answer to it.
+func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger) (*executorv1.RunAck, error) {
+	cli, err := p.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cli.Run(ctx, &executorv1.RunRequest{Triggers: []*executorv1.Trigger{t}})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetAcks()) != 1 {
+		return nil, fmt.Errorf("executor answered %d acks for 1 fire", len(resp.GetAcks()))
+	}
+	return resp.Acks[0], nil
+}
+
+// Beat implements route.Prober.
+func (p *executorPool) Beat(ctx context.Context, addr string) error {
+	cli, err := p.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = cli.Beat(ctx, &executorv1.BeatRequest{})
+	return err
+}
+
+// IdleBeat implements route.Prober.
+func (p *executorPool) IdleBeat(ctx context.Context, addr string, jobID int64) (bool, string, error) {
+	cli, err := p.client(addr)
+	if err != nil {
+		return false, "", err
+	}
+	resp, err := cli.IdleBeat(ctx, &executorv1.IdleBeatRequest{JobId: jobID})
+	if err != nil {
+		return false, "", err
+	}
+	return resp.GetIdle(), resp.GetReason(), nil
+}
+
+func (p *executorPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, c := range p.conns {
+		c.Close()
+		delete(p.conns, a)
+	}
+}
+
+// groupRefresh is how old a cached executor group may get before it is read again.
+const groupRefresh = 5 * time.Second
+
+// routeView is the scheduler's copy of the executor view: online executors per app from the
+// registry's watch stream, and groups (app name, manual addresses) cached briefly, so a routing
+// decision needs no RPC.
+type routeView struct {
+	reg registryv1.RegistryServiceClient
+	log *slog.Logger
+
+	mu     sync.RWMutex
+	byApp  map[string]map[string]string // app → instance → address
+	sorted map[string][]string          // app → sorted distinct addresses
+	groups map[int64]groupEntry
+}
+
+type groupEntry struct {
+	g       *registryv1.ExecutorGroup
+	fetched time.Time
+}
+
+func newRouteView(reg registryv1.RegistryServiceClient, log *slog.Logger) *routeView {
+	return &routeView{reg: reg, log: log, byApp: map[string]map[string]string{}, sorted: map[string][]string{}, groups: map[int64]groupEntry{}}
+}
+
+// run follows WatchExecutors until ctx ends, reconnecting after errors.
+func (v *routeView) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := v.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		v.log.Warn("executor watch broken; reconnecting", "error", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (v *routeView) follow(ctx context.Context) error {
+	st, err := v.reg.WatchExecutors(ctx, &registryv1.WatchExecutorsRequest{})
+	if err != nil {
+		return err
+	}
+	for {
+		ev, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		v.apply(ev)
+	}
+}
+
+func (v *routeView) apply(ev *registryv1.WatchExecutorsResponse) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	touched := map[string]bool{}
+	if ev.GetType() == registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_SNAPSHOT {
+		for app := range v.byApp {
+			touched[app] = true
+		}
+		v.byApp = map[string]map[string]string{}
+	}
+	for _, e := range ev.GetExecutors() {
+		touched[e.AppName] = true
+		m := v.byApp[e.AppName]
+		if m == nil {
+			m = map[string]string{}
+			v.byApp[e.AppName] = m
+		}
+		if ev.GetType() == registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE {
+			delete(m, e.InstanceId)
+		} else {
+			m[e.InstanceId] = e.Address
+		}
+	}
+	for app := range touched {
+		var addrs []string
+		for _, a := range v.byApp[app] {
+			addrs = append(addrs, a)
+		}
+		slices.Sort(addrs)
+		v.sorted[app] = slices.Compact(addrs)
+	}
+}
+
+// addresses returns the sorted addresses a group routes over now.
+func (v *routeView) addresses(ctx context.Context, groupID int64) ([]string, error) {
+	g, err := v.group(ctx, groupID)
+	if err != nil {
+		return nil, err
+	}
+	if g.AddressType == registryv1.AddressType_ADDRESS_TYPE_MANUAL {
+		return g.Addresses, nil
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.sorted[g.AppName], nil
+}
+
+// group returns a group from the cache, reading it again when older than groupRefresh.
+func (v *routeView) group(ctx context.Context, id int64) (*registryv1.ExecutorGroup, error) {
+	v.mu.RLock()
+	e, ok := v.groups[id]
+	v.mu.RUnlock()
+	if ok && time.Since(e.fetched) < groupRefresh {
+		return e.g, nil
+	}
+	resp, err := v.reg.GetExecutorGroup(ctx, &registryv1.GetExecutorGroupRequest{Id: id})
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("executor group %d: %w", id, apierr.ErrNotFound)
+	}
+	if err != nil {
+		if ok { // the registry is briefly away: route on what we knew
+			return e.g, nil
+		}
+		return nil, fmt.Errorf("executor group %d: %w", id, err)
+	}
+	g := resp.GetGroup()
+	g.Executors = nil // the watch is the authority on who is online
+	v.mu.Lock()
+	v.groups[id] = groupEntry{g: g, fetched: time.Now()}
+	v.mu.Unlock()
+	return g, nil
+}
+
+// CheckGroup reports whether a group exists (apierr.ErrNotFound when not).
+func (v *routeView) CheckGroup(ctx context.Context, id int64) error {
+	_, err := v.group(ctx, id)
+	return err
+}
+
+func validAddress(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p > 0 && p < 65536
+}

@@ -1,0 +1,108 @@
+package ring_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
+)
+
+// armed is the working size the benchmarks hold: 100k fires in a 5s pre-read window.
+const armed = 100_000
+
+// fill arms n entries of n/perJob jobs spread over the 5s after t0.
+func fill(r *ring.Ring[int], first, n, perJob int) {
+	for i := range n {
+		r.Add(entry{JobID: int64(first + i/perJob), FireAt: at(time.Millisecond) + int64(i*7919%5000), Value: i})
+	}
+}
+
+// BenchmarkAdd arms new fires into a ring holding 100k to 200k (it is refilled every 100k adds).
+func BenchmarkAdd(b *testing.B) {
+	fk := clock.NewFake(t0)
+	r := ring.New(fk, func([]entry) {})
+	if err := r.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer r.Stop()
+	fill(r, 0, armed, 1)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i == armed {
+			b.StopTimer()
+			for j := range armed {
+				r.RemoveJob(int64(armed + j))
+			}
+			b.StartTimer()
+			i = 0
+		}
+		r.Add(entry{JobID: int64(armed + i), FireAt: at(time.Millisecond) + int64(i*104729%5000), Value: i})
+		i++
+	}
+}
+
+// BenchmarkAddFire is the trigger path at 100k fires a second: each op arms one fire 1s ahead
+// while the fake clock steps 1ms at a time and the ring fires each millisecond's batch of 100,
+// with ~100k armed. An op is one Add plus one fire.
+func BenchmarkAddFire(b *testing.B) {
+	const perMs, leadMs = 100, 1000
+	fk := clock.NewFake(t0)
+	batches := make(chan int, 1)
+	r := ring.New(fk, func(due []entry) { batches <- len(due) })
+	if err := r.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer r.Stop()
+	for ms := 1; ms <= leadMs; ms++ {
+		for j := range perMs {
+			r.Add(entry{JobID: int64(j), FireAt: at(time.Duration(ms) * time.Millisecond)})
+		}
+	}
+	b.ReportAllocs()
+	ms, j := 0, 0
+	for b.Loop() {
+		r.Add(entry{JobID: int64(j), FireAt: at(time.Duration(ms+leadMs+1) * time.Millisecond)})
+		if j++; j == perMs {
+			j = 0
+			ms++
+			fk.Advance(time.Millisecond)
+			select {
+			case n := <-batches:
+				if n != perMs {
+					b.Fatalf("batch of %d, want %d", n, perMs)
+				}
+			case <-time.After(5 * time.Second):
+				b.Fatal("no batch within 5s")
+			}
+		}
+	}
+}
+
+// BenchmarkRemoveJob disarms jobs of 5 fires each (a 1s FIX_RATE job in a 5s window) from a ring
+// of 100k, refilled when empty.
+func BenchmarkRemoveJob(b *testing.B) {
+	const perJob = 5
+	fk := clock.NewFake(t0)
+	r := ring.New(fk, func([]entry) {})
+	if err := r.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer r.Stop()
+	fill(r, 0, armed, perJob)
+	b.ReportAllocs()
+	job := 0
+	for b.Loop() {
+		if job == armed/perJob {
+			b.StopTimer()
+			fill(r, 0, armed, perJob)
+			b.StartTimer()
+			job = 0
+		}
+		if got := r.RemoveJob(int64(job)); len(got) != perJob {
+			b.Fatalf("RemoveJob(%d) returned %d entries, want %d", job, len(got), perJob)
+		}
+		job++
+	}
+}

@@ -1,0 +1,121 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
+)
+
+// preReadLoop scans for due jobs every PreReadInterval (at once again after a full scan) until
+// ctx ends or a newer leader fences this one off.
+func (s *Service) preReadLoop(ctx context.Context, l *leadership) error {
+	for ctx.Err() == nil {
+		n, err := s.preRead(ctx, l)
+		switch {
+		case errors.Is(err, errDeposed):
+			return err
+		case err != nil && ctx.Err() == nil:
+			s.log.Error("pre-read failed", "error", err)
+		}
+		wait := s.cfg.PreReadInterval
+		if n >= s.cfg.PreReadBatch {
+			wait = 0 // more are due: scan again at once
+		}
+		if wait > 0 && s.wait(ctx, wait) != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// preRead arms every fire due inside the window, in one fenced transaction: read the due jobs,
+// compute each job's fires in the window (misfire policy for fires that are too late), advance
+// next_fire, commit, then push the fires into the ring. It returns how many jobs it read.
+func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
+	now := s.clk.Now()
+	nowMs := now.UnixMilli()
+	horizon := nowMs + s.cfg.PreReadWindow.Milliseconds()
+	tx, err := s.store.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("pre-read: %w", err)
+	}
+	defer tx.Rollback()
+	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
+		return 0, err
+	}
+	due, err := s.jobs.due(ctx, tx, horizon, s.cfg.PreReadBatch)
+	if err != nil {
+		return 0, err
+	}
+	var armed []ringEntry
+	for _, j := range due {
+		sch, err := parseSchedule(j)
+		if err != nil {
+			// Stored schedules were validated; one that no longer parses is stopped, not retried forever.
+			s.log.Error("stopping job with an unreadable schedule", "job_id", j.ID, "error", err)
+			if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET status = 1, next_fire_ms = NULL WHERE id = $1`), j.ID); err != nil {
+				return 0, fmt.Errorf("pre-read: %w", err)
+			}
+			continue
+		}
+		fires, last, next := s.firesInWindow(j, sch, now, horizon)
+		for _, f := range fires {
+			armed = append(armed, ringEntry{JobID: j.ID, FireAt: f.fireMs, Value: f})
+		}
+		if err := s.jobs.advance(ctx, tx, j.ID, last, next); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("pre-read commit: %w", err)
+	}
+	for _, e := range armed {
+		l.ring.Add(e)
+	}
+	if len(armed) > 0 {
+		s.log.Debug("pre-read armed fires", "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
+	}
+	return len(due), nil
+}
+
+// firesInWindow computes a job's fires from its next_fire up to horizon (Unix ms). It returns the
+// fires, the last one armed (0 if none) and the job's new next fire (0 for none).
+func (s *Service) firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time, horizon int64) (fires []*fire, last, next int64) {
+	nowMs := now.UnixMilli()
+	misfireBefore := nowMs - s.cfg.MisfireThreshold.Milliseconds()
+	t := j.NextFireMs
+	for t != 0 && t <= horizon {
+		if t < misfireBefore {
+			// Too late: XXL-JOB's misfire rule, then carry on from now.
+			if j.Misfire == schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW {
+				fires = append(fires, &fire{job: j, fireMs: nowMs, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE})
+				last = nowMs
+			}
+			s.log.Warn("misfire", "job_id", j.ID, "scheduled_ms", t, "late_ms", nowMs-t, "strategy", j.Misfire.String())
+			t = nextAfter(sch, now)
+			if sch.Type() == schedule.FixDelay {
+				t = 0 // the next one follows the misfire's completion, or a restart
+			}
+			continue
+		}
+		fires = append(fires, &fire{job: j, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON})
+		last = t
+		if sch.Type() == schedule.FixDelay {
+			return fires, last, 0 // the next fire is set when this one completes
+		}
+		t = nextAfter(sch, time.UnixMilli(t))
+	}
+	return fires, last, t
+}
+
+func nextAfter(sch *schedule.Schedule, t time.Time) int64 {
+	n, ok := sch.Next(t)
+	if !ok {
+		return 0
+	}
+	return n.UnixMilli()
+}

@@ -1,0 +1,104 @@
+package scheduler
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+)
+
+func TestFiresInWindow(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	ms := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
+	s := &Service{cfg: Config{MisfireThreshold: 5 * time.Second}, log: slog.New(slog.DiscardHandler)}
+	horizon := ms(5 * time.Second)
+	tests := []struct {
+		name      string
+		job       jobRow
+		wantFires []int64
+		wantTypes []schedulerv1.TriggerType
+		wantNext  int64
+	}{
+		{
+			name:      "1 s FIX_RATE arms every fire in the window",
+			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "1s", NextFireMs: ms(500 * time.Millisecond)},
+			wantFires: []int64{ms(500 * time.Millisecond), ms(1500 * time.Millisecond), ms(2500 * time.Millisecond), ms(3500 * time.Millisecond), ms(4500 * time.Millisecond)},
+			wantNext:  ms(5500 * time.Millisecond),
+		},
+		{
+			name:      "slightly late fires still fire at their own time",
+			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-3 * time.Second)},
+			wantFires: []int64{ms(-3 * time.Second)},
+			wantNext:  ms(7 * time.Second),
+		},
+		{
+			name:     "misfire DO_NOTHING skips and carries on from now",
+			job:      jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING},
+			wantNext: ms(10 * time.Second),
+		},
+		{
+			name:      "misfire FIRE_ONCE_NOW fires once now",
+			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW},
+			wantFires: []int64{ms(0)},
+			wantTypes: []schedulerv1.TriggerType{schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE},
+			wantNext:  ms(10 * time.Second),
+		},
+		{
+			name:      "FIX_DELAY arms one fire and waits for its completion",
+			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, ScheduleExpr: "1s", NextFireMs: ms(time.Second)},
+			wantFires: []int64{ms(time.Second)},
+			wantNext:  0,
+		},
+		{
+			name:      "ONCE fires and has no next",
+			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_ONCE, ScheduleExpr: now.Add(2 * time.Second).Format(time.RFC3339), NextFireMs: ms(2 * time.Second)},
+			wantFires: []int64{ms(2 * time.Second)},
+			wantNext:  0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sch, err := parseSchedule(&tt.job)
+			if err != nil {
+				t.Fatalf("parseSchedule: %v", err)
+			}
+			fires, _, next := s.firesInWindow(&tt.job, sch, now, horizon)
+			var got []int64
+			for i, f := range fires {
+				got = append(got, f.fireMs)
+				want := schedulerv1.TriggerType_TRIGGER_TYPE_CRON
+				if tt.wantTypes != nil {
+					want = tt.wantTypes[i]
+				}
+				if f.trigType != want {
+					t.Errorf("fire %d type = %v, want %v", i, f.trigType, want)
+				}
+			}
+			if len(got) != len(tt.wantFires) {
+				t.Fatalf("fires = %v, want %v", got, tt.wantFires)
+			}
+			for i := range got {
+				if got[i] != tt.wantFires[i] {
+					t.Errorf("fire %d = %d, want %d", i, got[i], tt.wantFires[i])
+				}
+			}
+			if next != tt.wantNext {
+				t.Errorf("next = %d, want %d", next, tt.wantNext)
+			}
+		})
+	}
+}
+
+func TestTriggerIDIsDeterministic(t *testing.T) {
+	t.Parallel()
+	a, b := TriggerID(42, 1763884800123, 1, 2), TriggerID(42, 1763884800123, 1, 2)
+	if a != b || a != "42-1763884800123-1-2" {
+		t.Errorf("TriggerID = %q and %q, want both 42-1763884800123-1-2", a, b)
+	}
+	if TriggerID(42, 1763884800123, 1, 3) == a {
+		t.Error("another attempt got the same trigger id")
+	}
+}

@@ -1,0 +1,288 @@
+// Package scheduler is the scheduler service: jobs and their schedules, leader election through
+// etcd, the pre-read loop, the millisecond time ring, dispatch to executors and trigger records to
+// logsvc. Every replica serves the job API; only the elected leader fires schedules, and every
+// scheduling write it makes is fenced by its epoch.
+package scheduler
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// MigrationsFS returns the scheduler's migrations, a folder per dialect.
+func MigrationsFS() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// Config tunes the scheduler. Zero values take the documented defaults.
+type Config struct {
+	// ReplicaID names this replica in the election; default hostname-pid.
+	ReplicaID string
+	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership. Default 5 s.
+	SessionTTL time.Duration
+	// PreReadWindow is how far ahead the pre-read loop arms fires. Default 5 s.
+	PreReadWindow time.Duration
+	// PreReadInterval is the pause between scans when the last one was not full. Default 1 s.
+	PreReadInterval time.Duration
+	// PreReadBatch caps jobs read per scan. Default 5000.
+	PreReadBatch int
+	// MisfireThreshold: a fire later than this is a misfire. Default 5 s.
+	MisfireThreshold time.Duration
+	// DispatchTimeout bounds one Run call. Default 3 s.
+	DispatchTimeout time.Duration
+	// FastWorkers and SlowWorkers size the trigger pools. Defaults 64 and 32.
+	FastWorkers, SlowWorkers int
+	// PoolQueue bounds each trigger pool's queue. Default 20000.
+	PoolQueue int
+	// Clock drives scheduling; default the wall clock.
+	Clock clock.Clock
+	// Logger receives the scheduler's logs; nil discards them.
+	Logger *slog.Logger
+	// ExecutorDialOptions are used to dial executors (credentials, stats handlers).
+	ExecutorDialOptions []grpc.DialOption
+}
+
+func (c *Config) setDefaults() {
+	if c.ReplicaID == "" {
+		h, _ := os.Hostname()
+		c.ReplicaID = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = 5 * time.Second
+	}
+	if c.PreReadWindow == 0 {
+		c.PreReadWindow = 5 * time.Second
+	}
+	if c.PreReadInterval == 0 {
+		c.PreReadInterval = time.Second
+	}
+	if c.PreReadBatch == 0 {
+		c.PreReadBatch = 5000
+	}
+	if c.MisfireThreshold == 0 {
+		c.MisfireThreshold = 5 * time.Second
+	}
+	if c.DispatchTimeout == 0 {
+		c.DispatchTimeout = 3 * time.Second
+	}
+	if c.FastWorkers == 0 {
+		c.FastWorkers = 64
+	}
+	if c.SlowWorkers == 0 {
+		c.SlowWorkers = 32
+	}
+	if c.PoolQueue == 0 {
+		c.PoolQueue = 20000
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.SessionTTL < time.Second:
+		return fmt.Errorf("scheduler: session ttl %v: at least 1s", c.SessionTTL)
+	case c.PreReadWindow < 100*time.Millisecond:
+		return fmt.Errorf("scheduler: pre-read window %v: at least 100ms", c.PreReadWindow)
+	case c.PreReadInterval <= 0 || c.PreReadInterval > c.PreReadWindow:
+		return fmt.Errorf("scheduler: pre-read interval %v: between 1ms and the window %v", c.PreReadInterval, c.PreReadWindow)
+	case c.PreReadBatch < 1:
+		return fmt.Errorf("scheduler: pre-read batch %d: at least 1", c.PreReadBatch)
+	case c.MisfireThreshold < 0:
+		return fmt.Errorf("scheduler: misfire threshold %v: not negative", c.MisfireThreshold)
+	case c.FastWorkers < 1 || c.SlowWorkers < 1 || c.PoolQueue < 1:
+		return errors.New("scheduler: trigger pool workers and queue: at least 1")
+	}
+	return nil
+}
+
+// Deps are the scheduler's clients of other services.
+type Deps struct {
+	Store    *db.DB
+	Etcd     *clientv3.Client
+	Registry registryv1.RegistryServiceClient
+	Ingest   logsv1.IngestServiceClient
+	Logs     logsv1.LogServiceClient
+}
+
+// Service serves JobService and SchedulerService and, while it leads, schedules.
+type Service struct {
+	schedulerv1.UnimplementedJobServiceServer
+	schedulerv1.UnimplementedSchedulerServiceServer
+
+	cfg      Config
+	log      *slog.Logger
+	clk      clock.Clock
+	store    *db.DB
+	jobs     store
+	etcd     *clientv3.Client
+	logs     logsv1.LogServiceClient
+	groups   *routeView
+	router   *route.Router
+	execs    *executorPool
+	fast     *pool
+	slow     *pool
+	slowness *slowTracker
+	records  *ackstream.Sender[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	lead    *leadership // non-nil while leading
+	leader  string      // leader's replica id as last seen
+	epoch   int64
+	resign  func(context.Context) error
+}
+
+// New returns a scheduler; Start begins its background work.
+func New(cfg Config, deps Deps) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deps.Store == nil || deps.Etcd == nil || deps.Registry == nil || deps.Ingest == nil || deps.Logs == nil {
+		return nil, errors.New("scheduler: store, etcd, registry, ingest and logs clients are required")
+	}
+	s := &Service{
+		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, store: deps.Store, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
+		groups: newRouteView(deps.Registry, cfg.Logger),
+		execs:  newExecutorPool(cfg.ExecutorDialOptions),
+	}
+	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
+	s.slowness = newSlowTracker(cfg.Clock)
+	s.fast = newPool("fast", cfg.FastWorkers, cfg.PoolQueue)
+	s.slow = newPool("slow", cfg.SlowWorkers, cfg.PoolQueue)
+	s.records = ackstream.New(ackstream.Config[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]{
+		Name: "trigger records",
+		Open: func(ctx context.Context) (ackstream.Stream[logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse], error) {
+			return deps.Ingest.IngestTriggerRecords(ctx)
+		},
+		Batch: func(id uint64, items []*logsv1.TriggerRecord) *logsv1.IngestTriggerRecordsRequest {
+			return &logsv1.IngestTriggerRecordsRequest{BatchId: id, Records: items}
+		},
+		Acked:  func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
+		Logger: cfg.Logger,
+	})
+	return s, nil
+}
+
+// Register adds JobService and SchedulerService to g.
+func (s *Service) Register(g *grpc.Server) {
+	schedulerv1.RegisterJobServiceServer(g, s)
+	schedulerv1.RegisterSchedulerServiceServer(g, s)
+}
+
+// Start begins following the executor view, delivering trigger records and campaigning for
+// leadership.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("scheduler: already started")
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.records.Start(ctx)
+	s.fast.start(s.dispatch)
+	s.slow.start(s.dispatch)
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.groups.run(ctx) }()
+	go func() { defer s.wg.Done(); s.campaignLoop(ctx) }()
+	return nil
+}
+
+// Stop resigns leadership, stops firing, drains the trigger pools, flushes trigger records and
+// closes executor connections. It is idempotent.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.cancel = nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel() // ends the campaign: the leader stops its ring and resigns
+	s.wg.Wait()
+	s.fast.stop()
+	s.slow.stop()
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.records.Flush(fctx); err != nil {
+		s.log.Warn("trigger records not all acknowledged at shutdown", "pending", s.records.Pending())
+	}
+	fcancel()
+	s.records.Stop()
+	s.execs.close()
+}
+
+// GetStatus implements SchedulerService.
+func (s *Service) GetStatus(context.Context, *schedulerv1.GetStatusRequest) (*schedulerv1.GetStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &schedulerv1.GetStatusResponse{ReplicaId: s.cfg.ReplicaID, LeaderId: s.leader, Epoch: s.epoch}
+	if s.lead != nil {
+		resp.Leader = true
+		resp.RingSize = int64(s.lead.ring.Len())
+	}
+	return resp, nil
+}
+
+// KillTrigger implements SchedulerService.
+func (s *Service) KillTrigger(ctx context.Context, req *schedulerv1.KillTriggerRequest) (*schedulerv1.KillTriggerResponse, error) {
+	if req.GetAddress() == "" {
+		return &schedulerv1.KillTriggerResponse{Message: "the run has no executor address"}, nil
+	}
+	cli, err := s.execs.client(req.GetAddress())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
+	defer cancel()
+	resp, err := cli.Kill(ctx, &executorv1.KillRequest{JobId: req.GetJobId(), TriggerId: req.GetTriggerId()})
+	if err != nil {
+		return nil, fmt.Errorf("kill %s on %s: %w", req.GetTriggerId(), req.GetAddress(), err)
+	}
+	return &schedulerv1.KillTriggerResponse{Killed: resp.GetKilled(), Message: resp.GetMessage()}, nil
+}
+
+// disarm removes a job's armed fires from the ring when this replica leads.
+func (s *Service) disarm(jobID int64) {
+	s.mu.Lock()
+	l := s.lead
+	s.mu.Unlock()
+	if l != nil {
+		l.ring.RemoveJob(jobID)
+	}
+	s.router.Forget(jobID)
+}
+
+// ringEntry is what the ring holds for one armed fire.
+type ringEntry = ring.Entry[*fire]

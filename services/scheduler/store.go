@@ -1,0 +1,337 @@
+package scheduler
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/db"
+)
+
+// errDeposed: a scheduling write was fenced off because a newer leader holds the epoch.
+var errDeposed = errors.New("deposed: a newer leader holds the scheduling fence")
+
+// maxGlueVersions is how many GLUE versions a job keeps, as XXL-JOB does.
+const maxGlueVersions = 30
+
+// jobRow is a job as stored. Times are Unix ms; nullable fire times use 0 for "none".
+type jobRow struct {
+	ID              int64
+	GroupID         int64
+	Name            string
+	Author          string
+	AlarmEmails     string
+	ScheduleType    schedulerv1.ScheduleType
+	ScheduleExpr    string
+	TimeZone        string
+	Misfire         schedulerv1.MisfireStrategy
+	Route           schedulerv1.RouteStrategy
+	Handler         string
+	Params          string
+	Block           schedulerv1.BlockStrategy
+	TimeoutSeconds  int32
+	RetryCount      int32
+	RetryBackoff    schedulerv1.RetryBackoff
+	RetryIntervalMs int64
+	GlueType        schedulerv1.GlueType
+	GlueSource      string
+	GlueRemark      string
+	GlueUpdatedMs   int64
+	ChildJobIDs     string
+	Status          schedulerv1.JobStatus
+	LastFireMs      int64
+	NextFireMs      int64
+	Version         int64
+	CreateMs        int64
+	UpdateMs        int64
+}
+
+const jobColumns = `id, group_id, name, author, alarm_emails, schedule_type, schedule_expr, time_zone,
+	misfire_strategy, route_strategy, handler, params, block_strategy, timeout_seconds, retry_count,
+	retry_backoff, retry_interval_ms, glue_type, glue_source, glue_remark, glue_updated_ms, child_job_ids,
+	status, COALESCE(last_fire_ms, 0), COALESCE(next_fire_ms, 0), version, create_ms, update_ms`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(r scanner) (*jobRow, error) {
+	var j jobRow
+	err := r.Scan(&j.ID, &j.GroupID, &j.Name, &j.Author, &j.AlarmEmails, &j.ScheduleType, &j.ScheduleExpr, &j.TimeZone,
+		&j.Misfire, &j.Route, &j.Handler, &j.Params, &j.Block, &j.TimeoutSeconds, &j.RetryCount,
+		&j.RetryBackoff, &j.RetryIntervalMs, &j.GlueType, &j.GlueSource, &j.GlueRemark, &j.GlueUpdatedMs, &j.ChildJobIDs,
+		&j.Status, &j.LastFireMs, &j.NextFireMs, &j.Version, &j.CreateMs, &j.UpdateMs)
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// nullMs stores 0 as NULL, so "no next fire" stays out of the due index.
+func nullMs(ms int64) any {
+	if ms == 0 {
+		return nil
+	}
+	return ms
+}
+
+// store is the scheduler's SQL.
+type store struct{ db *db.DB }
+
+func (s store) get(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id int64) (*jobRow, error) {
+	j, err := scanJob(q.QueryRowContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs WHERE id = $1`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("job %d: %w", id, apierr.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+func (s store) insert(ctx context.Context, j *jobRow) (int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("create job: %w", err)
+	}
+	defer tx.Rollback()
+	var id int64
+	err = tx.QueryRowContext(ctx, s.db.Q(`INSERT INTO jobs (group_id, name, author, alarm_emails, schedule_type, schedule_expr,
+		time_zone, misfire_strategy, route_strategy, handler, params, block_strategy, timeout_seconds, retry_count,
+		retry_backoff, retry_interval_ms, glue_type, glue_source, glue_remark, glue_updated_ms, child_job_ids, status,
+		next_fire_ms, version, create_ms, update_ms)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,1,$24,$24)
+		RETURNING id`),
+		j.GroupID, j.Name, j.Author, j.AlarmEmails, j.ScheduleType, j.ScheduleExpr, j.TimeZone, j.Misfire, j.Route,
+		j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs, j.GlueType,
+		j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, nullMs(j.NextFireMs), j.CreateMs).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("create job: %w", err)
+	}
+	if isScript(j.GlueType) {
+		if err := s.saveGlue(ctx, tx, id, j); err != nil {
+			return 0, err
+		}
+	}
+	return id, tx.Commit()
+}
+
+// update writes every mutable column if the stored version is still j.Version; the version is
+// bumped. saveGlue also records a GLUE version.
+func (s store) update(ctx context.Context, j *jobRow, saveGlue bool) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("update job %d: %w", j.ID, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET group_id=$3, name=$4, author=$5, alarm_emails=$6, schedule_type=$7,
+		schedule_expr=$8, time_zone=$9, misfire_strategy=$10, route_strategy=$11, handler=$12, params=$13, block_strategy=$14,
+		timeout_seconds=$15, retry_count=$16, retry_backoff=$17, retry_interval_ms=$18, glue_type=$19, glue_source=$20,
+		glue_remark=$21, glue_updated_ms=$22, child_job_ids=$23, status=$24, next_fire_ms=$25, update_ms=$26,
+		version = version + 1
+		WHERE id = $1 AND version = $2`),
+		j.ID, j.Version, j.GroupID, j.Name, j.Author, j.AlarmEmails, j.ScheduleType, j.ScheduleExpr, j.TimeZone, j.Misfire,
+		j.Route, j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs,
+		j.GlueType, j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, nullMs(j.NextFireMs), j.UpdateMs)
+	if err != nil {
+		return fmt.Errorf("update job %d: %w", j.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.get(ctx, tx, j.ID); err != nil {
+			return err
+		}
+		return fmt.Errorf("job %d changed since version %d was read: %w", j.ID, j.Version, apierr.ErrConflict)
+	}
+	if saveGlue {
+		if err := s.saveGlue(ctx, tx, j.ID, j); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// saveGlue appends a GLUE version and keeps the newest maxGlueVersions.
+func (s store) saveGlue(ctx context.Context, tx *sql.Tx, id int64, j *jobRow) error {
+	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO glue_versions (job_id, version, glue_type, glue_source, glue_remark, create_ms)
+		SELECT $1, COALESCE(MAX(version), 0) + 1, $2, $3, $4, $5 FROM glue_versions WHERE job_id = $1`),
+		id, j.GlueType, j.GlueSource, j.GlueRemark, j.UpdateMs)
+	if err != nil {
+		return fmt.Errorf("save glue version of job %d: %w", id, err)
+	}
+	_, err = tx.ExecContext(ctx, s.db.Q(`DELETE FROM glue_versions WHERE job_id = $1 AND version <=
+		(SELECT MAX(version) FROM glue_versions WHERE job_id = $1) - $2`), id, maxGlueVersions)
+	if err != nil {
+		return fmt.Errorf("prune glue versions of job %d: %w", id, err)
+	}
+	return nil
+}
+
+func (s store) delete(ctx context.Context, id int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("delete job %d: %w", id, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM jobs WHERE id = $1`), id)
+	if err != nil {
+		return fmt.Errorf("delete job %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("job %d: %w", id, apierr.ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM glue_versions WHERE job_id = $1`), id); err != nil {
+		return fmt.Errorf("delete glue versions of job %d: %w", id, err)
+	}
+	return tx.Commit()
+}
+
+// jobFilter is ListJobs' search.
+type jobFilter struct {
+	GroupID               int64
+	Status                schedulerv1.JobStatus
+	Name, Handler, Author string
+	Limit                 int
+	BeforeID              int64 // keyset cursor: ids below it; 0 means from the newest
+}
+
+func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) {
+	where := `($1 = 0 OR group_id = $1) AND ($2 = 0 OR status = $2)
+		AND ($3 = '' OR lower(name) LIKE '%' || lower($3) || '%')
+		AND ($4 = '' OR handler LIKE '%' || $4 || '%')
+		AND ($5 = '' OR author LIKE '%' || $5 || '%')`
+	args := []any{f.GroupID, f.Status, f.Name, f.Handler, f.Author}
+	var total int64
+	if err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM jobs WHERE `+where), args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count jobs: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs WHERE `+where+`
+		AND ($6 = 0 OR id < $6) ORDER BY id DESC LIMIT $7`), append(args, f.BeforeID, f.Limit)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []*jobRow
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list jobs: %w", err)
+		}
+		out = append(out, j)
+	}
+	return out, total, rows.Err()
+}
+
+func (s store) glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.GlueVersion, error) {
+	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT version, glue_type, glue_source, glue_remark, create_ms
+		FROM glue_versions WHERE job_id = $1 ORDER BY version DESC`), jobID)
+	if err != nil {
+		return nil, fmt.Errorf("list glue versions of job %d: %w", jobID, err)
+	}
+	defer rows.Close()
+	var out []*schedulerv1.GlueVersion
+	for rows.Next() {
+		var (
+			v  schedulerv1.GlueVersion
+			ms int64
+		)
+		if err := rows.Scan(&v.Version, &v.GlueType, &v.GlueSource, &v.GlueRemark, &ms); err != nil {
+			return nil, fmt.Errorf("list glue versions of job %d: %w", jobID, err)
+		}
+		v.CreateTime = tsMs(ms)
+		out = append(out, &v)
+	}
+	return out, rows.Err()
+}
+
+// fence raises the fence to epoch inside tx, or fails with errDeposed when a newer leader holds it.
+func (s store) fence(ctx context.Context, tx *sql.Tx, epoch int64, holder string) error {
+	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE leader_fence SET epoch = $1, holder = $2 WHERE id = 1 AND epoch <= $1`), epoch, holder)
+	if err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errDeposed
+	}
+	return nil
+}
+
+// due reads, inside the fenced tx, running jobs whose next fire is at or before horizonMs.
+func (s store) due(ctx context.Context, tx *sql.Tx, horizonMs int64, limit int) ([]*jobRow, error) {
+	lock := ""
+	if s.db.Dialect() == db.Postgres {
+		lock = " FOR UPDATE"
+	}
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs
+		WHERE status = 2 AND next_fire_ms <= $1 ORDER BY next_fire_ms LIMIT $2`+lock), horizonMs, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pre-read: %w", err)
+	}
+	defer rows.Close()
+	var out []*jobRow
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("pre-read: %w", err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// advance moves a job's fire times after a pre-read (inside the fenced tx).
+func (s store) advance(ctx context.Context, tx *sql.Tx, id, lastMs, nextMs int64) error {
+	_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET last_fire_ms = COALESCE($2, last_fire_ms), next_fire_ms = $3 WHERE id = $1`),
+		id, nullMs(lastMs), nullMs(nextMs))
+	if err != nil {
+		return fmt.Errorf("advance job %d: %w", id, err)
+	}
+	return nil
+}
+
+func encodeCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id, 10)))
+}
+
+func decodeCursor(tok string) (int64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err == nil {
+		if id, err := strconv.ParseInt(string(b), 10, 64); err == nil && id > 0 {
+			return id, nil
+		}
+	}
+	return 0, apierr.Field("page_token", "not a token this server issued")
+}
+
+func joinIDs(ids []int64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func splitIDs(s string) []int64 {
+	if s == "" {
+		return nil
+	}
+	var out []int64
+	for _, p := range strings.Split(s, ",") {
+		if id, err := strconv.ParseInt(p, 10, 64); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func isScript(g schedulerv1.GlueType) bool {
+	return g != schedulerv1.GlueType_GLUE_TYPE_BEAN && g != schedulerv1.GlueType_GLUE_TYPE_UNSPECIFIED
+}
