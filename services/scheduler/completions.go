@@ -137,7 +137,9 @@ func (s *Service) retryFire(l *leadership, j *jobRow, c *logsv1.Completion) func
 			s.submit(f)
 			return
 		}
-		l.ring.Add(ringEntry{JobID: j.ID, FireAt: s.clk.Now().Add(wait).UnixMilli(), Value: f})
+		if !l.ring.Add(ringEntry{JobID: j.ID, FireAt: s.clk.Now().Add(wait).UnixMilli(), Value: f}) {
+			s.log.Warn("retry not armed: leadership ended", "job_id", j.ID, "attempt", f.attempt)
+		}
 	}
 }
 

@@ -73,8 +73,15 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("pre-read commit: %w", err)
 	}
+	var refused []ringEntry
 	for _, e := range armed {
-		l.ring.Add(e)
+		if !l.ring.Add(e) {
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) > 0 {
+		// Leadership ended between the commit and here (the ring is drained): hand them back.
+		s.rewind(l.epoch, refused)
 	}
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "jobs", len(due), "fires", len(armed), "epoch", l.epoch)

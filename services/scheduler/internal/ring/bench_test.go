@@ -55,28 +55,36 @@ func BenchmarkAddFire(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Stop()
-	for ms := 1; ms <= leadMs; ms++ {
-		for j := range perMs {
-			r.Add(entry{JobID: int64(j), FireAt: at(time.Duration(ms) * time.Millisecond)})
+	timeout := time.NewTimer(time.Hour)
+	defer timeout.Stop()
+	ms, j := 0, 0
+	// add arms the next fire, and after every perMs of them moves the clock 1ms and waits for the
+	// batch it makes due.
+	add := func() {
+		r.Add(entry{JobID: int64(j), FireAt: at(time.Duration(ms+leadMs+1) * time.Millisecond)})
+		if j++; j < perMs {
+			return
+		}
+		j = 0
+		ms++
+		fk.Advance(time.Millisecond)
+		timeout.Reset(5 * time.Second)
+		select {
+		case n := <-batches:
+			if ms > leadMs && n != perMs {
+				b.Fatalf("batch of %d, want %d", n, perMs)
+			}
+		case <-timeout.C:
+			b.Fatal("no batch within 5s")
 		}
 	}
+	// Fill the lead window, then run a while so that the slab, heap and maps reach their size.
+	for range perMs * leadMs * 2 {
+		add()
+	}
 	b.ReportAllocs()
-	ms, j := 0, 0
 	for b.Loop() {
-		r.Add(entry{JobID: int64(j), FireAt: at(time.Duration(ms+leadMs+1) * time.Millisecond)})
-		if j++; j == perMs {
-			j = 0
-			ms++
-			fk.Advance(time.Millisecond)
-			select {
-			case n := <-batches:
-				if n != perMs {
-					b.Fatalf("batch of %d, want %d", n, perMs)
-				}
-			case <-time.After(5 * time.Second):
-				b.Fatal("no batch within 5s")
-			}
-		}
+		add()
 	}
 }
 

@@ -1,0 +1,68 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/jobmesh/jobmesh/services/gateway"
+)
+
+// TestServesDocsHealthAndUI starts a gateway whose services are not running: the routes that do
+// not reach a service still answer, and an API call fails as Unavailable, not a hang.
+func TestServesDocsHealthAndUI(t *testing.T) {
+	t.Parallel()
+	down := "127.0.0.1:1"
+	g, err := gateway.New(gateway.Config{ListenAddr: "127.0.0.1:0", SchedulerAddr: down, RegistryAddr: down, LogsAddr: down})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := g.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(g.Stop)
+	base := "http://" + g.Addr()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("GET /healthz = %d %q, want 200 ok", code, body)
+	}
+	code, body := get("/api/openapi.json")
+	var doc struct {
+		Paths map[string]any `json:"paths"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &doc) != nil {
+		t.Fatalf("GET /api/openapi.json = %d, want 200 and JSON", code)
+	}
+	for _, p := range []string{"/api/v1/jobs", "/api/v1/jobs/{id}:trigger", "/api/v1/schedules:preview", "/api/v1/logs/{id}/lines", "/api/v1/executor-groups", "/api/v1/auth/login"} {
+		if _, ok := doc.Paths[p]; !ok {
+			t.Errorf("OpenAPI document has no path %s", p)
+		}
+	}
+	if code, body := get("/"); code != 200 || !strings.Contains(body, "<title>jobmesh</title>") {
+		t.Errorf("GET / = %d, want the UI", code)
+	}
+	if code, _ := get("/app.js"); code != 200 {
+		t.Errorf("GET /app.js = %d, want 200", code)
+	}
+	if code, _ := get("/api/v1/jobs"); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /api/v1/jobs with the scheduler down = %d, want 503", code)
+	}
+}
+
+func TestConfigNamesTheMissingField(t *testing.T) {
+	t.Parallel()
+	_, err := gateway.New(gateway.Config{ListenAddr: "127.0.0.1:0", SchedulerAddr: "a:1", RegistryAddr: "b:1"})
+	if err == nil || !strings.Contains(err.Error(), "logs addr") {
+		t.Errorf("New without a logs address = %v, want an error naming it", err)
+	}
+}
