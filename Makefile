@@ -2,7 +2,7 @@
 .PHONY: dev test gen gen-check lint build tools
 
 dev: ## run every service in one process; UI and REST at http://127.0.0.1:8080
-	go run ./cmd/jobmesh dev
+	go build -o bin/jobmesh ./cmd/jobmesh && exec ./bin/jobmesh dev
 
 test: ## everything CI checks: gofmt, buf lint, generation check, vet/build per module, go test -race on Postgres
 	bash scripts/test.sh

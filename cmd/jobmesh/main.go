@@ -120,7 +120,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", f.Args())
 	}
-	log, err := telemetry.NewLogger(telemetry.Config{Service: "jobmesh-dev", Level: logLevel, Format: logFormat, Output: stderr})
+	log, err := telemetry.NewLogger(telemetry.Config{Level: logLevel, Format: logFormat, Output: stderr})
 	if err != nil {
 		return err
 	}

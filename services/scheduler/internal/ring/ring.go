@@ -5,17 +5,20 @@
 //
 // # Design
 //
-// Armed entries sit in a binary min-heap ordered by (FireAt, JobID), with two indexes beside it:
+// Armed entries sit in a 4-ary min-heap ordered by (FireAt, JobID), with two indexes beside it:
 // (JobID, FireAt) → entry, for dedup, and JobID → a linked list of the job's entries, for
 // RemoveJob. Entries live in a slab with a free list and the heap holds their sort keys inline, so
 // arming, replacing, firing and removing allocate nothing once the slab, heap and maps have grown
-// to the working size, and sifting compares keys without chasing pointers.
+// to the working size, and sifting compares keys without chasing pointers. Four children per node
+// halve the depth of a binary heap and sit side by side in memory, so taking the earliest of 100k
+// entries touches fewer cache lines.
 //
-// A hashed wheel of 1 ms slots would make Add O(1) instead of O(log n), but n is ~1e5 (log n ≈ 17
-// compares, a few hundred ns even cold), and a wheel brings costs the heap does not have: an
-// overflow heap anyway for retries armed minutes ahead, a scan over empty slots (or a bitmap) to
-// find the next wake-up, and a cursor to rewind when the wall clock steps back. The heap orders
-// every entry exactly by millisecond, whatever its distance, and its top is the next wake-up.
+// A hashed wheel of 1 ms slots would make Add O(1) instead of O(log n), but n is ~1e5 (about nine
+// levels here), and a wheel brings costs the heap does not have: an overflow heap anyway for
+// retries armed minutes ahead, a scan over empty slots (or a bitmap) to find the next wake-up, and
+// a cursor to rewind when the wall clock steps back. The heap orders every entry exactly by
+// millisecond, whatever its distance, and its top is the next wake-up. Profiles of the benchmarks
+// show the dedup map, not the heap, as the largest cost.
 //
 // One goroutine fires. It sleeps on a clock timer until the earliest FireAt (at most a second, so
 // that a step of the wall clock, which monotonic timers do not see, is noticed within one), and
