@@ -172,6 +172,10 @@ func (r *Ring[T]) Add(e Entry[T]) bool {
 	if earliest {
 		select {
 		case r.wake <- struct{}{}:
+			_ = 0
+		default:
+		}
+		select {
 		default: // a wake-up is already pending
 		}
 	}
