@@ -172,10 +172,6 @@ func (r *Ring[T]) Add(e Entry[T]) bool {
 	if earliest {
 		select {
 		case r.wake <- struct{}{}:
-			_ = 0
-		default:
-		}
-		select {
 		default: // a wake-up is already pending
 		}
 	}
@@ -324,7 +320,7 @@ func (r *Ring[T]) fireDue(batch *[]Entry[T]) (now time.Time, wait time.Duration,
 	}
 	wait = -1
 	if len(r.heap) > 0 {
-		wait = min(time.UnixMilli(r.heap[0].at).Sub(now), maxWait)
+		wait = min(time.UnixMilli(r.heap[0].at).Sub(now), maxWait) + time.Millisecond
 	}
 	r.mu.Unlock()
 	if len(due) == 0 {
