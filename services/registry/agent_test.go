@@ -13,6 +13,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
@@ -22,7 +23,7 @@ import (
 
 func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	t.Parallel()
-	cli := etcdClient(t)
+	cli := etcdtest.Client(t)
 	e, err := sdk.New(sdk.Config{
 		AppName: "reg-app", InstanceID: "i1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: cli,
 		RegistrationTTL: 2 * time.Second, Version: "v1.2.3", Labels: map[string]string{"zone": "eu"},
@@ -78,7 +79,7 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 func TestAgentJoinsAndLeavesTheView(t *testing.T) {
 	t.Parallel()
 	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
-	e, err := sdk.New(sdk.Config{AppName: "view-app", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: etcdClient(t)})
+	e, err := sdk.New(sdk.Config{AppName: "view-app", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: etcdtest.Client(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

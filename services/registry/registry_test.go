@@ -18,44 +18,19 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
-	"github.com/jobmesh/jobmesh/internal/etcdembed"
+	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
 
 // etcd is one embedded server for the package: each data dir costs about 123 MiB of disk.
-var etcd *etcdembed.Server
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "registry-etcd-")
-	if err != nil {
-		panic(err)
-	}
-	etcd, err = etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, Unsafe: true})
-	if err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	etcd.Close()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-func etcdClient(t *testing.T) *clientv3.Client {
-	t.Helper()
-	c, err := etcd.Client()
-	if err != nil {
-		t.Fatalf("etcd client: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
 
 // serve runs a registry on a real gRPC server over loopback and returns a client of it.
 func serve(t *testing.T, store dbtest.Store) registryv1.RegistryServiceClient {
 	t.Helper()
 	d := dbtest.Open(t, store.Config, "registry", registry.MigrationsFS())
-	svc, err := registry.New(registry.Config{}, d, etcdClient(t))
+	svc, err := registry.New(registry.Config{}, d, etcdtest.Client(t))
 	if err != nil {
 		t.Fatalf("registry.New: %v", err)
 	}
@@ -116,7 +91,7 @@ func recvWithin(t *testing.T, st grpc.ServerStreamingClient[registryv1.WatchExec
 
 func TestLiveView(t *testing.T) {
 	t.Parallel()
-	cli := etcdClient(t)
+	cli := etcdtest.Client(t)
 	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
 	ctx := context.Background()
 	app := "app-live-" + t.Name()
@@ -152,7 +127,7 @@ func TestGroups(t *testing.T) {
 	for _, store := range dbtest.Stores(t) {
 		t.Run(store.Name, func(t *testing.T) {
 			t.Parallel()
-			cli := etcdClient(t)
+			cli := etcdtest.Client(t)
 			c := serve(t, store)
 			ctx := context.Background()
 			app := "grp-" + store.Name

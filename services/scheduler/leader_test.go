@@ -15,29 +15,14 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
-	"github.com/jobmesh/jobmesh/internal/etcdembed"
+	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/logsvc"
 	"github.com/jobmesh/jobmesh/services/registry"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
-var etcd *etcdembed.Server
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "scheduler-etcd-")
-	if err != nil {
-		panic(err)
-	}
-	etcd, err = etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, Unsafe: true})
-	if err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	etcd.Close()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
 
 // serveGRPC serves register on loopback and returns a connection to it.
 func serveGRPC(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
@@ -67,11 +52,7 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	sqlite := func() db.Config { return db.Config{DataDir: t.TempDir()} }
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := etcdtest.Client(t)
 	reg, err := registry.New(registry.Config{}, dbtest.Open(t, sqlite(), "registry", registry.MigrationsFS()), cli)
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +79,7 @@ func newCluster(t *testing.T) *cluster {
 // replica starts one scheduler replica of the cluster.
 func (c *cluster) replica(t *testing.T, id string) *scheduler.Service {
 	t.Helper()
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := etcdtest.Client(t)
 	s, err := scheduler.New(scheduler.Config{ReplicaID: id, SessionTTL: time.Second}, scheduler.Deps{
 		Store: c.store, Etcd: cli, Registry: registryv1.NewRegistryServiceClient(c.regConn),
 		Ingest: logsv1.NewIngestServiceClient(c.logsConn), Logs: logsv1.NewLogServiceClient(c.logsConn),

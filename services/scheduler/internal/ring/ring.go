@@ -320,7 +320,7 @@ func (r *Ring[T]) fireDue(batch *[]Entry[T]) (now time.Time, wait time.Duration,
 	}
 	wait = -1
 	if len(r.heap) > 0 {
-		wait = min(time.UnixMilli(r.heap[0].at).Sub(now), maxWait) + time.Millisecond
+		wait = min(time.UnixMilli(r.heap[0].at).Sub(now), maxWait)
 	}
 	r.mu.Unlock()
 	if len(due) == 0 {
