@@ -21,6 +21,8 @@ type Fake struct {
 	seq    uint64 // arming counter: timers due at the same instant fire in the order they were armed
 }
 
+var _ Clock = (*Fake)(nil)
+
 // NewFake returns a Fake clock that reads start until it is moved.
 func NewFake(start time.Time) *Fake {
 	f := &Fake{now: start}

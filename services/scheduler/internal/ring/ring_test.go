@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +272,46 @@ func TestDrainReturnsTheRestAndStopsFiring(t *testing.T) {
 	}
 	if got := r.Drain(); len(got) != 0 {
 		t.Errorf("second Drain() = %v, want nothing", got)
+	}
+}
+
+// Once Drain returns, no batch is being fired: the scheduler rewinds what Drain returned while
+// dispatch owns what was fired, and the two never overlap in time.
+func TestDrainWaitsForFireInFlight(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var fireReturned atomic.Bool
+	r := ring.New(clock.NewFake(t0), func([]entry) {
+		close(entered)
+		<-release
+		fireReturned.Store(true)
+	})
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(r.Stop)
+	mustAdd(t, r, entry{JobID: 1, FireAt: at(0)})
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("entry did not fire within 5s")
+	}
+	drained := make(chan bool)
+	go func() {
+		r.Drain()
+		drained <- fireReturned.Load()
+	}()
+	for range 100 {
+		runtime.Gosched() // let Drain run as far as it will while the batch is still firing
+	}
+	close(release)
+	select {
+	case got := <-drained:
+		if !got {
+			t.Error("Drain returned while fire was running, want it to wait")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return within 5s")
 	}
 }
 
