@@ -397,7 +397,8 @@ type RunResult struct {
 	TriggerId string `protobuf:"bytes,1,opt,name=trigger_id,json=triggerId,proto3" json:"trigger_id,omitempty"`
 	// Job id.
 	JobId int64 `protobuf:"varint,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// SUCCESS, FAIL, TIMEOUT or KILLED.
+	// RUNNING (the fire was accepted and starts or waits in its job's queue), or the final SUCCESS,
+	// FAIL, TIMEOUT or KILLED.
 	Status RunStatus `protobuf:"varint,3,opt,name=status,proto3,enum=jobmesh.logs.v1.RunStatus" json:"status,omitempty"`
 	// Message, at most 64 KiB.
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
@@ -2117,6 +2118,98 @@ func (x *GetDashboardResponse) GetSuccessRateToday() float64 {
 	return 0
 }
 
+// LookupTriggersRequest lists trigger ids.
+type LookupTriggersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Trigger ids, at most 10000.
+	TriggerIds    []string `protobuf:"bytes,1,rep,name=trigger_ids,json=triggerIds,proto3" json:"trigger_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupTriggersRequest) Reset() {
+	*x = LookupTriggersRequest{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupTriggersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupTriggersRequest) ProtoMessage() {}
+
+func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupTriggersRequest.ProtoReflect.Descriptor instead.
+func (*LookupTriggersRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *LookupTriggersRequest) GetTriggerIds() []string {
+	if x != nil {
+		return x.TriggerIds
+	}
+	return nil
+}
+
+// LookupTriggersResponse lists the ones logsvc knows.
+type LookupTriggersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The known trigger ids, in request order.
+	KnownTriggerIds []string `protobuf:"bytes,1,rep,name=known_trigger_ids,json=knownTriggerIds,proto3" json:"known_trigger_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LookupTriggersResponse) Reset() {
+	*x = LookupTriggersResponse{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupTriggersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupTriggersResponse) ProtoMessage() {}
+
+func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupTriggersResponse.ProtoReflect.Descriptor instead.
+func (*LookupTriggersResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *LookupTriggersResponse) GetKnownTriggerIds() []string {
+	if x != nil {
+		return x.KnownTriggerIds
+	}
+	return nil
+}
+
 // WatchCompletionsRequest says where to resume.
 type WatchCompletionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2128,7 +2221,7 @@ type WatchCompletionsRequest struct {
 
 func (x *WatchCompletionsRequest) Reset() {
 	*x = WatchCompletionsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2233,7 @@ func (x *WatchCompletionsRequest) String() string {
 func (*WatchCompletionsRequest) ProtoMessage() {}
 
 func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2246,7 @@ func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchCompletionsRequest) GetAfterCursor() int64 {
@@ -2196,7 +2289,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2301,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2314,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Completion) GetCursor() int64 {
@@ -2319,7 +2412,7 @@ type WatchCompletionsResponse struct {
 
 func (x *WatchCompletionsResponse) Reset() {
 	*x = WatchCompletionsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2424,7 @@ func (x *WatchCompletionsResponse) String() string {
 func (*WatchCompletionsResponse) ProtoMessage() {}
 
 func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2437,7 @@ func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchCompletionsResponse) GetCompletions() []*Completion {
@@ -2503,7 +2596,12 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\trun_count\x18\x01 \x01(\x03R\brunCount\x12\x1d\n" +
 	"\n" +
 	"runs_today\x18\x02 \x01(\x03R\trunsToday\x12,\n" +
-	"\x12success_rate_today\x18\x03 \x01(\x01R\x10successRateToday\"<\n" +
+	"\x12success_rate_today\x18\x03 \x01(\x01R\x10successRateToday\"8\n" +
+	"\x15LookupTriggersRequest\x12\x1f\n" +
+	"\vtrigger_ids\x18\x01 \x03(\tR\n" +
+	"triggerIds\"D\n" +
+	"\x16LookupTriggersResponse\x12*\n" +
+	"\x11known_trigger_ids\x18\x01 \x03(\tR\x0fknownTriggerIds\"<\n" +
 	"\x17WatchCompletionsRequest\x12!\n" +
 	"\fafter_cursor\x18\x01 \x01(\x03R\vafterCursor\"\xde\x03\n" +
 	"\n" +
@@ -2546,7 +2644,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\rIngestService\x12w\n" +
 	"\x14IngestTriggerRecords\x12,.jobmesh.logs.v1.IngestTriggerRecordsRequest\x1a-.jobmesh.logs.v1.IngestTriggerRecordsResponse(\x010\x01\x12b\n" +
 	"\rIngestResults\x12%.jobmesh.logs.v1.IngestResultsRequest\x1a&.jobmesh.logs.v1.IngestResultsResponse(\x010\x01\x12e\n" +
-	"\x0eIngestLogLines\x12&.jobmesh.logs.v1.IngestLogLinesRequest\x1a'.jobmesh.logs.v1.IngestLogLinesResponse(\x010\x012\x81\b\n" +
+	"\x0eIngestLogLines\x12&.jobmesh.logs.v1.IngestLogLinesRequest\x1a'.jobmesh.logs.v1.IngestLogLinesResponse(\x010\x012\xe4\b\n" +
 	"\n" +
 	"LogService\x12e\n" +
 	"\bListRuns\x12 .jobmesh.logs.v1.ListRunsRequest\x1a!.jobmesh.logs.v1.ListRunsResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/api/v1/logs\x12d\n" +
@@ -2556,7 +2654,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\aKillRun\x12\x1f.jobmesh.logs.v1.KillRunRequest\x1a .jobmesh.logs.v1.KillRunResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/logs/{id}:kill\x12q\n" +
 	"\tClearRuns\x12!.jobmesh.logs.v1.ClearRunsRequest\x1a\".jobmesh.logs.v1.ClearRunsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/api/v1/logs:clear\x12k\n" +
 	"\tGetReport\x12!.jobmesh.logs.v1.GetReportRequest\x1a\".jobmesh.logs.v1.GetReportResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/reports\x12v\n" +
-	"\fGetDashboard\x12$.jobmesh.logs.v1.GetDashboardRequest\x1a%.jobmesh.logs.v1.GetDashboardResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/dashboard\x12i\n" +
+	"\fGetDashboard\x12$.jobmesh.logs.v1.GetDashboardRequest\x1a%.jobmesh.logs.v1.GetDashboardResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/dashboard\x12a\n" +
+	"\x0eLookupTriggers\x12&.jobmesh.logs.v1.LookupTriggersRequest\x1a'.jobmesh.logs.v1.LookupTriggersResponse\x12i\n" +
 	"\x10WatchCompletions\x12(.jobmesh.logs.v1.WatchCompletionsRequest\x1a).jobmesh.logs.v1.WatchCompletionsResponse0\x01B7Z5github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1;logsv1b\x06proto3"
 
 var (
@@ -2572,7 +2671,7 @@ func file_jobmesh_logs_v1_logs_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_logs_v1_logs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(RunStatus)(0),                       // 0: jobmesh.logs.v1.RunStatus
 	(TriggerOutcome)(0),                  // 1: jobmesh.logs.v1.TriggerOutcome
@@ -2604,45 +2703,47 @@ var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(*GetReportResponse)(nil),            // 27: jobmesh.logs.v1.GetReportResponse
 	(*GetDashboardRequest)(nil),          // 28: jobmesh.logs.v1.GetDashboardRequest
 	(*GetDashboardResponse)(nil),         // 29: jobmesh.logs.v1.GetDashboardResponse
-	(*WatchCompletionsRequest)(nil),      // 30: jobmesh.logs.v1.WatchCompletionsRequest
-	(*Completion)(nil),                   // 31: jobmesh.logs.v1.Completion
-	(*WatchCompletionsResponse)(nil),     // 32: jobmesh.logs.v1.WatchCompletionsResponse
-	(v1.TriggerType)(0),                  // 33: jobmesh.scheduler.v1.TriggerType
-	(v1.RouteStrategy)(0),                // 34: jobmesh.scheduler.v1.RouteStrategy
-	(*timestamppb.Timestamp)(nil),        // 35: google.protobuf.Timestamp
+	(*LookupTriggersRequest)(nil),        // 30: jobmesh.logs.v1.LookupTriggersRequest
+	(*LookupTriggersResponse)(nil),       // 31: jobmesh.logs.v1.LookupTriggersResponse
+	(*WatchCompletionsRequest)(nil),      // 32: jobmesh.logs.v1.WatchCompletionsRequest
+	(*Completion)(nil),                   // 33: jobmesh.logs.v1.Completion
+	(*WatchCompletionsResponse)(nil),     // 34: jobmesh.logs.v1.WatchCompletionsResponse
+	(v1.TriggerType)(0),                  // 35: jobmesh.scheduler.v1.TriggerType
+	(v1.RouteStrategy)(0),                // 36: jobmesh.scheduler.v1.RouteStrategy
+	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
 }
 var file_jobmesh_logs_v1_logs_proto_depIdxs = []int32{
-	33, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	34, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	35, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	36, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 2: jobmesh.logs.v1.TriggerRecord.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 3: jobmesh.logs.v1.RunResult.status:type_name -> jobmesh.logs.v1.RunStatus
 	3,  // 4: jobmesh.logs.v1.IngestTriggerRecordsRequest.records:type_name -> jobmesh.logs.v1.TriggerRecord
 	4,  // 5: jobmesh.logs.v1.IngestResultsRequest.results:type_name -> jobmesh.logs.v1.RunResult
 	5,  // 6: jobmesh.logs.v1.IngestLogLinesRequest.lines:type_name -> jobmesh.logs.v1.LogLine
-	33, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	35, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	35, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
-	34, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	35, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	37, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
+	36, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 11: jobmesh.logs.v1.Run.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 12: jobmesh.logs.v1.Run.status:type_name -> jobmesh.logs.v1.RunStatus
-	35, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	35, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	37, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	37, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 15: jobmesh.logs.v1.Run.alarm_status:type_name -> jobmesh.logs.v1.AlarmStatus
 	0,  // 16: jobmesh.logs.v1.ListRunsRequest.status:type_name -> jobmesh.logs.v1.RunStatus
-	33, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	35, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	35, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	35, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	37, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	37, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
 	12, // 20: jobmesh.logs.v1.ListRunsResponse.runs:type_name -> jobmesh.logs.v1.Run
 	12, // 21: jobmesh.logs.v1.GetRunResponse.run:type_name -> jobmesh.logs.v1.Run
 	5,  // 22: jobmesh.logs.v1.ListRunLinesResponse.lines:type_name -> jobmesh.logs.v1.LogLine
 	5,  // 23: jobmesh.logs.v1.TailRunResponse.lines:type_name -> jobmesh.logs.v1.LogLine
 	0,  // 24: jobmesh.logs.v1.TailRunResponse.status:type_name -> jobmesh.logs.v1.RunStatus
-	35, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
+	37, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
 	26, // 26: jobmesh.logs.v1.GetReportResponse.days:type_name -> jobmesh.logs.v1.DayReport
 	0,  // 27: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
 	1,  // 28: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
-	33, // 29: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	31, // 30: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
+	35, // 29: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	33, // 30: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
 	6,  // 31: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
 	8,  // 32: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
 	10, // 33: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
@@ -2654,21 +2755,23 @@ var file_jobmesh_logs_v1_logs_proto_depIdxs = []int32{
 	23, // 39: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
 	25, // 40: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
 	28, // 41: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
-	30, // 42: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
-	7,  // 43: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
-	9,  // 44: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
-	11, // 45: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
-	14, // 46: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
-	16, // 47: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
-	18, // 48: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
-	20, // 49: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
-	22, // 50: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
-	24, // 51: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
-	27, // 52: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
-	29, // 53: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
-	32, // 54: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
-	43, // [43:55] is the sub-list for method output_type
-	31, // [31:43] is the sub-list for method input_type
+	30, // 42: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
+	32, // 43: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
+	7,  // 44: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
+	9,  // 45: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
+	11, // 46: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
+	14, // 47: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
+	16, // 48: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
+	18, // 49: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
+	20, // 50: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
+	22, // 51: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
+	24, // 52: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
+	27, // 53: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
+	29, // 54: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
+	31, // 55: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
+	34, // 56: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
+	44, // [44:57] is the sub-list for method output_type
+	31, // [31:44] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -2685,7 +2788,7 @@ func file_jobmesh_logs_v1_logs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_logs_v1_logs_proto_rawDesc), len(file_jobmesh_logs_v1_logs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

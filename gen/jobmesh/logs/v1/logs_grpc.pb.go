@@ -35,8 +35,10 @@ const (
 type IngestServiceClient interface {
 	// IngestTriggerRecords takes the scheduler's trigger records (route, address, trigger outcome).
 	IngestTriggerRecords(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[IngestTriggerRecordsRequest, IngestTriggerRecordsResponse], error)
-	// IngestResults takes executors' final results. A second result for a finished run is refused
-	// (counted in the ack, not an error), as XXL-JOB does.
+	// IngestResults takes executors' results: a RUNNING result when a fire is accepted (so logsvc
+	// knows the fire reached an executor even while it runs), then exactly one final result. A
+	// second final result for a finished run is refused (listed in the ack, not an error), as
+	// XXL-JOB does; a RUNNING result never changes a finished run.
 	IngestResults(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[IngestResultsRequest, IngestResultsResponse], error)
 	// IngestLogLines takes executors' output lines, numbered per fire.
 	IngestLogLines(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[IngestLogLinesRequest, IngestLogLinesResponse], error)
@@ -100,8 +102,10 @@ type IngestService_IngestLogLinesClient = grpc.BidiStreamingClient[IngestLogLine
 type IngestServiceServer interface {
 	// IngestTriggerRecords takes the scheduler's trigger records (route, address, trigger outcome).
 	IngestTriggerRecords(grpc.BidiStreamingServer[IngestTriggerRecordsRequest, IngestTriggerRecordsResponse]) error
-	// IngestResults takes executors' final results. A second result for a finished run is refused
-	// (counted in the ack, not an error), as XXL-JOB does.
+	// IngestResults takes executors' results: a RUNNING result when a fire is accepted (so logsvc
+	// knows the fire reached an executor even while it runs), then exactly one final result. A
+	// second final result for a finished run is refused (listed in the ack, not an error), as
+	// XXL-JOB does; a RUNNING result never changes a finished run.
 	IngestResults(grpc.BidiStreamingServer[IngestResultsRequest, IngestResultsResponse]) error
 	// IngestLogLines takes executors' output lines, numbered per fire.
 	IngestLogLines(grpc.BidiStreamingServer[IngestLogLinesRequest, IngestLogLinesResponse]) error
@@ -205,6 +209,7 @@ const (
 	LogService_ClearRuns_FullMethodName        = "/jobmesh.logs.v1.LogService/ClearRuns"
 	LogService_GetReport_FullMethodName        = "/jobmesh.logs.v1.LogService/GetReport"
 	LogService_GetDashboard_FullMethodName     = "/jobmesh.logs.v1.LogService/GetDashboard"
+	LogService_LookupTriggers_FullMethodName   = "/jobmesh.logs.v1.LogService/LookupTriggers"
 	LogService_WatchCompletions_FullMethodName = "/jobmesh.logs.v1.LogService/WatchCompletions"
 )
 
@@ -230,6 +235,9 @@ type LogServiceClient interface {
 	GetReport(ctx context.Context, in *GetReportRequest, opts ...grpc.CallOption) (*GetReportResponse, error)
 	// GetDashboard returns the totals the dashboard shows.
 	GetDashboard(ctx context.Context, in *GetDashboardRequest, opts ...grpc.CallOption) (*GetDashboardResponse, error)
+	// LookupTriggers says which of the given trigger ids logsvc knows: a trigger record, a start or
+	// a result of them arrived. A new scheduler leader asks before re-firing what the old one armed.
+	LookupTriggers(ctx context.Context, in *LookupTriggersRequest, opts ...grpc.CallOption) (*LookupTriggersResponse, error)
 	// WatchCompletions streams every run that ends (success, failure, timeout, kill, trigger
 	// failure, lost), from a cursor on. The scheduler leader follows it for retries, child jobs and
 	// FIX_DELAY; it resumes from the last cursor it processed.
@@ -333,6 +341,16 @@ func (c *logServiceClient) GetDashboard(ctx context.Context, in *GetDashboardReq
 	return out, nil
 }
 
+func (c *logServiceClient) LookupTriggers(ctx context.Context, in *LookupTriggersRequest, opts ...grpc.CallOption) (*LookupTriggersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LookupTriggersResponse)
+	err := c.cc.Invoke(ctx, LogService_LookupTriggers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *logServiceClient) WatchCompletions(ctx context.Context, in *WatchCompletionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCompletionsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &LogService_ServiceDesc.Streams[1], LogService_WatchCompletions_FullMethodName, cOpts...)
@@ -374,6 +392,9 @@ type LogServiceServer interface {
 	GetReport(context.Context, *GetReportRequest) (*GetReportResponse, error)
 	// GetDashboard returns the totals the dashboard shows.
 	GetDashboard(context.Context, *GetDashboardRequest) (*GetDashboardResponse, error)
+	// LookupTriggers says which of the given trigger ids logsvc knows: a trigger record, a start or
+	// a result of them arrived. A new scheduler leader asks before re-firing what the old one armed.
+	LookupTriggers(context.Context, *LookupTriggersRequest) (*LookupTriggersResponse, error)
 	// WatchCompletions streams every run that ends (success, failure, timeout, kill, trigger
 	// failure, lost), from a cursor on. The scheduler leader follows it for retries, child jobs and
 	// FIX_DELAY; it resumes from the last cursor it processed.
@@ -411,6 +432,9 @@ func (UnimplementedLogServiceServer) GetReport(context.Context, *GetReportReques
 }
 func (UnimplementedLogServiceServer) GetDashboard(context.Context, *GetDashboardRequest) (*GetDashboardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDashboard not implemented")
+}
+func (UnimplementedLogServiceServer) LookupTriggers(context.Context, *LookupTriggersRequest) (*LookupTriggersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LookupTriggers not implemented")
 }
 func (UnimplementedLogServiceServer) WatchCompletions(*WatchCompletionsRequest, grpc.ServerStreamingServer[WatchCompletionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchCompletions not implemented")
@@ -573,6 +597,24 @@ func _LogService_GetDashboard_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LogService_LookupTriggers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LookupTriggersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServiceServer).LookupTriggers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LogService_LookupTriggers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServiceServer).LookupTriggers(ctx, req.(*LookupTriggersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LogService_WatchCompletions_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchCompletionsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -618,6 +660,10 @@ var LogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetDashboard",
 			Handler:    _LogService_GetDashboard_Handler,
+		},
+		{
+			MethodName: "LookupTriggers",
+			Handler:    _LogService_LookupTriggers_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
