@@ -53,8 +53,8 @@ func (s *Service) IngestTriggerRecords(stream grpc.BidiStreamingServer[logsv1.In
 	})
 }
 
-// IngestResults implements IngestService: results for runs that already ended are refused and
-// listed in the ack.
+// IngestResults implements IngestService: a RUNNING result records that an executor accepted
+// the fire; final results for runs that already ended are refused and listed in the ack.
 func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]) error {
 	return serveBatches(s, "results", stream, func(ctx context.Context, req *logsv1.IngestResultsRequest) (*logsv1.IngestResultsResponse, error) {
 		refused, err := s.writeResults(ctx, req.GetResults())
@@ -286,9 +286,11 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 	return nil
 }
 
-// writeResults stores results and returns the trigger ids refused because their run had already
-// ended (XXL-JOB's handle_code > 0 guard); a refused result changes nothing. A result that comes
-// before the trigger record creates the run; its completion waits for the record.
+// writeResults stores results and returns the trigger ids of final results refused because their
+// run had already ended (XXL-JOB's handle_code > 0 guard); a refused result changes nothing. A
+// result that comes before the trigger record creates the run; its completion waits for the
+// record. RUNNING results (see writeStarts) are applied first, so a batch holding a fire's
+// RUNNING and its final result ends with the final one whatever their order.
 func (s *Service) writeResults(ctx context.Context, results []*logsv1.RunResult) ([]string, error) {
 	if len(results) > maxBatchItems {
 		return nil, apierr.Field("results", "at most %d per batch, got %d", maxBatchItems, len(results))
@@ -297,30 +299,49 @@ func (s *Service) writeResults(ctx context.Context, results []*logsv1.RunResult)
 		if err := checkTriggerID(fmt.Sprintf("results[%d].trigger_id", i), r.GetTriggerId()); err != nil {
 			return nil, err
 		}
-		if st := int32(r.GetStatus()); !final(st) || logsv1.RunStatus_name[st] == "" {
-			return nil, apierr.Field(fmt.Sprintf("results[%d].status", i), "want SUCCESS, FAIL, TIMEOUT or KILLED, got %s", r.GetStatus())
+		if st := int32(r.GetStatus()); st < statusRunning || logsv1.RunStatus_name[st] == "" {
+			return nil, apierr.Field(fmt.Sprintf("results[%d].status", i), "want RUNNING, SUCCESS, FAIL, TIMEOUT or KILLED, got %s", r.GetStatus())
 		}
 	}
-	// The first result of a trigger id in the batch counts; later ones are refused like any
-	// result for a run that has ended.
+	// The first RUNNING and the first final result of a trigger id in the batch count; a later
+	// RUNNING is dropped, a later final result is refused like any result for a run that ended.
 	byID := make(map[string]*logsv1.RunResult, len(results))
+	var starts map[string]*logsv1.RunResult
 	refused := map[string]bool{}
 	for _, r := range results {
-		if _, dup := byID[r.GetTriggerId()]; dup {
-			refused[r.GetTriggerId()] = true
+		id := r.GetTriggerId()
+		if int32(r.GetStatus()) == statusRunning {
+			if starts == nil {
+				starts = map[string]*logsv1.RunResult{}
+			}
+			if _, dup := starts[id]; !dup {
+				starts[id] = r
+			}
 			continue
 		}
-		byID[r.GetTriggerId()] = r
+		if _, dup := byID[id]; dup {
+			refused[id] = true
+			continue
+		}
+		byID[id] = r
 	}
 	ids := make([]string, 0, len(byID))
 	for id := range byID {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	startIDs := make([]string, 0, len(starts))
+	for id := range starts {
+		startIDs = append(startIDs, id)
+	}
+	slices.Sort(startIDs)
 	now := s.now().UnixMilli()
 	var applied map[string]bool
 	var completed bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.writeStarts(ctx, tx, startIDs, starts, now); err != nil {
+			return err
+		}
 		applied = make(map[string]bool, len(ids))
 		var done []string
 		for _, chunk := range chunks(ids, rowsPerStatement) {
@@ -386,10 +407,41 @@ func (s *Service) writeResults(ctx context.Context, results []*logsv1.RunResult)
 	}
 	slices.Sort(out)
 	s.hub.runsChanged(ids)
+	s.hub.runsChanged(startIDs)
 	if completed {
 		s.hub.completionsChanged()
 	}
 	return out, nil
+}
+
+// writeStarts stores RUNNING results: the executor accepted the fire. A missing run is created
+// RUNNING (scheduled at the start time until the record says otherwise); a run still RUNNING
+// gets the executor address, start time, job and trace id it lacks; an ended run is left as it
+// is. A start is never refused and never completes a run.
+func (s *Service) writeStarts(ctx context.Context, tx *sql.Tx, ids []string, byID map[string]*logsv1.RunResult, now int64) error {
+	for _, chunk := range chunks(ids, rowsPerStatement) {
+		args := make([]any, 0, len(chunk)*6+1)
+		for _, id := range chunk {
+			r := byID[id]
+			sched := r.GetStartUnixMs()
+			if sched == 0 {
+				sched = now
+			}
+			args = append(args, id, r.GetJobId(), r.GetStartUnixMs(), clean(r.GetExecutorAddress()), clean(r.GetTraceId()), sched)
+		}
+		q := `INSERT INTO runs (trigger_id, job_id, start_ms, executor_address, trace_id, scheduled_ms, status)
+			VALUES ` + s.values(len(chunk), 6, fmt.Sprintf(", %d", statusRunning)) + `
+			ON CONFLICT (trigger_id) DO UPDATE SET
+				job_id = CASE WHEN runs.job_id = 0 THEN excluded.job_id ELSE runs.job_id END,
+				start_ms = CASE WHEN runs.start_ms = 0 THEN excluded.start_ms ELSE runs.start_ms END,
+				executor_address = CASE WHEN runs.executor_address = '' THEN excluded.executor_address ELSE runs.executor_address END,
+				trace_id = CASE WHEN runs.trace_id = '' THEN excluded.trace_id ELSE runs.trace_id END
+			WHERE runs.status = ` + s.ph(len(args)+1)
+		if _, err := tx.ExecContext(ctx, q, append(args, statusRunning)...); err != nil {
+			return fmt.Errorf("upsert starts: %w", err)
+		}
+	}
+	return nil
 }
 
 // writeLines stores output lines; a line number already stored keeps its first text.

@@ -264,6 +264,10 @@ func TestConformance(t *testing.T) {
 				{"ReportAndDashboard", testReport},
 				{"Retention", testRetention},
 				{"ConcurrentWritersCompleteOnce", testConcurrent},
+				{"LookupTriggers", testLookup},
+				{"RunningThenFinalCompletesOnce", testRunningThenFinal},
+				{"FinalThenRunningChangesNothing", testFinalThenRunning},
+				{"RunningAloneNeverCompletes", testRunningAlone},
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
@@ -709,10 +713,11 @@ func testInvalid(t *testing.T, e *env) {
 			return e.records(t, rec, &logsv1.TriggerRecord{TriggerOutcome: logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK})
 		}, "records[1].trigger_id"},
 		{"no outcome", func() error { return e.records(t, noOutcome) }, "records[0].trigger_outcome"},
-		{"running result", func() error {
-			_, err := e.results(t, result("113-a", 113, logsv1.RunStatus_RUN_STATUS_RUNNING, base))
+		{"unspecified status", func() error {
+			_, err := e.results(t, result("113-a", 113, logsv1.RunStatus_RUN_STATUS_RUNNING, base),
+				result("113-b", 113, logsv1.RunStatus_RUN_STATUS_UNSPECIFIED, base))
 			return err
-		}, "results[0].status"},
+		}, "results[1].status"},
 		{"unknown status", func() error {
 			_, err := e.results(t, result("113-a", 113, logsv1.RunStatus(42), base))
 			return err
@@ -735,6 +740,10 @@ func testInvalid(t *testing.T, e *env) {
 			_, err := e.logs.GetReport(ctx, &logsv1.GetReportRequest{StartDate: "2001-13-01", EndDate: "2001-01-01"})
 			return err
 		}, "start_date"},
+		{"lookup too many", func() error {
+			_, err := e.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: make([]string, maxLookupIDs+1)})
+			return err
+		}, "trigger_ids"},
 		{"report range", func() error {
 			_, err := e.logs.GetReport(ctx, &logsv1.GetReportRequest{StartDate: "2001-01-01", EndDate: "2002-01-03"})
 			return err
@@ -745,7 +754,7 @@ func testInvalid(t *testing.T, e *env) {
 			t.Errorf("%s: got %s naming %q, want InvalidArgument naming %q", c.name, code, field, c.field)
 		}
 	}
-	// A rejected batch stores nothing, not even its valid records.
+	// A rejected batch stores nothing, not even its valid records or RUNNING results.
 	if _, err := e.logs.GetRun(ctx, &logsv1.GetRunRequest{Id: "113-a"}); status.Code(err) != codes.NotFound {
 		t.Errorf("run of a rejected batch: got %v, want NotFound", err)
 	}
@@ -920,6 +929,176 @@ func testConcurrent(t *testing.T, e *env) {
 		if n != 1 {
 			t.Errorf("completions of %s: got %d, want 1", id, n)
 		}
+	}
+}
+
+// running is the RUNNING result an executor sends when it accepts a fire.
+func running(id string, job, startMs int64, address string) *logsv1.RunResult {
+	return &logsv1.RunResult{TriggerId: id, JobId: job, Status: logsv1.RunStatus_RUN_STATUS_RUNNING, StartUnixMs: startMs, ExecutorAddress: address}
+}
+
+// completionsOf ends a watch with a sentinel run of job that completes after everything sent
+// before it, and returns the completions of job received until then, the sentinel's excluded.
+func completionsOf(t *testing.T, e *env, w grpc.ServerStreamingClient[logsv1.WatchCompletionsResponse], job int64) []string {
+	t.Helper()
+	sentinel := fmt.Sprintf("%d-sentinel", job)
+	e.mustRecords(t, record(sentinel, job, base))
+	e.mustResults(t, result(sentinel, job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base))
+	got := ids(collect(t, w, job, sentinel))
+	return got[:len(got)-1]
+}
+
+func testLookup(t *testing.T, e *env) {
+	const job = 120
+	ctx := ctxFor(t)
+	e.mustRecords(t, record("120-record", job, base))
+	if got := e.mustResults(t, running("120-running", job, base, "10.0.0.2:9999")); len(got) != 0 {
+		t.Errorf("refused: got %v, want none", got)
+	}
+	e.mustResults(t, result("120-final", job, logsv1.RunStatus_RUN_STATUS_FAIL, base))
+	e.mustLines(t, line("120-lines", 1, "lines alone make no run"))
+	lookup := func(req []string) []string {
+		t.Helper()
+		resp, err := e.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: req})
+		if err != nil {
+			t.Fatalf("LookupTriggers: %v", err)
+		}
+		return resp.GetKnownTriggerIds()
+	}
+	req := []string{"120-unknown", "120-final", "120-lines", "120-record", "", "120-nul\x00", "120-running", "120-unknown-2"}
+	if got, want := lookup(req), []string{"120-final", "120-record", "120-running"}; !slices.Equal(got, want) {
+		t.Errorf("known: got %v, want %v", got, want)
+	}
+	if got := lookup(nil); len(got) != 0 {
+		t.Errorf("empty request: got %v, want none", got)
+	}
+	// The most ids a request may carry, more than one SQLite statement takes, known ones spread
+	// over the chunks and listed twice.
+	var many, want []string
+	for i := range maxLookupIDs - 2 {
+		id := fmt.Sprintf("120-many-%05d", i)
+		if i%(rowsPerStatement-1) == 0 {
+			id = [...]string{"120-record", "120-running", "120-final"}[len(want)%3]
+			want = append(want, id)
+		}
+		many = append(many, id)
+	}
+	many = append(many, "120-running", "120-zzz")
+	want = append(want, "120-running")
+	if got := lookup(many); !slices.Equal(got, want) {
+		t.Errorf("known of %d ids: got %v, want %v", len(many), got, want)
+	}
+}
+
+func testRunningThenFinal(t *testing.T, e *env) {
+	const job = 121
+	w, cancel := watch(t, e, 0)
+	defer cancel()
+	// Record first, then RUNNING, then the final result.
+	e.mustRecords(t, record("121-a", job, base))
+	if got := e.mustResults(t, running("121-a", job, base+3, "10.0.0.1:9999")); len(got) != 0 {
+		t.Errorf("RUNNING refused: got %v, want none", got)
+	}
+	if got := e.mustResults(t, result("121-a", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+5)); len(got) != 0 {
+		t.Errorf("final result refused: got %v, want none", got)
+	}
+	// RUNNING first (it creates the run), then the final result, then the record.
+	e.mustResults(t, running("121-b", job, base+3, "10.0.0.2:9999"))
+	e.mustResults(t, result("121-b", job, logsv1.RunStatus_RUN_STATUS_FAIL, base+5))
+	e.mustRecords(t, record("121-b", job, base))
+	// RUNNING and the final result in one batch, in either order.
+	e.mustRecords(t, record("121-c", job, base), record("121-d", job, base))
+	if got := e.mustResults(t, running("121-c", job, base+3, "10.0.0.1:9999"), result("121-c", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+5),
+		result("121-d", job, logsv1.RunStatus_RUN_STATUS_TIMEOUT, base+5), running("121-d", job, base+3, "10.0.0.1:9999")); len(got) != 0 {
+		t.Errorf("refused: got %v, want none", got)
+	}
+	got := completionsOf(t, e, w, job)
+	slices.Sort(got)
+	if want := []string{"121-a=SUCCESS", "121-b=FAIL", "121-c=SUCCESS", "121-d=TIMEOUT"}; !slices.Equal(got, want) {
+		t.Errorf("completions: got %v, want %v", got, want)
+	}
+	a := e.run(t, "121-a")
+	if a.GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || a.GetStartTime().AsTime().UnixMilli() != base+5 || a.GetEndTime().AsTime().UnixMilli() != base+55 ||
+		a.GetHandleMessage() != "done: RUN_STATUS_SUCCESS" {
+		t.Errorf("run after RUNNING then SUCCESS: got %v", a)
+	}
+	b := e.run(t, "121-b")
+	if b.GetStatus() != logsv1.RunStatus_RUN_STATUS_FAIL || b.GetScheduledTime().AsTime().UnixMilli() != base ||
+		b.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK || b.GetHandler() != "demo" {
+		t.Errorf("run after RUNNING, FAIL, record: got %v", b)
+	}
+	if got := e.run(t, "121-d").GetStatus(); got != logsv1.RunStatus_RUN_STATUS_TIMEOUT {
+		t.Errorf("final result before RUNNING in one batch: got %s, want TIMEOUT", got)
+	}
+}
+
+func testFinalThenRunning(t *testing.T, e *env) {
+	const job = 122
+	w, cancel := watch(t, e, 0)
+	defer cancel()
+	e.mustRecords(t, record("122-a", job, base))
+	e.mustResults(t, result("122-a", job, logsv1.RunStatus_RUN_STATUS_KILLED, base+5))
+	before := e.run(t, "122-a")
+	late := running("122-a", job, base+1, "10.9.9.9:1")
+	late.TraceId = "ffffffffffffffffffffffffffffffff"
+	if got := e.mustResults(t, late); len(got) != 0 {
+		t.Errorf("late RUNNING refused: got %v, want none (a start is never refused)", got)
+	}
+	if after := e.run(t, "122-a"); !proto.Equal(after, before) {
+		t.Errorf("late RUNNING changed the run:\ngot  %v\nwant %v", after, before)
+	}
+	// A failed trigger ends the run too: a RUNNING after it changes nothing either.
+	failed := record("122-b", job, base)
+	failed.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+	e.mustRecords(t, failed)
+	before = e.run(t, "122-b")
+	e.mustResults(t, running("122-b", job, base+1, "10.9.9.9:1"))
+	if after := e.run(t, "122-b"); !proto.Equal(after, before) {
+		t.Errorf("RUNNING after a failed trigger changed the run:\ngot  %v\nwant %v", after, before)
+	}
+	if got, want := completionsOf(t, e, w, job), []string{"122-a=KILLED", "122-b=FAIL"}; !slices.Equal(got, want) {
+		t.Errorf("completions: got %v, want %v", got, want)
+	}
+}
+
+func testRunningAlone(t *testing.T, e *env) {
+	const job = 123
+	w, cancel := watch(t, e, 0)
+	defer cancel()
+	// Without a record: RUNNING creates the run, and a resend changes nothing.
+	e.mustResults(t, running("123-a", job, base+7, "10.0.0.3:9999"))
+	first := e.run(t, "123-a")
+	e.mustResults(t, running("123-a", job, base+9, "10.0.0.4:9999"))
+	if again := e.run(t, "123-a"); !proto.Equal(again, first) {
+		t.Errorf("resent RUNNING changed the run:\ngot  %v\nwant %v", again, first)
+	}
+	if first.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING || first.GetExecutorAddress() != "10.0.0.3:9999" || first.GetJobId() != job ||
+		first.GetStartTime().AsTime().UnixMilli() != base+7 || first.GetScheduledTime().AsTime().UnixMilli() != base+7 || first.GetEndTime() != nil ||
+		first.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED {
+		t.Errorf("run from RUNNING alone: got %v", first)
+	}
+	// With a record without an address: RUNNING fills the address and the start, and the run
+	// stays RUNNING.
+	rec := record("123-c", job, base)
+	rec.ExecutorAddress = ""
+	e.mustRecords(t, rec)
+	e.mustResults(t, running("123-c", job, base+4, "10.0.0.5:9999"))
+	c := e.run(t, "123-c")
+	if c.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING || c.GetExecutorAddress() != "10.0.0.5:9999" || c.GetStartTime().AsTime().UnixMilli() != base+4 ||
+		c.GetScheduledTime().AsTime().UnixMilli() != base || c.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+		t.Errorf("recorded run after RUNNING: got %v", c)
+	}
+	// The record after RUNNING completes nothing either.
+	e.mustRecords(t, record("123-a", job, base))
+	resp, err := e.logs.ListRuns(ctxFor(t), &logsv1.ListRunsRequest{JobId: job, Status: logsv1.RunStatus_RUN_STATUS_RUNNING})
+	if err != nil {
+		t.Fatalf("ListRuns: %v", err)
+	}
+	if got := len(resp.GetRuns()); got != 2 {
+		t.Errorf("RUNNING runs of job %d: got %d, want 2", job, got)
+	}
+	if got := completionsOf(t, e, w, job); len(got) != 0 {
+		t.Errorf("completions: got %v, want none", got)
 	}
 }
 

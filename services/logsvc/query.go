@@ -13,6 +13,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/db"
 )
 
 const (
@@ -22,6 +23,7 @@ const (
 	maxLineLimit     = 10000
 	maxKeepNewest    = 1_000_000
 	maxReportDays    = 366
+	maxLookupIDs     = 10000
 	dayMs            = int64(24 * time.Hour / time.Millisecond)
 )
 
@@ -259,6 +261,74 @@ func (s *Service) ListRunLines(ctx context.Context, req *logsv1.ListRunLinesRequ
 		next = lines[len(lines)-1].GetLineNo() + 1
 	}
 	return &logsv1.ListRunLinesResponse{Lines: lines, NextLine: next, IsEnd: found && final(int32(st)) && !more}, nil
+}
+
+// LookupTriggers implements LogService: the requested ids that have a run (a trigger record, a
+// start or a result arrived), in request order, duplicates kept. Ids that could never be stored
+// (empty, too long, with NUL) are simply unknown. Postgres answers in one query over the
+// trigger_id key; SQLite in one IN query per rowsPerStatement ids.
+func (s *Service) LookupTriggers(ctx context.Context, req *logsv1.LookupTriggersRequest) (*logsv1.LookupTriggersResponse, error) {
+	ids := req.GetTriggerIds()
+	if len(ids) > maxLookupIDs {
+		return nil, apierr.Field("trigger_ids", "at most %d, got %d", maxLookupIDs, len(ids))
+	}
+	resp := &logsv1.LookupTriggersResponse{}
+	uniq := make([]string, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if !seen[id] && checkTriggerID("", id) == nil {
+			uniq = append(uniq, id)
+		}
+		seen[id] = true
+	}
+	if len(uniq) == 0 {
+		return resp, nil
+	}
+	known, err := s.knownTriggers(ctx, uniq)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if known[id] {
+			resp.KnownTriggerIds = append(resp.KnownTriggerIds, id)
+		}
+	}
+	return resp, nil
+}
+
+// knownTriggers returns which of ids (distinct) have a run.
+func (s *Service) knownTriggers(ctx context.Context, ids []string) (map[string]bool, error) {
+	known := make(map[string]bool)
+	scan := func(rows *sql.Rows, err error) error {
+		if err != nil {
+			return fmt.Errorf("look up triggers: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return fmt.Errorf("look up triggers: %w", err)
+			}
+			known[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("look up triggers: %w", err)
+		}
+		return nil
+	}
+	if s.store.Dialect() == db.Postgres {
+		// One text[] parameter: a single index probe per id, however many ids.
+		if err := scan(s.store.QueryContext(ctx, `SELECT trigger_id FROM runs WHERE trigger_id = ANY($1)`, ids)); err != nil {
+			return nil, err
+		}
+		return known, nil
+	}
+	for _, chunk := range chunks(ids, rowsPerStatement) {
+		if err := scan(s.store.QueryContext(ctx, `SELECT trigger_id FROM runs WHERE trigger_id IN `+s.in(len(chunk), 1), anys(chunk)...)); err != nil {
+			return nil, err
+		}
+	}
+	return known, nil
 }
 
 // KillRun implements LogService: the scheduler asks the run's executor to kill it.

@@ -30,6 +30,9 @@ type fire struct {
 	addresses []string
 	// shard, when shardTotal > 0, sends only that shard (a retry of one failed shard).
 	shard, shardTotal int32
+	// lead is the leadership that armed a scheduled fire (nil for manual, retry and child fires):
+	// the fire is owed until dispatched, and is not dispatched once that leadership is lost.
+	lead *leadership
 }
 
 // TriggerID is the deterministic id of one fire: the same fire always gets the same id, so
@@ -54,11 +57,21 @@ func (s *Service) submit(f *fire) {
 	}
 	if !p.trySubmit(f) {
 		s.recordFailure(f, 0, 1, "", fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue)))
+		if f.lead != nil {
+			f.lead.owed.done(f.job.ID, f.fireMs)
+		}
 	}
 }
 
 // dispatch routes a fire and sends Run to each chosen executor, then records the outcome.
 func (s *Service) dispatch(f *fire) []string {
+	if f.lead != nil {
+		if !f.lead.begin() {
+			return nil // leadership lost: the fire stays owed and the next leader sends it
+		}
+		defer f.lead.end()
+		defer f.lead.owed.done(f.job.ID, f.fireMs)
+	}
 	start := time.Now()
 	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DispatchTimeout)

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
@@ -21,6 +22,35 @@ const electionPrefix = "/jobmesh/v1/scheduler/leader"
 type leadership struct {
 	epoch int64
 	ring  *ring.Ring[*fire]
+	owed  *owed
+	// lastScanMs is when the previous pre-read started (only the pre-read loop touches it).
+	lastScanMs int64
+
+	mu       sync.Mutex
+	lost     bool
+	inflight sync.WaitGroup
+}
+
+// begin admits a dispatch of one of this leadership's fires; false once leadership is lost.
+func (l *leadership) begin() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost {
+		return false
+	}
+	l.inflight.Add(1)
+	return true
+}
+
+// end closes a dispatch admitted by begin.
+func (l *leadership) end() { l.inflight.Done() }
+
+// stop refuses further dispatches and waits for those in flight.
+func (l *leadership) stop() {
+	l.mu.Lock()
+	l.lost = true
+	l.mu.Unlock()
+	l.inflight.Wait()
 }
 
 // campaignLoop campaigns until ctx ends; after losing leadership it campaigns again.
@@ -93,7 +123,10 @@ func (s *Service) campaign(ctx context.Context) error {
 	return nil
 }
 
-// leadUntilLost schedules until the session ends (leadership lost) or ctx ends (shutdown).
+// leadUntilLost schedules until the session ends (leadership lost) or ctx ends (shutdown): first
+// it takes over what the previous leader owed, then it pre-reads and follows completions. On the
+// way out it stops firing at once, lets dispatches in flight finish, and leaves what it still
+// owes in armed_from_ms for the next leader (fenced, so a deposed leader writes nothing).
 func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, epoch int64) {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -102,7 +135,7 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 		s.log.Error("time ring failed to start", "error", err)
 		return
 	}
-	l := &leadership{epoch: epoch, ring: r}
+	l := &leadership{epoch: epoch, ring: r, owed: newOwed(), lastScanMs: s.clk.Now().UnixMilli()}
 	s.mu.Lock()
 	s.lead, s.epoch, s.leader = l, epoch, s.cfg.ReplicaID
 	s.mu.Unlock()
@@ -111,7 +144,11 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := s.preReadLoop(lctx, l); errors.Is(err, errDeposed) {
+		err := s.takeOver(lctx, l)
+		if err == nil {
+			err = s.preReadLoop(lctx, l)
+		}
+		if errors.Is(err, errDeposed) {
 			close(deposed)
 		}
 	}()
@@ -128,7 +165,8 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 	case <-ctx.Done():
 		s.log.Info("shutting down: stopping the ring and resigning", "epoch", epoch)
 	}
-	rest := r.Drain() // stops firing at once
+	r.Drain() // stops firing at once; what it held stays owed
+	l.stop()  // queued fires are skipped (still owed); dispatches in flight finish
 	cancel()
 	<-done
 	<-done
@@ -136,53 +174,125 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 	s.mu.Lock()
 	s.lead = nil
 	s.mu.Unlock()
-	if len(rest) > 0 {
-		s.rewind(epoch, rest)
-	}
+	s.flushOwed(l)
 }
 
-// rewind hands armed-but-unfired entries back to the store, so the next leader fires them: each
-// job's next fire moves back to its earliest unfired entry. It is fenced: once a newer leader
-// holds the epoch it fails, and that leader's takeover must cover them.
-func (s *Service) rewind(epoch int64, rest []ringEntry) {
-	earliest := map[int64]int64{}
-	for _, e := range rest {
-		if e.Value.trigType == schedulerv1.TriggerType_TRIGGER_TYPE_RETRY {
-			continue // retries are not schedule state; see followCompletions
-		}
-		if t, ok := earliest[e.JobID]; !ok || e.FireAt < t {
-			earliest[e.JobID] = e.FireAt
-		}
-	}
+// flushOwed writes the owed fires' minimum per job to armed_from_ms, fenced, at the end of a
+// leadership.
+func (s *Service) flushOwed(l *leadership) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	tx, err := s.store.BeginTx(ctx, nil)
 	if err != nil {
-		s.log.Error("rewind failed", "error", err, "fires", len(rest))
+		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, epoch, s.cfg.ReplicaID); err != nil {
-		s.log.Warn("rewind fenced off", "error", err, "fires", len(rest))
+	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
+		// A newer leader holds the fence: the armed_from_ms of the last pre-read covers them.
+		s.log.Warn("owed fires not handed over: fenced off; the last pre-read's marks stand", "error", err)
 		return
 	}
-	ids := make([]int64, 0, len(earliest))
-	for id := range earliest {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET next_fire_ms = $2
-			WHERE id = $1 AND status = 2 AND (next_fire_ms IS NULL OR next_fire_ms > $2)`), id, earliest[id]); err != nil {
-			s.log.Error("rewind failed", "error", err, "job_id", id)
-			return
-		}
+	dirty := l.owed.takeDirty()
+	if err := s.jobs.markArmed(ctx, tx, dirty); err != nil {
+		s.log.Error("handing owed fires to the next leader failed", "error", err)
+		return
 	}
 	if err := tx.Commit(); err != nil {
-		s.log.Error("rewind failed", "error", err)
+		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
 	}
-	s.log.Info("rewound armed fires for the next leader", "fires", len(rest), "jobs", len(ids))
+	if len(dirty) > 0 {
+		s.log.Info("handed owed fires to the next leader", "jobs", len(dirty))
+	}
+}
+
+// takeoverLookback bounds how far back a new leader looks for owed fires; older ones count as
+// misfires.
+const takeoverLookback = 10 * time.Minute
+
+// takeoverSettle gives executors' RUNNING reports for fires dispatched just before a handover
+// time to reach logsvc before the new leader asks about them.
+const takeoverSettle = 300 * time.Millisecond
+
+// takeOver re-fires what the previous leader armed and did not dispatch: for every job with an
+// armed_from_ms mark, the schedule's fires in [armed_from_ms, next_fire_ms) whose trigger ids
+// logsvc does not know. They keep their scheduled times and trigger ids, so an executor that got
+// one anyway drops it as a duplicate. Until this succeeds the leader arms nothing new.
+func (s *Service) takeOver(ctx context.Context, l *leadership) error {
+	if err := s.wait(ctx, takeoverSettle); err != nil {
+		return err
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.takeOverOnce(ctx, l)
+		if err == nil || errors.Is(err, errDeposed) || ctx.Err() != nil {
+			return err
+		}
+		s.log.Warn("takeover failed; retrying (nothing new is armed until it succeeds)", "error", err)
+		if err := s.wait(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
+	jobs, err := s.jobs.armed(ctx)
+	if err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	now := s.clk.Now()
+	oldest := now.Add(-takeoverLookback).UnixMilli()
+	var cands []*fire
+	for _, aj := range jobs {
+		l.owed.touch(aj.ID) // the mark is cleared or replaced at the next pre-read
+		if aj.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+			continue
+		}
+		sch, err := parseSchedule(aj.jobRow)
+		if err != nil {
+			continue
+		}
+		for t := aj.armedFrom; t != 0 && (aj.NextFireMs == 0 || t < aj.NextFireMs); t = nextAfter(sch, time.UnixMilli(t)) {
+			if t >= oldest {
+				cands = append(cands, &fire{job: aj.jobRow, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: l})
+			}
+			if aj.NextFireMs == 0 {
+				break // FIX_DELAY or ONCE: the armed fire was the only one
+			}
+		}
+	}
+	known := map[string]bool{}
+	for start := 0; start < len(cands); start += 10000 {
+		chunk := cands[start:min(start+10000, len(cands))]
+		ids := make([]string, len(chunk))
+		for i, f := range chunk {
+			ids[i] = TriggerID(f.job.ID, f.fireMs, 0, 0)
+		}
+		resp, err := s.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: ids})
+		if err != nil {
+			return fmt.Errorf("look up armed fires in logsvc: %w", err)
+		}
+		for _, id := range resp.GetKnownTriggerIds() {
+			known[id] = true
+		}
+	}
+	refire := 0
+	for _, f := range cands {
+		if known[TriggerID(f.job.ID, f.fireMs, 0, 0)] {
+			continue
+		}
+		refire++
+		l.owed.add(f.job.ID, f.fireMs)
+		l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: f.fireMs, Value: f})
+	}
+	s.log.Info("took over from the previous leader", "epoch", l.epoch, "jobs_marked", len(jobs),
+		"fires_checked", len(cands), "fires_refired", refire)
+	return nil
 }
 
 // wait pauses on the injected clock.

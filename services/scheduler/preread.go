@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -47,8 +48,29 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
 		return 0, err
 	}
+	if err := s.refreshArmed(ctx, tx, l, nowMs); err != nil {
+		return 0, err
+	}
 	due, err := s.jobs.due(ctx, tx, horizon, s.cfg.PreReadBatch)
 	if err != nil {
+		return 0, err
+	}
+	// Move the armed_from_ms marks of jobs whose owed fires changed; due jobs get theirs below.
+	marks := l.owed.takeDirty()
+	committed := false
+	defer func() {
+		if !committed {
+			l.owed.restore(marks)
+		}
+	}()
+	flush := make(map[int64]int64, len(marks))
+	for id, ms := range marks {
+		flush[id] = ms
+	}
+	for _, j := range due {
+		delete(flush, j.ID)
+	}
+	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
 		return 0, err
 	}
 	var armed []ringEntry
@@ -63,30 +85,63 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 			continue
 		}
 		fires, last, next := s.firesInWindow(j, sch, now, horizon)
+		armedFrom, _ := l.owed.min(j.ID)
 		for _, f := range fires {
+			f.lead = l
 			armed = append(armed, ringEntry{JobID: j.ID, FireAt: f.fireMs, Value: f})
+			if armedFrom == 0 || f.fireMs < armedFrom {
+				armedFrom = f.fireMs
+			}
 		}
-		if err := s.jobs.advance(ctx, tx, j.ID, last, next); err != nil {
+		if err := s.jobs.advance(ctx, tx, j.ID, last, next, armedFrom); err != nil {
 			return 0, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("pre-read commit: %w", err)
 	}
-	var refused []ringEntry
+	committed = true
 	for _, e := range armed {
-		if !l.ring.Add(e) {
-			refused = append(refused, e)
-		}
-	}
-	if len(refused) > 0 {
-		// Leadership ended between the commit and here (the ring is drained): hand them back.
-		s.rewind(l.epoch, refused)
+		// Owed before armed: a ring drained meanwhile refuses the entry, and the fire stays owed
+		// for the hand-over (its armed_from_ms mark is already committed).
+		l.owed.arm(e.JobID, e.FireAt)
+		l.ring.Add(e)
 	}
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
 	return len(due), nil
+}
+
+// refreshArmed applies API changes made on any replica to the fires already armed: a stopped,
+// deleted or rescheduled job's fires are disarmed (the API moved its next fire), any other change
+// (params, handler, GLUE source…) reaches the armed fires. It reads jobs changed since the
+// previous scan, with a second of overlap.
+func (s *Service) refreshArmed(ctx context.Context, tx *sql.Tx, l *leadership, nowMs int64) error {
+	since := l.lastScanMs - 1000
+	l.lastScanMs = nowMs
+	if l.ring.Len() == 0 {
+		return nil
+	}
+	changed, err := s.jobs.changedSince(ctx, tx, since)
+	if err != nil {
+		return err
+	}
+	for _, j := range changed {
+		for _, e := range l.ring.RemoveJob(j.ID) {
+			old := e.Value.job
+			if j.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING || j.ScheduleType != old.ScheduleType ||
+				j.ScheduleExpr != old.ScheduleExpr || j.TimeZone != old.TimeZone {
+				l.owed.done(e.JobID, e.FireAt)
+				continue
+			}
+			f := *e.Value
+			f.job = j
+			e.Value = &f
+			l.ring.Add(e)
+		}
+	}
+	return nil
 }
 
 // firesInWindow computes a job's fires from its next_fire up to horizon (Unix ms). It returns the

@@ -279,7 +279,9 @@ func (s *Service) disarm(jobID int64) {
 	l := s.lead
 	s.mu.Unlock()
 	if l != nil {
-		l.ring.RemoveJob(jobID)
+		for _, e := range l.ring.RemoveJob(jobID) {
+			l.owed.done(e.JobID, e.FireAt)
+		}
 	}
 	s.router.Forget(jobID)
 }

@@ -284,14 +284,79 @@ func (s store) due(ctx context.Context, tx *sql.Tx, horizonMs int64, limit int) 
 	return out, rows.Err()
 }
 
-// advance moves a job's fire times after a pre-read (inside the fenced tx).
-func (s store) advance(ctx context.Context, tx *sql.Tx, id, lastMs, nextMs int64) error {
-	_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET last_fire_ms = COALESCE($2, last_fire_ms), next_fire_ms = $3 WHERE id = $1`),
-		id, nullMs(lastMs), nullMs(nextMs))
+// changedSince reads, inside the fenced tx, the jobs changed through the API at or after ms.
+func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64) ([]*jobRow, error) {
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs WHERE update_ms >= $1`), ms)
+	if err != nil {
+		return nil, fmt.Errorf("read changed jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []*jobRow
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read changed jobs: %w", err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// advance moves a job's fire times after a pre-read (inside the fenced tx); armedFromMs is the
+// earliest fire owed (0 for none).
+func (s store) advance(ctx context.Context, tx *sql.Tx, id, lastMs, nextMs, armedFromMs int64) error {
+	_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET last_fire_ms = COALESCE($2, last_fire_ms), next_fire_ms = $3,
+		armed_from_ms = $4 WHERE id = $1`), id, nullMs(lastMs), nullMs(nextMs), nullMs(armedFromMs))
 	if err != nil {
 		return fmt.Errorf("advance job %d: %w", id, err)
 	}
 	return nil
+}
+
+// markArmed sets armed_from_ms per job (0 clears it), inside the fenced tx.
+func (s store) markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE jobs SET armed_from_ms = $2 WHERE id = $1`))
+	if err != nil {
+		return fmt.Errorf("mark armed fires: %w", err)
+	}
+	defer stmt.Close()
+	for id, ms := range marks {
+		if _, err := stmt.ExecContext(ctx, id, nullMs(ms)); err != nil {
+			return fmt.Errorf("mark armed fires of job %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// armedJob is a job with an armed_from_ms mark.
+type armedJob struct {
+	*jobRow
+	armedFrom int64
+}
+
+// armed reads every job a leader marked as owing fires.
+func (s store) armed(ctx context.Context) ([]armedJob, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+`, armed_from_ms FROM jobs WHERE armed_from_ms IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("read armed jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []armedJob
+	for rows.Next() {
+		var j jobRow
+		var a int64
+		if err := rows.Scan(&j.ID, &j.GroupID, &j.Name, &j.Author, &j.AlarmEmails, &j.ScheduleType, &j.ScheduleExpr, &j.TimeZone,
+			&j.Misfire, &j.Route, &j.Handler, &j.Params, &j.Block, &j.TimeoutSeconds, &j.RetryCount,
+			&j.RetryBackoff, &j.RetryIntervalMs, &j.GlueType, &j.GlueSource, &j.GlueRemark, &j.GlueUpdatedMs, &j.ChildJobIDs,
+			&j.Status, &j.LastFireMs, &j.NextFireMs, &j.Version, &j.CreateMs, &j.UpdateMs, &a); err != nil {
+			return nil, fmt.Errorf("read armed jobs: %w", err)
+		}
+		out = append(out, armedJob{&j, a})
+	}
+	return out, rows.Err()
 }
 
 func encodeCursor(id int64) string {

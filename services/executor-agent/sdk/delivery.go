@@ -18,10 +18,14 @@ import (
 
 // outbox holds results and log lines until logsvc acknowledges them. streamOutbox keeps them
 // in memory; a durable on-disk spool can implement the same interface and replace it.
-// A result is delivered only after every line of its fire queued before it was acknowledged.
+// A final result is delivered only after every line of its fire queued before it was
+// acknowledged; a RUNNING result (addStart) goes out at once, and results leave in the order
+// they were added, so a fire's RUNNING result always precedes its final one.
 type outbox interface {
 	start(ctx context.Context)
 	addLines(lines []*logsv1.LogLine)
+	// addStart queues the RUNNING result of a fire just accepted, without waiting for anything.
+	addStart(r *logsv1.RunResult)
 	addResult(r *logsv1.RunResult)
 	// flush waits until everything added so far is acknowledged or ctx ends.
 	flush(ctx context.Context) error
@@ -35,6 +39,7 @@ type nopOutbox struct{}
 
 func (nopOutbox) start(context.Context)       {}
 func (nopOutbox) addLines([]*logsv1.LogLine)  {}
+func (nopOutbox) addStart(*logsv1.RunResult)  {}
 func (nopOutbox) addResult(*logsv1.RunResult) {}
 func (nopOutbox) flush(context.Context) error { return nil }
 func (nopOutbox) pending() int                { return 0 }
@@ -142,6 +147,12 @@ func (o *streamOutbox) addLines(ls []*logsv1.LogLine) {
 	for _, l := range ls {
 		o.unacked[l.GetTriggerId()]++
 	}
+}
+
+func (o *streamOutbox) addStart(r *logsv1.RunResult) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sendResultLocked(r)
 }
 
 func (o *streamOutbox) addResult(r *logsv1.RunResult) {

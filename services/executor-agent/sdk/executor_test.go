@@ -400,8 +400,79 @@ func TestDuplicateTriggerID(t *testing.T) {
 	if ack := h.run(t, tr)[0]; ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE {
 		t.Fatalf("after the run: got %v, want DUPLICATE", ack.GetOutcome())
 	}
+	// Results leave in order: a RUNNING queued by the duplicates would arrive before the result
+	// of a fire accepted after them.
+	h.accept(t, bean("25-2-0-0", 25, "gate", ""))
+	h.gates.release("25-2-0-0")
+	h.wantResult(t, "25-2-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
 	if results, _ := h.ingest.Receipts("25-1-0-0"); results != 1 {
 		t.Fatalf("results received: got %d, want 1", results)
+	}
+	if got, want := h.ingest.Statuses("25-1-0-0"), []logsv1.RunStatus{logsv1.RunStatus_RUN_STATUS_RUNNING, logsv1.RunStatus_RUN_STATUS_SUCCESS}; !slices.Equal(got, want) {
+		t.Fatalf("results of a fire sent three times: got %v, want %v", got, want)
+	}
+}
+
+func TestAcceptedFireReportsRunningThenFinal(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	running, final := logsv1.RunStatus_RUN_STATUS_RUNNING, logsv1.RunStatus_RUN_STATUS_SUCCESS
+
+	// RUNNING arrives while the handler still runs.
+	before := time.Now().UnixMilli()
+	h.accept(t, bean("81-1-0-0", 81, "gate", ""))
+	after := time.Now().UnixMilli()
+	var r *logsv1.RunResult
+	if err := h.ingest.Wait(ctxFor(t), func() bool {
+		var ok bool
+		r, ok = h.ingest.Running("81-1-0-0")
+		return ok
+	}); err != nil {
+		t.Fatalf("no RUNNING result while the fire runs: %v", err)
+	}
+	if r.GetJobId() != 81 || r.GetExecutorAddress() != h.exec.AdvertiseAddr() || r.GetStartUnixMs() < before || r.GetStartUnixMs() > after || r.GetEndUnixMs() != 0 {
+		t.Errorf("RUNNING result: got %v, want job 81, address %s, start in [%d, %d], no end", r, h.exec.AdvertiseAddr(), before, after)
+	}
+	if _, ok := h.ingest.Result("81-1-0-0"); ok {
+		t.Fatalf("final result before the handler returned")
+	}
+	h.gates.release("81-1-0-0")
+	h.wantResult(t, "81-1-0-0", final, "")
+	if got, want := h.ingest.Statuses("81-1-0-0"), []logsv1.RunStatus{running, final}; !slices.Equal(got, want) {
+		t.Errorf("results of 81-1-0-0: got %v, want %v", got, want)
+	}
+
+	// Fires that end at once, and one killed while queued, still report RUNNING first.
+	h.exec.Handle("quick", func(ctx context.Context, job *sdk.Job) error {
+		job.Logf("quick %s", job.TriggerID)
+		return nil
+	})
+	var fires []*executorv1.Trigger
+	for i := range 20 {
+		fires = append(fires, bean(fmt.Sprintf("82-%d-0-0", i), int64(820+i), "quick", ""))
+	}
+	for _, ack := range h.run(t, fires...) {
+		if ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED {
+			t.Fatalf("fire %s: got %v %q, want ACCEPTED", ack.GetTriggerId(), ack.GetOutcome(), ack.GetMessage())
+		}
+	}
+	h.accept(t, bean("83-1-0-0", 83, "gate", ""))
+	h.gates.waitStarted(t, "83-1-0-0")
+	h.accept(t, bean("83-2-0-0", 83, "gate", ""))
+	if resp, err := h.cli.Kill(ctxFor(t), &executorv1.KillRequest{TriggerId: "83-2-0-0"}); err != nil || !resp.GetKilled() {
+		t.Fatalf("Kill: got %v %v, want killed", resp, err)
+	}
+	h.wantResult(t, "83-2-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "killed by request")
+	h.gates.release("83-1-0-0")
+	h.wantResult(t, "83-1-0-0", final, "")
+	for _, f := range fires {
+		h.wantResult(t, f.GetTriggerId(), final, "")
+		if got, want := h.ingest.Statuses(f.GetTriggerId()), []logsv1.RunStatus{running, final}; !slices.Equal(got, want) {
+			t.Errorf("results of %s: got %v, want %v", f.GetTriggerId(), got, want)
+		}
+	}
+	if got, want := h.ingest.Statuses("83-2-0-0"), []logsv1.RunStatus{running, logsv1.RunStatus_RUN_STATUS_KILLED}; !slices.Equal(got, want) {
+		t.Errorf("results of a fire killed while queued: got %v, want %v", got, want)
 	}
 }
 
@@ -516,6 +587,12 @@ func TestRejections(t *testing.T) {
 	}
 	h.gates.release("46-1-0-0")
 	h.wantResult(t, "46-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	// Results leave in order, so anything sent for the rejected fires has arrived by now.
+	for _, id := range []string{"43-1-0-0", "42-1-0-0", "44-1-0-0"} {
+		if got := h.ingest.Statuses(id); len(got) != 0 {
+			t.Errorf("results of rejected fire %s: got %v, want none", id, got)
+		}
+	}
 }
 
 func TestAccessToken(t *testing.T) {

@@ -154,6 +154,12 @@ func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
 	w.queue = append(w.queue, r)
 	e.active[id] = r
 	e.recent.add(id, r.logPath)
+	// Tell logsvc at once that the fire reached this executor. Queued under e.mu, before any
+	// worker, kill or stop can see the run, so its final result is always queued after this.
+	e.out.addStart(&logsv1.RunResult{
+		TriggerId: id, JobId: t.GetJobId(), Status: logsv1.RunStatus_RUN_STATUS_RUNNING,
+		StartUnixMs: time.Now().UnixMilli(), ExecutorAddress: e.advertise,
+	})
 	w.signal()
 	e.mu.Unlock()
 

@@ -22,14 +22,17 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 )
 
-// Ingest is a fake logsvc IngestService. Like logsvc it stores a fire's first result and each
-// (trigger id, line number) once, and acknowledges a batch after storing it. It also counts
-// every receipt, so tests can see resends.
+// Ingest is a fake logsvc IngestService. Like logsvc it stores a fire's first final result, its
+// first RUNNING result (never refused, whenever it comes) and each (trigger id, line number)
+// once, and acknowledges a batch after storing it. It also counts every receipt and keeps the
+// order in which a fire's results arrived, so tests can see resends and ordering.
 type Ingest struct {
 	logsv1.UnimplementedIngestServiceServer
 
 	mu             sync.Mutex
-	results        map[string]*logsv1.RunResult
+	results        map[string]*logsv1.RunResult // final results
+	starts         map[string]*logsv1.RunResult // RUNNING results
+	statuses       map[string][]logsv1.RunStatus
 	resultReceipts map[string]int
 	lines          map[string]map[int64]*logsv1.LogLine
 	lineReceipts   map[string]int
@@ -44,7 +47,8 @@ type Ingest struct {
 // NewIngest returns an empty fake.
 func NewIngest() *Ingest {
 	return &Ingest{
-		results: map[string]*logsv1.RunResult{}, resultReceipts: map[string]int{},
+		results: map[string]*logsv1.RunResult{}, starts: map[string]*logsv1.RunResult{},
+		statuses: map[string][]logsv1.RunStatus{}, resultReceipts: map[string]int{},
 		lines: map[string]map[int64]*logsv1.LogLine{}, lineReceipts: map[string]int{},
 		records: map[string]*logsv1.TriggerRecord{}, changed: make(chan struct{}),
 	}
@@ -93,7 +97,7 @@ func (f *Ingest) Misbehaved() (refusedConns, droppedBatches int) {
 	return f.refusedConns, f.droppedBatches
 }
 
-// Result returns the stored result of a fire.
+// Result returns the stored final result of a fire.
 func (f *Ingest) Result(triggerID string) (*logsv1.RunResult, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -101,7 +105,7 @@ func (f *Ingest) Result(triggerID string) (*logsv1.RunResult, bool) {
 	return r, ok
 }
 
-// Results returns every stored result by trigger id.
+// Results returns every stored final result by trigger id.
 func (f *Ingest) Results() map[string]*logsv1.RunResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -110,6 +114,22 @@ func (f *Ingest) Results() map[string]*logsv1.RunResult {
 		out[k] = v
 	}
 	return out
+}
+
+// Running returns the stored RUNNING result of a fire: the executor accepted it.
+func (f *Ingest) Running(triggerID string) (*logsv1.RunResult, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.starts[triggerID]
+	return r, ok
+}
+
+// Statuses returns the status of every result received for a fire (RUNNING and final, resends
+// included), in arrival order.
+func (f *Ingest) Statuses(triggerID string) []logsv1.RunStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.statuses[triggerID])
 }
 
 // Lines returns the stored lines of a fire in line-number order.
@@ -133,8 +153,8 @@ func (f *Ingest) Texts(triggerID string) []string {
 	return out
 }
 
-// Receipts counts how many times a fire's result, and its lines in total, were received
-// (resends included).
+// Receipts counts how many times a fire's final result, and its lines in total, were received
+// (resends included); Statuses shows its RUNNING results too.
 func (f *Ingest) Receipts(triggerID string) (results, lines int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -158,7 +178,7 @@ func (f *Ingest) Wait(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// WaitResult waits for a fire's result.
+// WaitResult waits for a fire's final result.
 func (f *Ingest) WaitResult(ctx context.Context, triggerID string) (*logsv1.RunResult, error) {
 	var r *logsv1.RunResult
 	err := f.Wait(ctx, func() bool {
@@ -195,7 +215,8 @@ func (f *Ingest) dropped() error {
 	return status.Error(codes.Unavailable, "sdktest: stream dropped before acknowledging")
 }
 
-// IngestResults stores results; a second result for a fire is refused, as logsvc does.
+// IngestResults stores results; a second final result for a fire is refused, as logsvc does,
+// and a RUNNING result never is.
 func (f *Ingest) IngestResults(s grpc.BidiStreamingServer[logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]) error {
 	drop := f.takeDrop()
 	for {
@@ -206,9 +227,23 @@ func (f *Ingest) IngestResults(s grpc.BidiStreamingServer[logsv1.IngestResultsRe
 		if err != nil {
 			return err
 		}
+		// Like logsvc, a batch with a result without a status is refused whole.
+		for i, r := range req.GetResults() {
+			if r.GetStatus() == logsv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+				return status.Errorf(codes.InvalidArgument, "sdktest: results[%d].status: want RUNNING or a final status", i)
+			}
+		}
 		var refused []string
 		f.mu.Lock()
 		for _, r := range req.GetResults() {
+			id := r.GetTriggerId()
+			f.statuses[id] = append(f.statuses[id], r.GetStatus())
+			if r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING {
+				if _, ok := f.starts[id]; !ok {
+					f.starts[id] = r
+				}
+				continue
+			}
 			f.resultReceipts[r.GetTriggerId()]++
 			if _, ok := f.results[r.GetTriggerId()]; ok {
 				refused = append(refused, r.GetTriggerId())
