@@ -10,7 +10,7 @@ import (
 // armed_from_ms must not pass, so that a new leader knows where to look after a crash.
 type owed struct {
 	mu    sync.Mutex
-	fires map[int64][]int64    // job → pending scheduled times (Unix ms), ascending
+	fires map[int64][]int64  // job → pending scheduled times (Unix ms), ascending
 	dirty map[int64]struct{} // jobs whose minimum changed since the last flush
 }
 
