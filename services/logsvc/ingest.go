@@ -190,7 +190,7 @@ func (s *Service) writeRecords(ctx context.Context, recs []*logsv1.TriggerRecord
 					shard_total = excluded.shard_total, attempt = excluded.attempt, retries_left = excluded.retries_left,
 					route_strategy = excluded.route_strategy, trigger_message = excluded.trigger_message,
 					trace_id = CASE WHEN excluded.trace_id <> '' THEN excluded.trace_id ELSE runs.trace_id END
-				RETURNING trigger_id, status, trigger_outcome`
+				RETURNING trigger_id, status, trigger_outcome, start_ms`
 			rows, err := tx.QueryContext(ctx, q, args...)
 			if err != nil {
 				return fmt.Errorf("upsert trigger records: %w", err)
@@ -198,12 +198,19 @@ func (s *Service) writeRecords(ctx context.Context, recs []*logsv1.TriggerRecord
 			for rows.Next() {
 				var id string
 				var st, outcome int32
-				if err := rows.Scan(&id, &st, &outcome); err != nil {
+				var startMs int64
+				if err := rows.Scan(&id, &st, &outcome, &startMs); err != nil {
 					rows.Close()
 					return fmt.Errorf("upsert trigger records: %w", err)
 				}
 				want := int32(byID[id].GetTriggerOutcome())
 				switch {
+				case want == outcomeFailed && st == statusRunning && startMs > 0:
+					// The executor reported the fire RUNNING: it got there although the scheduler
+					// saw an error (a timed-out Run). Its own result decides the run.
+					if outcome != outcomeOK {
+						ok = append(ok, id)
+					}
 				case want == outcomeFailed && st == statusRunning:
 					failing = append(failing, id)
 				case outcome == want: // inserted, or a record seen before

@@ -1090,12 +1090,21 @@ func testRunningAlone(t *testing.T, e *env) {
 	}
 	// The record after RUNNING completes nothing either.
 	e.mustRecords(t, record("123-a", job, base))
+	// Nor does a FAILED record of a fire the executor reported RUNNING (the scheduler's Run timed
+	// out after the executor accepted): the executor's own result decides.
+	e.mustResults(t, running("123-d", job, base+2, "10.0.0.6:9999"))
+	failedRec := record("123-d", job, base)
+	failedRec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+	e.mustRecords(t, failedRec)
+	if d := e.run(t, "123-d"); d.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING || d.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+		t.Errorf("run reported RUNNING, then a FAILED record: got %v, want RUNNING with outcome OK", d)
+	}
 	resp, err := e.logs.ListRuns(ctxFor(t), &logsv1.ListRunsRequest{JobId: job, Status: logsv1.RunStatus_RUN_STATUS_RUNNING})
 	if err != nil {
 		t.Fatalf("ListRuns: %v", err)
 	}
-	if got := len(resp.GetRuns()); got != 2 {
-		t.Errorf("RUNNING runs of job %d: got %d, want 2", job, got)
+	if got := len(resp.GetRuns()); got != 3 {
+		t.Errorf("RUNNING runs of job %d: got %d, want 3", job, got)
 	}
 	if got := completionsOf(t, e, w, job); len(got) != 0 {
 		t.Errorf("completions: got %v, want none", got)
