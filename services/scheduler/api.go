@@ -193,11 +193,12 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 	if glueChanged {
 		next.GlueUpdatedMs = now.UnixMilli()
 	}
-	if next.Status != cur.Status || next.ScheduleType != cur.ScheduleType || next.ScheduleExpr != cur.ScheduleExpr || next.TimeZone != cur.TimeZone {
+	resched := next.Status != cur.Status || next.ScheduleType != cur.ScheduleType || next.ScheduleExpr != cur.ScheduleExpr || next.TimeZone != cur.TimeZone
+	if resched {
 		next.NextFireMs = firstFire(sch, next.Status, now)
 		s.disarm(cur.ID)
 	}
-	if err := s.jobs.update(ctx, &next, glueChanged); err != nil {
+	if err := s.jobs.update(ctx, &next, resched, glueChanged); err != nil {
 		return nil, err
 	}
 	out, err := s.jobs.get(ctx, s.store, cur.ID)
@@ -255,7 +256,7 @@ func (s *Service) setStatus(ctx context.Context, id int64, st schedulerv1.JobSta
 		now := s.clk.Now()
 		cur.Status, cur.UpdateMs = st, now.UnixMilli()
 		cur.NextFireMs = firstFire(sch, st, now)
-		err = s.jobs.update(ctx, cur, false)
+		err = s.jobs.update(ctx, cur, true, false)
 		if errors.Is(err, apierr.ErrConflict) {
 			continue // changed under us; read again
 		}

@@ -74,6 +74,7 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		return 0, err
 	}
 	var armed []ringEntry
+	advances := make([]advance, 0, len(due))
 	for _, j := range due {
 		sch, err := parseSchedule(j)
 		if err != nil {
@@ -93,9 +94,10 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 				armedFrom = f.fireMs
 			}
 		}
-		if err := s.jobs.advance(ctx, tx, j.ID, last, next, armedFrom); err != nil {
-			return 0, err
-		}
+		advances = append(advances, advance{id: j.ID, lastMs: last, nextMs: next, armedFromMs: armedFrom})
+	}
+	if err := s.jobs.advanceAll(ctx, tx, advances); err != nil {
+		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("pre-read commit: %w", err)

@@ -123,8 +123,10 @@ func (s store) insert(ctx context.Context, j *jobRow) (int64, error) {
 }
 
 // update writes every mutable column if the stored version is still j.Version; the version is
-// bumped. saveGlue also records a GLUE version.
-func (s store) update(ctx context.Context, j *jobRow, saveGlue bool) error {
+// bumped. next_fire_ms is written only with setNext (a start, stop or new schedule): otherwise
+// the leader's pre-read owns it, and writing back a value read earlier could re-arm a fire that
+// already went out. saveGlue also records a GLUE version.
+func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("update job %d: %w", j.ID, err)
@@ -133,12 +135,13 @@ func (s store) update(ctx context.Context, j *jobRow, saveGlue bool) error {
 	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET group_id=$3, name=$4, author=$5, alarm_emails=$6, schedule_type=$7,
 		schedule_expr=$8, time_zone=$9, misfire_strategy=$10, route_strategy=$11, handler=$12, params=$13, block_strategy=$14,
 		timeout_seconds=$15, retry_count=$16, retry_backoff=$17, retry_interval_ms=$18, glue_type=$19, glue_source=$20,
-		glue_remark=$21, glue_updated_ms=$22, child_job_ids=$23, status=$24, next_fire_ms=$25, update_ms=$26,
+		glue_remark=$21, glue_updated_ms=$22, child_job_ids=$23, status=$24,
+		next_fire_ms = CASE WHEN $27 THEN $25 ELSE next_fire_ms END, update_ms=$26,
 		version = version + 1
 		WHERE id = $1 AND version = $2`),
 		j.ID, j.Version, j.GroupID, j.Name, j.Author, j.AlarmEmails, j.ScheduleType, j.ScheduleExpr, j.TimeZone, j.Misfire,
 		j.Route, j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs,
-		j.GlueType, j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, nullMs(j.NextFireMs), j.UpdateMs)
+		j.GlueType, j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, nullMs(j.NextFireMs), j.UpdateMs, setNext)
 	if err != nil {
 		return fmt.Errorf("update job %d: %w", j.ID, err)
 	}
@@ -263,6 +266,8 @@ func (s store) fence(ctx context.Context, tx *sql.Tx, epoch int64, holder string
 
 // due reads, inside the fenced tx, running jobs whose next fire is at or before horizonMs.
 func (s store) due(ctx context.Context, tx *sql.Tx, horizonMs int64, limit int) ([]*jobRow, error) {
+	// FOR UPDATE: an API change to a due job waits for this transaction, so it never interleaves
+	// with the advance (the fence row alone serialises only leaders).
 	lock := ""
 	if s.db.Dialect() == db.Postgres {
 		lock = " FOR UPDATE"
@@ -302,13 +307,43 @@ func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64) ([]*jobRo
 	return out, rows.Err()
 }
 
-// advance moves a job's fire times after a pre-read (inside the fenced tx); armedFromMs is the
-// earliest fire owed (0 for none).
-func (s store) advance(ctx context.Context, tx *sql.Tx, id, lastMs, nextMs, armedFromMs int64) error {
-	_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET last_fire_ms = COALESCE($2, last_fire_ms), next_fire_ms = $3,
-		armed_from_ms = $4 WHERE id = $1`), id, nullMs(lastMs), nullMs(nextMs), nullMs(armedFromMs))
+// advance is one job's new fire times after a pre-read; 0 means none (NULL). lastMs 0 keeps the
+// stored last fire; armedFromMs is the earliest fire owed.
+type advance struct {
+	id, lastMs, nextMs, armedFromMs int64
+}
+
+// advanceAll writes the pre-read's advances inside the fenced tx: one statement on Postgres (an
+// UPDATE … FROM unnest of arrays), a prepared statement per job on SQLite.
+func (s store) advanceAll(ctx context.Context, tx *sql.Tx, as []advance) error {
+	if len(as) == 0 {
+		return nil
+	}
+	if s.db.Dialect() == db.Postgres {
+		n := len(as)
+		ids, lasts, nexts, armed := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, a := range as {
+			ids[i], lasts[i], nexts[i], armed[i] = a.id, a.lastMs, a.nextMs, a.armedFromMs
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE jobs SET last_fire_ms = COALESCE(NULLIF(u.last, 0), jobs.last_fire_ms),
+			next_fire_ms = NULLIF(u.next, 0), armed_from_ms = NULLIF(u.armed, 0)
+			FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, last, next, armed)
+			WHERE jobs.id = u.id`, ids, lasts, nexts, armed)
+		if err != nil {
+			return fmt.Errorf("advance %d jobs: %w", len(as), err)
+		}
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE jobs SET last_fire_ms = COALESCE($2, last_fire_ms), next_fire_ms = $3,
+		armed_from_ms = $4 WHERE id = $1`))
 	if err != nil {
-		return fmt.Errorf("advance job %d: %w", id, err)
+		return fmt.Errorf("advance jobs: %w", err)
+	}
+	defer stmt.Close()
+	for _, a := range as {
+		if _, err := stmt.ExecContext(ctx, a.id, nullMs(a.lastMs), nullMs(a.nextMs), nullMs(a.armedFromMs)); err != nil {
+			return fmt.Errorf("advance job %d: %w", a.id, err)
+		}
 	}
 	return nil
 }
@@ -316,6 +351,18 @@ func (s store) advance(ctx context.Context, tx *sql.Tx, id, lastMs, nextMs, arme
 // markArmed sets armed_from_ms per job (0 clears it), inside the fenced tx.
 func (s store) markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64) error {
 	if len(marks) == 0 {
+		return nil
+	}
+	if s.db.Dialect() == db.Postgres {
+		ids, ms := make([]int64, 0, len(marks)), make([]int64, 0, len(marks))
+		for id, m := range marks {
+			ids, ms = append(ids, id), append(ms, m)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE jobs SET armed_from_ms = NULLIF(u.ms, 0)
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, ms) WHERE jobs.id = u.id`, ids, ms)
+		if err != nil {
+			return fmt.Errorf("mark armed fires of %d jobs: %w", len(marks), err)
+		}
 		return nil
 	}
 	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE jobs SET armed_from_ms = $2 WHERE id = $1`))
