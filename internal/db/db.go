@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"net/url"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 	"modernc.org/sqlite" // the embedded store of jobmesh dev
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -134,17 +136,28 @@ func openSQLite(ctx context.Context, cfg Config) (*DB, error) {
 func (d *DB) Dialect() Dialect { return d.dialect }
 
 // Migrate applies the service's migrations: fsys holds a folder per dialect ("postgres",
-// "sqlite") of goose SQL files. The version table lives in the service's schema.
+// "sqlite") of goose SQL files. The version table lives in the service's schema. On Postgres it
+// holds a session advisory lock per schema, so replicas started together on a fresh database do
+// not race through the same migration.
 func (d *DB) Migrate(ctx context.Context, fsys fs.FS) error {
 	sub, err := fs.Sub(fsys, d.dialect.String())
 	if err != nil {
 		return fmt.Errorf("db: migrations for %s: %w", d.dialect, err)
 	}
 	gd := goose.DialectPostgres
+	var opts []goose.ProviderOption
 	if d.dialect == SQLite {
 		gd = goose.DialectSQLite3
+	} else {
+		h := fnv.New64a()
+		h.Write([]byte("jobmesh migrations " + d.schema))
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(int64(h.Sum64()>>1)), lock.WithLockTimeout(1, 300))
+		if err != nil {
+			return fmt.Errorf("db: migration lock: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
 	}
-	p, err := goose.NewProvider(gd, d.DB, sub)
+	p, err := goose.NewProvider(gd, d.DB, sub, opts...)
 	if err != nil {
 		return fmt.Errorf("db: migrations of %s: %w", d.schema, err)
 	}

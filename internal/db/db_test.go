@@ -5,6 +5,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
 
@@ -35,5 +36,32 @@ func TestMigrateAndRebind(t *testing.T) {
 				t.Errorf("second migrate: %v", err)
 			}
 		})
+	}
+}
+
+// TestConcurrentMigrate: replicas started together on a fresh database all migrate cleanly.
+func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewPostgres(t)
+	migrations := fstest.MapFS{
+		"postgres/00001_a.sql": {Data: []byte("-- +goose Up\nCREATE TABLE a (id BIGINT PRIMARY KEY);\n")},
+		"postgres/00002_b.sql": {Data: []byte("-- +goose Up\nCREATE TABLE b (id BIGINT PRIMARY KEY);\n")},
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			d, err := db.Open(context.Background(), db.Config{URL: url, Schema: "race"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer d.Close()
+			errs <- d.Migrate(context.Background(), migrations)
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent migrate: %v", err)
+		}
 	}
 }
