@@ -1,5 +1,6 @@
 // Command jobmesh runs jobmesh. `jobmesh dev` starts every service in one process on an embedded
-// etcd and an embedded store.
+// etcd and an embedded store; `jobmesh scheduler` runs one scheduler replica against a shared etcd
+// and Postgres.
 package main
 
 import (
@@ -22,9 +23,10 @@ import (
 const usage = `jobmesh: a distributed job scheduler.
 
 Usage:
-  jobmesh dev [flags]    run every service in one process (embedded etcd and store)
+  jobmesh dev [flags]          run every service in one process (embedded etcd and store)
+  jobmesh scheduler [flags]    run one scheduler replica (shared etcd and Postgres)
 
-Run "jobmesh dev -h" for its flags. Every flag has an environment twin: --data-dir is JOBMESH_DATA_DIR.
+Run "jobmesh <command> -h" for its flags. Every flag has an environment twin: --data-dir is JOBMESH_DATA_DIR.
 `
 
 func main() {
@@ -38,6 +40,8 @@ func main() {
 	switch os.Args[1] {
 	case "dev":
 		err = runDev(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "scheduler":
+		err = runScheduler(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -57,6 +57,13 @@ type Config struct {
 	Logger *slog.Logger
 	// UnsafeEtcd skips fsync in etcd (tests).
 	UnsafeEtcd bool
+	// NoScheduler leaves the scheduler out, for scheduler replicas run as their own processes
+	// (`jobmesh scheduler`, on DatabaseURL and the stack's EtcdEndpoint). SchedulerAddr is then
+	// not listened on: it is the address of one of those replicas, which the gateway and logsvc's
+	// kill path dial lazily; their scheduler calls fail with Unavailable while nothing serves it.
+	NoScheduler bool
+	// AgentHandlers are registered on the local agent before it starts, by handler name.
+	AgentHandlers map[string]sdk.HandlerFunc
 }
 
 func (c *Config) setDefaults() {
@@ -80,7 +87,7 @@ func (c *Config) setDefaults() {
 // Stack is a running all-in-one jobmesh.
 type Stack struct {
 	// HTTPAddr, SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr, AgentAddr and EtcdEndpoint are
-	// the actual addresses after Start.
+	// the actual addresses after Start (SchedulerAddr as configured with NoScheduler).
 	HTTPAddr, SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr, AgentAddr, EtcdEndpoint string
 	// AdminPassword is the password given to the first admin by this start; empty when the
 	// store already had users.
@@ -148,9 +155,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	schedDB, err := open("scheduler", scheduler.MigrationsFS())
-	if err != nil {
-		return nil, err
+	var schedDB *db.DB
+	if !cfg.NoScheduler {
+		if schedDB, err = open("scheduler", scheduler.MigrationsFS()); err != nil {
+			return nil, err
+		}
 	}
 	authDB, err := open("auth", auth.MigrationsFS())
 	if err != nil {
@@ -174,15 +183,19 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	schedLn, err := listen(cfg.SchedulerAddr)
-	if err != nil {
-		return nil, err
+	var schedLn net.Listener
+	st.SchedulerAddr = cfg.SchedulerAddr // served elsewhere with NoScheduler
+	if !cfg.NoScheduler {
+		if schedLn, err = listen(cfg.SchedulerAddr); err != nil {
+			return nil, err
+		}
+		st.SchedulerAddr = schedLn.Addr().String()
 	}
 	authLn, err := listen(cfg.AuthAddr)
 	if err != nil {
 		return nil, err
 	}
-	st.RegistryAddr, st.LogsAddr, st.SchedulerAddr = regLn.Addr().String(), logsLn.Addr().String(), schedLn.Addr().String()
+	st.RegistryAddr, st.LogsAddr = regLn.Addr().String(), logsLn.Addr().String()
 	st.AuthAddr = authLn.Addr().String()
 
 	dial := func(addr string) (*grpc.ClientConn, error) {
@@ -244,24 +257,28 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	serve("logsvc", logsLn, logs.Register)
 
 	// Scheduler.
-	schedEtcd, err := newEtcd()
-	if err != nil {
-		return nil, err
+	stopSched := func() {}
+	if !cfg.NoScheduler {
+		schedEtcd, err := newEtcd()
+		if err != nil {
+			return nil, err
+		}
+		scfg := cfg.Scheduler
+		scfg.Logger = log.With("service", "scheduler")
+		sched, err := scheduler.New(scfg, scheduler.Deps{
+			Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
+			Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := sched.Start(ctx); err != nil {
+			return nil, err
+		}
+		undo = append(undo, sched.Stop)
+		serve("scheduler", schedLn, sched.Register)
+		stopSched = sched.Stop
 	}
-	scfg := cfg.Scheduler
-	scfg.Logger = log.With("service", "scheduler")
-	sched, err := scheduler.New(scfg, scheduler.Deps{
-		Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
-		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := sched.Start(ctx); err != nil {
-		return nil, err
-	}
-	undo = append(undo, sched.Stop)
-	serve("scheduler", schedLn, sched.Register)
 
 	// The local agent's group, then the agent.
 	gid, err := ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn))
@@ -280,6 +297,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for name, h := range cfg.AgentHandlers {
+		agent.Handle(name, h)
 	}
 	if err := agent.Start(ctx); err != nil {
 		return nil, err
@@ -314,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Shutdown order: stop accepting (gateway), resign and drain (scheduler), finish runs and
 	// deliver results (agent), then logsvc and registry, the gRPC servers, connections, etcd, stores.
 	// Every Stop is idempotent, so the reverse start order that follows only closes what is left.
-	st.closers = []func(){gw.Stop, sched.Stop, agent.Stop, logs.Stop, reg.Stop}
+	st.closers = []func(){gw.Stop, stopSched, agent.Stop, logs.Stop, reg.Stop}
 	for i := len(undo) - 1; i >= 0; i-- {
 		st.closers = append(st.closers, undo[i])
 	}
@@ -325,7 +345,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	store := "SQLite under " + filepath.Join(cfg.DataDir, "db")
 	if cfg.DatabaseURL != "" {
-		store = "Postgres (schemas scheduler, registry, logs)"
+		store = "Postgres (schemas scheduler, registry, logs, auth)"
+	}
+	sched := s.SchedulerAddr
+	if cfg.NoScheduler {
+		sched += "   (external replicas, not started here)"
 	}
 	if s.AdminPassword != "" && cfg.AdminPassword == "" {
 		fmt.Fprintf(w, "first start: created user \"admin\" with password %s (shown once; change it)\n", s.AdminPassword)
@@ -341,7 +365,7 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   store             %s
   data directory    %s
 Press Ctrl-C to stop.
-`, s.HTTPAddr, s.SchedulerAddr, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, store, cfg.DataDir)
+`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, store, cfg.DataDir)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSchedulerFlags(t *testing.T) {
+	full := []string{"--etcd-endpoints", " http://a:2379, http://b:2379 ,", "--database-url", "postgres://u@h/db",
+		"--registry-addr", "127.0.0.1:9011", "--logs-addr", "127.0.0.1:9012"}
+
+	t.Run("defaults and the comma list", func(t *testing.T) {
+		c, err := parseSchedulerFlags(full, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"http://a:2379", "http://b:2379"}; !slices.Equal(c.EtcdEndpoints, want) {
+			t.Errorf("etcd endpoints = %q, want %q", c.EtcdEndpoints, want)
+		}
+		if c.GRPCAddr != "127.0.0.1:9010" || c.SessionTTL != 5*time.Second || c.ReplicaID != "" {
+			t.Errorf("grpc addr, session ttl, replica id = %q, %v, %q; want 127.0.0.1:9010, 5s, empty", c.GRPCAddr, c.SessionTTL, c.ReplicaID)
+		}
+	})
+
+	t.Run("required flags are named", func(t *testing.T) {
+		_, err := parseSchedulerFlags(nil, io.Discard)
+		for _, f := range []string{"--etcd-endpoints", "--database-url", "--registry-addr", "--logs-addr"} {
+			if err == nil || !strings.Contains(err.Error(), f+": required") {
+				t.Errorf("error %v does not name %s as required", err, f)
+			}
+		}
+	})
+
+	t.Run("session ttl in whole seconds", func(t *testing.T) {
+		_, err := parseSchedulerFlags(append(slices.Clone(full), "--session-ttl", "1500ms"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--session-ttl") {
+			t.Errorf("error = %v, want one naming --session-ttl", err)
+		}
+	})
+
+	t.Run("environment twins, and the command line wins", func(t *testing.T) {
+		t.Setenv("JOBMESH_REPLICA_ID", "from-env")
+		t.Setenv("JOBMESH_SESSION_TTL", "2s")
+		t.Setenv("JOBMESH_GRPC_ADDR", "127.0.0.1:0")
+		c, err := parseSchedulerFlags(append(slices.Clone(full), "--grpc-addr", "127.0.0.1:7000"), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.ReplicaID != "from-env" || c.SessionTTL != 2*time.Second || c.GRPCAddr != "127.0.0.1:7000" {
+			t.Errorf("replica id, session ttl, grpc addr = %q, %v, %q; want from-env, 2s, 127.0.0.1:7000", c.ReplicaID, c.SessionTTL, c.GRPCAddr)
+		}
+	})
+}
