@@ -1,0 +1,174 @@
+package spool_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/spool"
+)
+
+func open(t *testing.T, cfg spool.Config) (*spool.Spool, []spool.Record) {
+	t.Helper()
+	s, recs, err := spool.Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, recs
+}
+
+func datas(recs []spool.Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, string(r.Data))
+	}
+	return out
+}
+
+func TestReopenReturnsUnackedInOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// Small segments, so acknowledgements delete whole files and reopening spans several.
+	cfg := spool.Config{Dir: dir, SegmentBytes: 64}
+	s, recs := open(t, cfg)
+	if len(recs) != 0 {
+		t.Fatalf("fresh spool: got %d records, want none", len(recs))
+	}
+	var seqs []uint64
+	for i := range 20 {
+		seq, err := s.Append(fmt.Appendf(nil, "rec-%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if !slices.Equal(seqs, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
+		t.Fatalf("seqs: got %v", seqs)
+	}
+	// 1–9 contiguous, 12 and 15 out of order: 10, 11, 13, 14, 16–20 remain.
+	s.Ack(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, recs := open(t, cfg)
+	var got []uint64
+	for _, r := range recs {
+		got = append(got, r.Seq)
+		if want := fmt.Sprintf("rec-%02d", r.Seq-1); string(r.Data) != want {
+			t.Errorf("record %d: got %q, want %q", r.Seq, r.Data, want)
+		}
+	}
+	// Acknowledgements above the contiguous mark are not kept: 12 and 15 come back (a resend,
+	// which logsvc stores once).
+	if want := []uint64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}; !slices.Equal(got, want) {
+		t.Fatalf("after reopen: got seqs %v, want %v", got, want)
+	}
+	if seq, err := s2.Append([]byte("next")); err != nil || seq != 21 {
+		t.Fatalf("Append after reopen: got %d %v, want 21", seq, err)
+	}
+	// Acknowledging everything leaves no data on disk.
+	s2.Ack(10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21)
+	if err := s2.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if b := s2.Bytes(); b != 0 {
+		t.Fatalf("bytes after acknowledging everything: got %d, want 0", b)
+	}
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, recs = open(t, cfg)
+	if len(recs) != 0 {
+		t.Fatalf("after acknowledging everything: got %q, want nothing", datas(recs))
+	}
+}
+
+func TestTornTailIsCutOff(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, spool.Config{Dir: dir})
+	for _, d := range []string{"one", "two", "three"} {
+		if _, err := s.Append([]byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if len(segs) == 0 {
+		t.Fatal("no segment files")
+	}
+	last := segs[len(segs)-1]
+	info, err := os.Stat(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A crash in the middle of writing "three": its last two bytes never reached the file.
+	if err := os.Truncate(last, info.Size()-2); err != nil {
+		t.Fatal(err)
+	}
+	s2, recs := open(t, spool.Config{Dir: dir})
+	if got := datas(recs); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("after a torn write: got %q, want [one two]", got)
+	}
+	if seq, err := s2.Append([]byte("four")); err != nil || seq != 3 {
+		t.Fatalf("Append after a torn write: got %d %v, want seq 3", seq, err)
+	}
+	s2.Close()
+	_, recs = open(t, spool.Config{Dir: dir})
+	if got := datas(recs); !slices.Equal(got, []string{"one", "two", "four"}) {
+		t.Fatalf("after reopen: got %q, want [one two four]", got)
+	}
+}
+
+func TestFullKeepsRoomForUrgent(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, spool.Config{Dir: t.TempDir(), MaxBytes: 1000})
+	rec := []byte(strings.Repeat("x", 84)) // 100 bytes with its header
+	n := 0
+	for {
+		_, err := s.Append(rec)
+		if errors.Is(err, spool.ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 9 {
+		t.Fatalf("ordinary records before full: got %d, want 9 (90%% of 1000 bytes)", n)
+	}
+	if _, err := s.AppendUrgent(rec); err != nil {
+		t.Fatalf("AppendUrgent in the reserve: %v", err)
+	}
+	if _, err := s.AppendUrgent(rec); !errors.Is(err, spool.ErrFull) {
+		t.Fatalf("AppendUrgent beyond MaxBytes: got %v, want ErrFull", err)
+	}
+	if b := s.Bytes(); b > 1000 {
+		t.Fatalf("bytes: got %d, want at most 1000", b)
+	}
+	// Acknowledging frees room.
+	s.Ack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(rec); err != nil {
+		t.Fatalf("Append after acknowledgements: %v", err)
+	}
+}
+
+func TestSecondOpenOfADirFails(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	open(t, spool.Config{Dir: dir})
+	if _, _, err := spool.Open(spool.Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second Open: got %v, want an in-use error", err)
+	}
+}
