@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -61,8 +62,15 @@ type Config struct {
 	// handler's destroy hook runs). Default 90s, as XXL-JOB.
 	IdleTimeout time.Duration
 	// MaxPending caps results and log lines held for logsvc and not yet acknowledged; beyond it
-	// new items are dropped and logged (the local log file keeps the output). Default 100000.
+	// new lines are dropped and logged (the local log file keeps the output), and beyond a tenth
+	// more, results too. Default 100000.
 	MaxPending int
+	// SpoolDir holds the durable spool of results and log lines not yet acknowledged by logsvc;
+	// they are delivered after a restart. One executor per directory. Default LogDir/spool.
+	SpoolDir string
+	// SpoolMaxBytes caps the spool's files: beyond 90% of it new log lines are dropped, beyond
+	// it results too, and the executor logs that the spool is full. Default 128 MiB.
+	SpoolMaxBytes int64
 	// OnResult, when set, is called once for every fire that ends, after its result is queued
 	// for logsvc. It runs on the worker's goroutine: keep it short.
 	OnResult func(Result)
@@ -106,6 +114,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 100_000
+	}
+	if cfg.SpoolDir == "" && cfg.LogDir != "" {
+		cfg.SpoolDir = filepath.Join(cfg.LogDir, "spool")
+	}
+	if cfg.SpoolMaxBytes == 0 {
+		cfg.SpoolMaxBytes = 128 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -151,6 +165,9 @@ func (cfg Config) validate() error {
 		if f.d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", f.name, f.d))
 		}
+	}
+	if cfg.SpoolMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("SpoolMaxBytes %d: must not be negative", cfg.SpoolMaxBytes))
 	}
 	if cfg.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("MaxPending %d: must not be negative", cfg.MaxPending))

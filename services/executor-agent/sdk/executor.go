@@ -357,8 +357,8 @@ func (e *Executor) stop() {
 
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := e.out.flush(fctx); err != nil {
-		e.log.Error("results and log lines not acknowledged by logsvc at stop; they are lost (output stays in the local log files)",
-			"pending", e.out.pending(), "error", err)
+		e.log.Warn("results and log lines not acknowledged by logsvc at stop; they stay in the spool and are delivered after the next start",
+			"pending", e.out.pending(), "spool_dir", e.cfg.SpoolDir, "error", err)
 	}
 	cancel()
 	e.out.stop()
