@@ -1971,18 +1971,93 @@ func (x *DayReport) GetFail() int64 {
 	return 0
 }
 
+// JobReport counts one job's finished runs over a report's range.
+type JobReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Job id.
+	JobId int64 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Runs that succeeded.
+	Success int64 `protobuf:"varint,2,opt,name=success,proto3" json:"success,omitempty"`
+	// Runs that failed, timed out or were killed.
+	Fail int64 `protobuf:"varint,3,opt,name=fail,proto3" json:"fail,omitempty"`
+	// success / (success + fail), 0–1.
+	SuccessRate   float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobReport) Reset() {
+	*x = JobReport{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobReport) ProtoMessage() {}
+
+func (x *JobReport) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobReport.ProtoReflect.Descriptor instead.
+func (*JobReport) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *JobReport) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobReport) GetSuccess() int64 {
+	if x != nil {
+		return x.Success
+	}
+	return 0
+}
+
+func (x *JobReport) GetFail() int64 {
+	if x != nil {
+		return x.Fail
+	}
+	return 0
+}
+
+func (x *JobReport) GetSuccessRate() float64 {
+	if x != nil {
+		return x.SuccessRate
+	}
+	return 0
+}
+
 // GetReportResponse lists days.
 type GetReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One entry per day of the range, ascending.
-	Days          []*DayReport `protobuf:"bytes,1,rep,name=days,proto3" json:"days,omitempty"`
+	Days []*DayReport `protobuf:"bytes,1,rep,name=days,proto3" json:"days,omitempty"`
+	// The jobs that finished runs in the range, by job id.
+	Jobs          []*JobReport `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetReportResponse) Reset() {
 	*x = GetReportResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2069,7 @@ func (x *GetReportResponse) String() string {
 func (*GetReportResponse) ProtoMessage() {}
 
 func (x *GetReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,12 +2082,19 @@ func (x *GetReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReportResponse.ProtoReflect.Descriptor instead.
 func (*GetReportResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{24}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetReportResponse) GetDays() []*DayReport {
 	if x != nil {
 		return x.Days
+	}
+	return nil
+}
+
+func (x *GetReportResponse) GetJobs() []*JobReport {
+	if x != nil {
+		return x.Jobs
 	}
 	return nil
 }
@@ -2026,7 +2108,7 @@ type GetDashboardRequest struct {
 
 func (x *GetDashboardRequest) Reset() {
 	*x = GetDashboardRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2120,7 @@ func (x *GetDashboardRequest) String() string {
 func (*GetDashboardRequest) ProtoMessage() {}
 
 func (x *GetDashboardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2133,7 @@ func (x *GetDashboardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDashboardRequest.ProtoReflect.Descriptor instead.
 func (*GetDashboardRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{25}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{26}
 }
 
 // GetDashboardResponse carries the dashboard totals.
@@ -2063,13 +2145,19 @@ type GetDashboardResponse struct {
 	RunsToday int64 `protobuf:"varint,2,opt,name=runs_today,json=runsToday,proto3" json:"runs_today,omitempty"`
 	// Share of today's finished runs that succeeded, 0–1.
 	SuccessRateToday float64 `protobuf:"fixed64,3,opt,name=success_rate_today,json=successRateToday,proto3" json:"success_rate_today,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Jobs defined in the scheduler; 0 when logsvc cannot ask it.
+	JobCount int64 `protobuf:"varint,4,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
+	// Executors online in the registry's live view; 0 when logsvc does not follow it.
+	ExecutorCount int64 `protobuf:"varint,5,opt,name=executor_count,json=executorCount,proto3" json:"executor_count,omitempty"`
+	// Runs running now.
+	RunningCount  int64 `protobuf:"varint,6,opt,name=running_count,json=runningCount,proto3" json:"running_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetDashboardResponse) Reset() {
 	*x = GetDashboardResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2169,7 @@ func (x *GetDashboardResponse) String() string {
 func (*GetDashboardResponse) ProtoMessage() {}
 
 func (x *GetDashboardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2182,7 @@ func (x *GetDashboardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDashboardResponse.ProtoReflect.Descriptor instead.
 func (*GetDashboardResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{26}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetDashboardResponse) GetRunCount() int64 {
@@ -2118,6 +2206,27 @@ func (x *GetDashboardResponse) GetSuccessRateToday() float64 {
 	return 0
 }
 
+func (x *GetDashboardResponse) GetJobCount() int64 {
+	if x != nil {
+		return x.JobCount
+	}
+	return 0
+}
+
+func (x *GetDashboardResponse) GetExecutorCount() int64 {
+	if x != nil {
+		return x.ExecutorCount
+	}
+	return 0
+}
+
+func (x *GetDashboardResponse) GetRunningCount() int64 {
+	if x != nil {
+		return x.RunningCount
+	}
+	return 0
+}
+
 // LookupTriggersRequest lists trigger ids.
 type LookupTriggersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2129,7 +2238,7 @@ type LookupTriggersRequest struct {
 
 func (x *LookupTriggersRequest) Reset() {
 	*x = LookupTriggersRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2250,7 @@ func (x *LookupTriggersRequest) String() string {
 func (*LookupTriggersRequest) ProtoMessage() {}
 
 func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2263,7 @@ func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupTriggersRequest.ProtoReflect.Descriptor instead.
 func (*LookupTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LookupTriggersRequest) GetTriggerIds() []string {
@@ -2175,7 +2284,7 @@ type LookupTriggersResponse struct {
 
 func (x *LookupTriggersResponse) Reset() {
 	*x = LookupTriggersResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2296,7 @@ func (x *LookupTriggersResponse) String() string {
 func (*LookupTriggersResponse) ProtoMessage() {}
 
 func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2309,7 @@ func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupTriggersResponse.ProtoReflect.Descriptor instead.
 func (*LookupTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LookupTriggersResponse) GetKnownTriggerIds() []string {
@@ -2221,7 +2330,7 @@ type WatchCompletionsRequest struct {
 
 func (x *WatchCompletionsRequest) Reset() {
 	*x = WatchCompletionsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2342,7 @@ func (x *WatchCompletionsRequest) String() string {
 func (*WatchCompletionsRequest) ProtoMessage() {}
 
 func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2355,7 @@ func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchCompletionsRequest) GetAfterCursor() int64 {
@@ -2289,7 +2398,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2410,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2423,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Completion) GetCursor() int64 {
@@ -2412,7 +2521,7 @@ type WatchCompletionsResponse struct {
 
 func (x *WatchCompletionsResponse) Reset() {
 	*x = WatchCompletionsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2533,7 @@ func (x *WatchCompletionsResponse) String() string {
 func (*WatchCompletionsResponse) ProtoMessage() {}
 
 func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2546,7 @@ func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchCompletionsResponse) GetCompletions() []*Completion {
@@ -2588,15 +2697,24 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x04date\x18\x01 \x01(\tR\x04date\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x03R\arunning\x12\x18\n" +
 	"\asuccess\x18\x03 \x01(\x03R\asuccess\x12\x12\n" +
-	"\x04fail\x18\x04 \x01(\x03R\x04fail\"C\n" +
+	"\x04fail\x18\x04 \x01(\x03R\x04fail\"s\n" +
+	"\tJobReport\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
+	"\asuccess\x18\x02 \x01(\x03R\asuccess\x12\x12\n" +
+	"\x04fail\x18\x03 \x01(\x03R\x04fail\x12!\n" +
+	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\"s\n" +
 	"\x11GetReportResponse\x12.\n" +
-	"\x04days\x18\x01 \x03(\v2\x1a.jobmesh.logs.v1.DayReportR\x04days\"\x15\n" +
-	"\x13GetDashboardRequest\"\x80\x01\n" +
+	"\x04days\x18\x01 \x03(\v2\x1a.jobmesh.logs.v1.DayReportR\x04days\x12.\n" +
+	"\x04jobs\x18\x02 \x03(\v2\x1a.jobmesh.logs.v1.JobReportR\x04jobs\"\x15\n" +
+	"\x13GetDashboardRequest\"\xe9\x01\n" +
 	"\x14GetDashboardResponse\x12\x1b\n" +
 	"\trun_count\x18\x01 \x01(\x03R\brunCount\x12\x1d\n" +
 	"\n" +
 	"runs_today\x18\x02 \x01(\x03R\trunsToday\x12,\n" +
-	"\x12success_rate_today\x18\x03 \x01(\x01R\x10successRateToday\"8\n" +
+	"\x12success_rate_today\x18\x03 \x01(\x01R\x10successRateToday\x12\x1b\n" +
+	"\tjob_count\x18\x04 \x01(\x03R\bjobCount\x12%\n" +
+	"\x0eexecutor_count\x18\x05 \x01(\x03R\rexecutorCount\x12#\n" +
+	"\rrunning_count\x18\x06 \x01(\x03R\frunningCount\"8\n" +
 	"\x15LookupTriggersRequest\x12\x1f\n" +
 	"\vtrigger_ids\x18\x01 \x03(\tR\n" +
 	"triggerIds\"D\n" +
@@ -2671,7 +2789,7 @@ func file_jobmesh_logs_v1_logs_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_logs_v1_logs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(RunStatus)(0),                       // 0: jobmesh.logs.v1.RunStatus
 	(TriggerOutcome)(0),                  // 1: jobmesh.logs.v1.TriggerOutcome
@@ -2700,81 +2818,83 @@ var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(*ClearRunsResponse)(nil),            // 24: jobmesh.logs.v1.ClearRunsResponse
 	(*GetReportRequest)(nil),             // 25: jobmesh.logs.v1.GetReportRequest
 	(*DayReport)(nil),                    // 26: jobmesh.logs.v1.DayReport
-	(*GetReportResponse)(nil),            // 27: jobmesh.logs.v1.GetReportResponse
-	(*GetDashboardRequest)(nil),          // 28: jobmesh.logs.v1.GetDashboardRequest
-	(*GetDashboardResponse)(nil),         // 29: jobmesh.logs.v1.GetDashboardResponse
-	(*LookupTriggersRequest)(nil),        // 30: jobmesh.logs.v1.LookupTriggersRequest
-	(*LookupTriggersResponse)(nil),       // 31: jobmesh.logs.v1.LookupTriggersResponse
-	(*WatchCompletionsRequest)(nil),      // 32: jobmesh.logs.v1.WatchCompletionsRequest
-	(*Completion)(nil),                   // 33: jobmesh.logs.v1.Completion
-	(*WatchCompletionsResponse)(nil),     // 34: jobmesh.logs.v1.WatchCompletionsResponse
-	(v1.TriggerType)(0),                  // 35: jobmesh.scheduler.v1.TriggerType
-	(v1.RouteStrategy)(0),                // 36: jobmesh.scheduler.v1.RouteStrategy
-	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
+	(*JobReport)(nil),                    // 27: jobmesh.logs.v1.JobReport
+	(*GetReportResponse)(nil),            // 28: jobmesh.logs.v1.GetReportResponse
+	(*GetDashboardRequest)(nil),          // 29: jobmesh.logs.v1.GetDashboardRequest
+	(*GetDashboardResponse)(nil),         // 30: jobmesh.logs.v1.GetDashboardResponse
+	(*LookupTriggersRequest)(nil),        // 31: jobmesh.logs.v1.LookupTriggersRequest
+	(*LookupTriggersResponse)(nil),       // 32: jobmesh.logs.v1.LookupTriggersResponse
+	(*WatchCompletionsRequest)(nil),      // 33: jobmesh.logs.v1.WatchCompletionsRequest
+	(*Completion)(nil),                   // 34: jobmesh.logs.v1.Completion
+	(*WatchCompletionsResponse)(nil),     // 35: jobmesh.logs.v1.WatchCompletionsResponse
+	(v1.TriggerType)(0),                  // 36: jobmesh.scheduler.v1.TriggerType
+	(v1.RouteStrategy)(0),                // 37: jobmesh.scheduler.v1.RouteStrategy
+	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
 }
 var file_jobmesh_logs_v1_logs_proto_depIdxs = []int32{
-	35, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	36, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	36, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	37, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 2: jobmesh.logs.v1.TriggerRecord.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 3: jobmesh.logs.v1.RunResult.status:type_name -> jobmesh.logs.v1.RunStatus
 	3,  // 4: jobmesh.logs.v1.IngestTriggerRecordsRequest.records:type_name -> jobmesh.logs.v1.TriggerRecord
 	4,  // 5: jobmesh.logs.v1.IngestResultsRequest.results:type_name -> jobmesh.logs.v1.RunResult
 	5,  // 6: jobmesh.logs.v1.IngestLogLinesRequest.lines:type_name -> jobmesh.logs.v1.LogLine
-	35, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	37, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
-	36, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	36, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	38, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	38, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
+	37, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 11: jobmesh.logs.v1.Run.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 12: jobmesh.logs.v1.Run.status:type_name -> jobmesh.logs.v1.RunStatus
-	37, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	37, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	38, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	38, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 15: jobmesh.logs.v1.Run.alarm_status:type_name -> jobmesh.logs.v1.AlarmStatus
 	0,  // 16: jobmesh.logs.v1.ListRunsRequest.status:type_name -> jobmesh.logs.v1.RunStatus
-	35, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	37, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	37, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	36, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	38, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	38, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
 	12, // 20: jobmesh.logs.v1.ListRunsResponse.runs:type_name -> jobmesh.logs.v1.Run
 	12, // 21: jobmesh.logs.v1.GetRunResponse.run:type_name -> jobmesh.logs.v1.Run
 	5,  // 22: jobmesh.logs.v1.ListRunLinesResponse.lines:type_name -> jobmesh.logs.v1.LogLine
 	5,  // 23: jobmesh.logs.v1.TailRunResponse.lines:type_name -> jobmesh.logs.v1.LogLine
 	0,  // 24: jobmesh.logs.v1.TailRunResponse.status:type_name -> jobmesh.logs.v1.RunStatus
-	37, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
+	38, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
 	26, // 26: jobmesh.logs.v1.GetReportResponse.days:type_name -> jobmesh.logs.v1.DayReport
-	0,  // 27: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
-	1,  // 28: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
-	35, // 29: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	33, // 30: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
-	6,  // 31: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
-	8,  // 32: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
-	10, // 33: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
-	13, // 34: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
-	15, // 35: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
-	17, // 36: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
-	19, // 37: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
-	21, // 38: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
-	23, // 39: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
-	25, // 40: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
-	28, // 41: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
-	30, // 42: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
-	32, // 43: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
-	7,  // 44: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
-	9,  // 45: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
-	11, // 46: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
-	14, // 47: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
-	16, // 48: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
-	18, // 49: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
-	20, // 50: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
-	22, // 51: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
-	24, // 52: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
-	27, // 53: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
-	29, // 54: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
-	31, // 55: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
-	34, // 56: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
-	44, // [44:57] is the sub-list for method output_type
-	31, // [31:44] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	27, // 27: jobmesh.logs.v1.GetReportResponse.jobs:type_name -> jobmesh.logs.v1.JobReport
+	0,  // 28: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
+	1,  // 29: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
+	36, // 30: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	34, // 31: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
+	6,  // 32: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
+	8,  // 33: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
+	10, // 34: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
+	13, // 35: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
+	15, // 36: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
+	17, // 37: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
+	19, // 38: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
+	21, // 39: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
+	23, // 40: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
+	25, // 41: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
+	29, // 42: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
+	31, // 43: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
+	33, // 44: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
+	7,  // 45: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
+	9,  // 46: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
+	11, // 47: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
+	14, // 48: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
+	16, // 49: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
+	18, // 50: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
+	20, // 51: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
+	22, // 52: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
+	24, // 53: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
+	28, // 54: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
+	30, // 55: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
+	32, // 56: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
+	35, // 57: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
+	45, // [45:58] is the sub-list for method output_type
+	32, // [32:45] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_logs_v1_logs_proto_init() }
@@ -2788,7 +2908,7 @@ func file_jobmesh_logs_v1_logs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_logs_v1_logs_proto_rawDesc), len(file_jobmesh_logs_v1_logs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
