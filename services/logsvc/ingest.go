@@ -87,13 +87,23 @@ func serveBatches[Req, Resp any](s *Service, name string, stream grpc.BidiStream
 		if err != nil {
 			return err
 		}
+		// Wait for a write slot before reading on: a slow store stops this stream's reads.
+		select {
+		case s.writing <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		resp, err := write(ctx, req)
+		<-s.writing
 		if err != nil {
 			var fe *apierr.FieldError
-			if !errors.As(err, &fe) && ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "ingest batch failed", "stream", name, "error", err)
+			var fs apierr.Fields
+			if errors.As(err, &fe) || errors.As(err, &fs) || ctx.Err() != nil {
+				return err
 			}
-			return err
+			s.log.ErrorContext(ctx, "ingest batch failed", "stream", name, "error", err)
+			// Nothing of the batch was committed and it is safe to resend: say so.
+			return fmt.Errorf("%w: logs store: batch %s not stored, resend it: %v", apierr.ErrUnavailable, name, err)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -266,7 +276,8 @@ func (s *Service) setOutcome(ctx context.Context, tx *sql.Tx, ids []string, outc
 	return nil
 }
 
-// complete publishes the runs ids as completions, once each, from their stored rows.
+// complete publishes the runs ids as completions, once each, from their stored rows, and counts
+// the ones it publishes in the reports.
 func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now int64) error {
 	if len(ids) == 0 {
 		return nil
@@ -278,6 +289,7 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 			return fmt.Errorf("lock completions: %w", err)
 		}
 	}
+	counts := reportCounts{}
 	for _, chunk := range chunks(ids, rowsPerStatement) {
 		q := `INSERT INTO completions (trigger_id, job_id, status, trigger_outcome, attempt, shard_index, shard_total,
 				scheduled_ms, end_ms, trigger_type, params, created_ms)
@@ -285,12 +297,26 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 				scheduled_ms, end_ms, trigger_type, params, CAST(` + s.ph(1) + ` AS BIGINT)
 			FROM runs WHERE trigger_id IN ` + s.in(len(chunk), 2) + `
 			ORDER BY trigger_id
-			ON CONFLICT (trigger_id) DO NOTHING`
-		if _, err := tx.ExecContext(ctx, q, append([]any{now}, anys(chunk)...)...); err != nil {
+			ON CONFLICT (trigger_id) DO NOTHING
+			RETURNING scheduled_ms, job_id, status`
+		rows, err := tx.QueryContext(ctx, q, append([]any{now}, anys(chunk)...)...)
+		if err != nil {
+			return fmt.Errorf("insert completions: %w", err)
+		}
+		for rows.Next() {
+			var sched, job int64
+			var st int32
+			if err := rows.Scan(&sched, &job, &st); err != nil {
+				rows.Close()
+				return fmt.Errorf("insert completions: %w", err)
+			}
+			counts.add(sched, job, st)
+		}
+		if err := rows.Close(); err != nil {
 			return fmt.Errorf("insert completions: %w", err)
 		}
 	}
-	return nil
+	return s.bumpReports(ctx, tx, counts)
 }
 
 // writeResults stores results and returns the trigger ids of final results refused because their

@@ -53,6 +53,28 @@ type Config struct {
 	// Retention deletes runs scheduled longer ago than this, once at Start and then daily
 	// (XXL-JOB's logretentiondays); 0 means 30 days, negative keeps everything.
 	Retention time.Duration
+	// Executors is the registry's live view (a RegistryView); nil turns off lost-run detection
+	// and the dashboard's executor count.
+	Executors ExecutorView
+	// LostAfter is how long after its trigger a run still RUNNING on an executor that has left
+	// the registry is marked failed as lost; 0 means 10 minutes (XXL-JOB's rule).
+	LostAfter time.Duration
+	// RecordWait is how long a run that ended waits for its trigger record before it is
+	// completed without it; 0 means 10 minutes.
+	RecordWait time.Duration
+	// SweepInterval is how often lost runs and runs without a record are looked for; 0 means
+	// 1 minute.
+	SweepInterval time.Duration
+	// Jobs reads jobs from the scheduler (SchedulerJobs): alarm emails and names, and the
+	// dashboard's job count. nil sends alarms without them.
+	Jobs Jobs
+	// AlarmChannels deliver failure alarms (EmailChannel, WebhookChannel, or any other). With
+	// none, failed runs are marked NOT_NEEDED.
+	AlarmChannels []AlarmChannel
+	// MaxWritingBatches caps the ingest batches written at once across all streams; a stream
+	// whose batch must wait reads nothing more, so a slow store pushes back on senders through
+	// gRPC flow control instead of filling memory. 0 means 8.
+	MaxWritingBatches int
 }
 
 func (c *Config) validate() error {
@@ -65,6 +87,26 @@ func (c *Config) validate() error {
 		return fmt.Errorf("logsvc: fallback poll %v: must not be negative", c.FallbackPoll)
 	case c.Retention > 0 && c.Retention < 24*time.Hour:
 		return fmt.Errorf("logsvc: retention %v: at least 24h (negative disables it)", c.Retention)
+	case c.LostAfter < 0:
+		return fmt.Errorf("logsvc: lost after %v: must not be negative", c.LostAfter)
+	case c.RecordWait < 0:
+		return fmt.Errorf("logsvc: record wait %v: must not be negative", c.RecordWait)
+	case c.SweepInterval < 0:
+		return fmt.Errorf("logsvc: sweep interval %v: must not be negative", c.SweepInterval)
+	case c.MaxWritingBatches < 0:
+		return fmt.Errorf("logsvc: max writing batches %d: must not be negative", c.MaxWritingBatches)
+	}
+	if c.LostAfter == 0 {
+		c.LostAfter = 10 * time.Minute
+	}
+	if c.RecordWait == 0 {
+		c.RecordWait = 10 * time.Minute
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+	}
+	if c.MaxWritingBatches == 0 {
+		c.MaxWritingBatches = 8
 	}
 	if c.WatchBatch == 0 {
 		c.WatchBatch = 500
@@ -92,6 +134,8 @@ type Service struct {
 	killer Killer
 	now    func() time.Time
 	hub    *hub
+	// writing holds a token per ingest batch being written (Config.MaxWritingBatches).
+	writing chan struct{}
 
 	mu      sync.Mutex
 	started bool
@@ -112,7 +156,8 @@ func New(cfg Config, store *db.DB, killer Killer) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub()}, nil
+	return &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub(),
+		writing: make(chan struct{}, cfg.MaxWritingBatches)}, nil
 }
 
 // Register adds IngestService and LogService to g.
@@ -121,7 +166,8 @@ func (s *Service) Register(g *grpc.Server) {
 	logsv1.RegisterLogServiceServer(g, s)
 }
 
-// Start runs the background work (retention) until Stop. The RPCs work without it.
+// Start runs the background work until Stop: retention, the lost-run and missing-record
+// sweeps, and alarms. The RPCs work without it.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,11 +177,34 @@ func (s *Service) Start(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.done = make(chan struct{})
 	s.started = true
+	var wg sync.WaitGroup
+	wg.Go(func() { s.retain(ctx) })
+	wg.Go(func() { s.sweep(ctx) })
+	wg.Go(func() { s.alarms(ctx) })
 	go func() {
 		defer close(s.done)
-		s.retain(ctx)
+		wg.Wait()
 	}()
 	return nil
+}
+
+// sweep looks for lost runs and runs without a record every SweepInterval until ctx ends.
+func (s *Service) sweep(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.sweepLost(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("lost-run sweep failed", "error", err)
+		}
+		if _, err := s.sweepUnrecorded(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("missing-record sweep failed", "error", err)
+		}
+	}
 }
 
 // Stop ends the background work and waits for it. It is idempotent.
