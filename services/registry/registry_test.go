@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -29,8 +30,14 @@ func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
 // serve runs a registry on a real gRPC server over loopback and returns a client of it.
 func serve(t *testing.T, store dbtest.Store) registryv1.RegistryServiceClient {
 	t.Helper()
+	return serveWith(t, store, etcdtest.Client(t), nil)
+}
+
+// serveWith is serve with the registry's own etcd client and logger (nil discards logs).
+func serveWith(t *testing.T, store dbtest.Store, cli *clientv3.Client, log *slog.Logger) registryv1.RegistryServiceClient {
+	t.Helper()
 	d := dbtest.Open(t, store.Config, "registry", registry.MigrationsFS())
-	svc, err := registry.New(registry.Config{}, d, etcdtest.Client(t))
+	svc, err := registry.New(registry.Config{Logger: log}, d, cli)
 	if err != nil {
 		t.Fatalf("registry.New: %v", err)
 	}
@@ -71,6 +78,19 @@ func register(t *testing.T, cli *clientv3.Client, app, inst, addr string) client
 
 func recvWithin(t *testing.T, st grpc.ServerStreamingClient[registryv1.WatchExecutorsResponse]) *registryv1.WatchExecutorsResponse {
 	t.Helper()
+	return recvWithinOr(t, st, 10*time.Second, "")
+}
+
+// recvWithinOr is recvWithin with its own bound; on failure it shows the file at logPath, if any.
+func recvWithinOr(t *testing.T, st grpc.ServerStreamingClient[registryv1.WatchExecutorsResponse], d time.Duration, logPath string) *registryv1.WatchExecutorsResponse {
+	t.Helper()
+	logs := func() string {
+		if logPath == "" {
+			return ""
+		}
+		b, _ := os.ReadFile(logPath)
+		return "\n" + logPath + ":\n" + string(b)
+	}
 	type res struct {
 		ev  *registryv1.WatchExecutorsResponse
 		err error
@@ -80,11 +100,11 @@ func recvWithin(t *testing.T, st grpc.ServerStreamingClient[registryv1.WatchExec
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			t.Fatalf("watch recv: %v", r.err)
+			t.Fatalf("watch recv: %v%s", r.err, logs())
 		}
 		return r.ev
-	case <-time.After(10 * time.Second):
-		t.Fatal("no watch event within 10s")
+	case <-time.After(d):
+		t.Fatalf("no watch event within %v%s", d, logs())
 		return nil
 	}
 }
