@@ -1,5 +1,6 @@
 // Package grpcserver builds the gRPC servers of the jobmesh services the same way: panics become
-// Internal, domain errors become statuses (apierr.ToStatus), and OpenTelemetry follows every call.
+// Internal, domain errors become statuses (apierr.ToStatus), OpenTelemetry follows every call,
+// and, with WithAuthorizer, every call is checked against the caller's token.
 package grpcserver
 
 import (
@@ -16,7 +17,9 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 )
 
-// New returns a server with recovery, error translation and tracing installed.
+// New returns a server with recovery, error translation and tracing installed; opts follow them
+// (interceptors in opts run inside recovery). A served service passes WithAuthorizer(guard)...;
+// only tests of one service alone leave it out.
 func New(log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
 	base := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),

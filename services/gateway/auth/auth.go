@@ -47,18 +47,24 @@ func MigrationsFS() fs.FS {
 type Config struct {
 	// SessionTTL is how long a login lasts; default 12 h.
 	SessionTTL time.Duration
+	// Throttle limits failed logins per user name and client address; zero values take its
+	// defaults.
+	Throttle ThrottleConfig
+	// Now is the time source (tests move it); nil means time.Now.
+	Now func() time.Time
 	// Logger receives the service's logs (never passwords or tokens); nil discards them.
 	Logger *slog.Logger
 }
 
-// Service serves the login part of AuthService. User administration, API tokens and the audit
-// trail are answered with Unimplemented until they are built.
+// Service serves AuthService: login and sessions, users, API tokens and the audit trail. It is
+// also the Authenticator and AuditSink the guard of every in-process service uses.
 type Service struct {
 	authv1.UnimplementedAuthServiceServer
-	cfg   Config
-	log   *slog.Logger
-	store *db.DB
-	now   func() time.Time
+	cfg      Config
+	log      *slog.Logger
+	store    *db.DB
+	now      func() time.Time
+	throttle *throttle
 }
 
 // New returns the service over its store (schema "auth").
@@ -72,11 +78,19 @@ func New(cfg Config, store *db.DB) (*Service, error) {
 	if cfg.SessionTTL < time.Minute {
 		return nil, fmt.Errorf("auth: session ttl %v: at least 1m", cfg.SessionTTL)
 	}
+	th, err := newThrottle(cfg.Throttle)
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: log, store: store, now: time.Now}, nil
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{cfg: cfg, log: log, store: store, now: now, throttle: th}, nil
 }
 
 // Register adds AuthService to g.
@@ -108,7 +122,9 @@ func (s *Service) Bootstrap(ctx context.Context, username, password string) (str
 	return password, nil
 }
 
-// Login implements AuthService.
+// Login implements AuthService. Failed attempts are counted per user name and client address;
+// past the throttle's limit the pair is locked out for a time that doubles with every further
+// failure, and a locked-out attempt fails with ResourceExhausted without checking the password.
 func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.LoginResponse, error) {
 	if req.GetUsername() == "" {
 		return nil, apierr.Field("username", "required")
@@ -116,24 +132,37 @@ func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.
 	if req.GetPassword() == "" {
 		return nil, apierr.Field("password", "required")
 	}
+	client := clientAddr(ctx)
+	now := s.now()
+	if wait := s.throttle.locked(req.GetUsername(), client, now); wait > 0 {
+		s.log.WarnContext(ctx, "login refused: locked out", "username", req.GetUsername(), "client", client, "retry_after", wait.Round(time.Second).String())
+		return nil, status.Errorf(codes.ResourceExhausted, "too many failed logins; retry in %s", wait.Round(time.Second))
+	}
 	u, hash, err := s.userByName(ctx, req.GetUsername())
 	if errors.Is(err, apierr.ErrNotFound) {
 		verifyPassword(req.GetPassword(), dummyHash) // same cost whether or not the user exists
-		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
-	}
-	if err != nil {
+		hash = ""
+	} else if err != nil {
 		return nil, err
 	}
-	if !verifyPassword(req.GetPassword(), hash) {
+	if hash == "" || !verifyPassword(req.GetPassword(), hash) {
+		if n, lock := s.throttle.fail(req.GetUsername(), client, now); lock > 0 {
+			s.log.WarnContext(ctx, "login locked out", "username", req.GetUsername(), "client", client, "failures", n, "lockout", lock.String())
+		}
 		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
 	}
-	token := randomToken(32)
-	exp := s.now().Add(s.cfg.SessionTTL)
+	s.throttle.succeed(req.GetUsername(), client)
+	token := sessionPrefix + randomToken(32)
+	exp := now.Add(s.cfg.SessionTTL)
 	if _, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO sessions (token_hash, user_id, expire_ms) VALUES ($1, $2, $3)`),
 		tokenHash(token), u.Id, exp.UnixMilli()); err != nil {
 		return nil, fmt.Errorf("auth: create session: %w", err)
 	}
-	s.log.InfoContext(ctx, "login", "username", u.Username)
+	// Expired sessions of this user go now, so the table does not grow without bound.
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM sessions WHERE user_id = $1 AND expire_ms <= $2`), u.Id, now.UnixMilli()); err != nil {
+		s.log.WarnContext(ctx, "pruning expired sessions", "error", err)
+	}
+	s.log.InfoContext(ctx, "login", "username", u.Username, "client", client)
 	return &authv1.LoginResponse{Token: token, ExpireTime: timestamppb.New(exp), User: u}, nil
 }
 
@@ -158,7 +187,7 @@ func (s *Service) GetCurrentUser(ctx context.Context, _ *authv1.GetCurrentUserRe
 	return &authv1.GetCurrentUserResponse{User: u}, nil
 }
 
-// ChangePassword implements AuthService.
+// ChangePassword implements AuthService. The caller's other sessions end.
 func (s *Service) ChangePassword(ctx context.Context, req *authv1.ChangePasswordRequest) (*authv1.ChangePasswordResponse, error) {
 	u, err := s.Authenticate(ctx)
 	if err != nil {
@@ -177,26 +206,64 @@ func (s *Service) ChangePassword(ctx context.Context, req *authv1.ChangePassword
 	if _, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.Id, hashPassword(req.GetNewPassword())); err != nil {
 		return nil, fmt.Errorf("auth: change password: %w", err)
 	}
+	tok, _ := bearer(ctx)
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM sessions WHERE user_id = $1 AND token_hash <> $2`), u.Id, tokenHash(tok)); err != nil {
+		return nil, fmt.Errorf("auth: end other sessions: %w", err)
+	}
 	return &authv1.ChangePasswordResponse{}, nil
 }
 
-// Authenticate returns the user of the call's bearer token, or Unauthenticated.
+// Authenticate returns the user of the call: the one the guard put in the context, else the one
+// of the call's bearer token; Unauthenticated when there is none.
 func (s *Service) Authenticate(ctx context.Context) (*authv1.User, error) {
+	if c, ok := CallerFrom(ctx); ok && c.Kind == KindUser {
+		return c.User, nil
+	}
 	tok, err := bearer(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return s.AuthenticateToken(ctx, tok)
+}
+
+// AuthenticateToken returns the user a session or API token belongs to, or Unauthenticated when
+// the token is unknown, expired or revoked.
+func (s *Service) AuthenticateToken(ctx context.Context, tok string) (*authv1.User, error) {
 	var uid, exp int64
-	err = s.store.QueryRowContext(ctx, s.store.Q(`SELECT user_id, expire_ms FROM sessions WHERE token_hash = $1`), tokenHash(tok)).Scan(&uid, &exp)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && exp <= s.now().UnixMilli()) {
-		return nil, status.Error(codes.Unauthenticated, "invalid or expired token")
+	now := s.now().UnixMilli()
+	h := tokenHash(tok)
+	if strings.HasPrefix(tok, apiTokenPrefix) {
+		var id int64
+		err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, user_id, expire_ms FROM api_tokens WHERE token_hash = $1`), h).Scan(&id, &uid, &exp)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && exp != 0 && exp <= now) {
+			return nil, status.Error(codes.Unauthenticated, "invalid, expired or revoked token")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("auth: read api token: %w", err)
+		}
+		if _, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE api_tokens SET last_used_ms = $2 WHERE id = $1`), id, now); err != nil {
+			s.log.WarnContext(ctx, "recording api token use", "token_id", id, "error", err)
+		}
+	} else {
+		err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT user_id, expire_ms FROM sessions WHERE token_hash = $1`), h).Scan(&uid, &exp)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && exp <= now) {
+			return nil, status.Error(codes.Unauthenticated, "invalid or expired token")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("auth: read session: %w", err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("auth: read session: %w", err)
-	}
-	u, err := scanUser(s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms, password_hash FROM users WHERE id = $1`), uid), nil)
-	if errors.Is(err, sql.ErrNoRows) {
+	u, err := s.userByID(ctx, uid)
+	if errors.Is(err, apierr.ErrNotFound) {
 		return nil, status.Error(codes.Unauthenticated, "the token's user no longer exists")
+	}
+	return u, err
+}
+
+func (s *Service) userByID(ctx context.Context, id int64) (*authv1.User, error) {
+	u, err := scanUser(s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms, password_hash FROM users WHERE id = $1`), id), nil)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("user %d: %w", id, apierr.ErrNotFound)
 	}
 	return u, err
 }
@@ -227,6 +294,11 @@ func scanUser(r *sql.Row, hash *string) (*authv1.User, error) {
 	if hash != nil {
 		*hash = h
 	}
+	fillUser(&u, role, groups, createMs)
+	return &u, nil
+}
+
+func fillUser(u *authv1.User, role int32, groups string, createMs int64) {
 	u.Role = authv1.Role(role)
 	for _, g := range strings.Split(groups, ",") {
 		if id, err := strconv.ParseInt(g, 10, 64); err == nil {
@@ -234,8 +306,13 @@ func scanUser(r *sql.Row, hash *string) (*authv1.User, error) {
 		}
 	}
 	u.CreateTime = timestamppb.New(time.UnixMilli(createMs))
-	return &u, nil
 }
+
+// Token prefixes tell the two kinds of token apart (and make a leaked one easy to recognise).
+const (
+	sessionPrefix  = "jms_"
+	apiTokenPrefix = "jmt_"
+)
 
 func bearer(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -303,3 +380,6 @@ func tokenHash(tok string) string {
 	h := sha256.Sum256([]byte(tok))
 	return hex.EncodeToString(h[:])
 }
+
+// NewSecret returns a random secret for an internal or agent token (256 bits, URL-safe).
+func NewSecret() string { return randomToken(32) }
