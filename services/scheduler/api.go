@@ -210,7 +210,7 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 
 // DeleteJob implements JobService.
 func (s *Service) DeleteJob(ctx context.Context, req *schedulerv1.DeleteJobRequest) (*schedulerv1.DeleteJobResponse, error) {
-	if err := s.jobs.delete(ctx, req.GetId()); err != nil {
+	if err := s.jobs.delete(ctx, req.GetId(), s.clk.Now().UnixMilli()); err != nil {
 		return nil, err
 	}
 	s.disarm(req.GetId())

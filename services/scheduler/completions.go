@@ -52,9 +52,9 @@ func (s *Service) completionSession(ctx context.Context, l *leadership) error {
 	}
 }
 
-// handleCompletions applies one batch: schedule changes and the cursor commit together, fenced;
-// retries and child fires go out after the commit (their trigger ids are deterministic, so a
-// repeat after a failover is dropped downstream).
+// handleCompletions applies one batch in one fenced transaction: schedule changes, the retries
+// and child fires it decides on (as pending fires) and the cursor. After the commit it arms those
+// fires; if this leader dies first, the next one finds them in pending_fires.
 func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*logsv1.Completion) error {
 	if len(cs) == 0 {
 		return nil
@@ -80,10 +80,33 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 		retry := !ok && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED && c.GetAttempt() < j.RetryCount
 		switch {
 		case retry:
-			after = append(after, s.retryFire(l, j, c))
+			f := pendingRetry(j, c)
+			due := s.clk.Now().Add(retryWait(j, c.GetAttempt())).UnixMilli()
+			if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
+				return err
+			}
+			after = append(after, func() { s.armPending(l, f, due) })
 		case ok:
-			for _, child := range splitIDs(j.ChildJobIDs) {
-				after = append(after, s.childFire(ctx, child, c))
+			for _, childID := range splitIDs(j.ChildJobIDs) {
+				if childID == j.ID {
+					continue
+				}
+				child, err := s.jobs.get(ctx, tx, childID)
+				if errors.Is(err, apierr.ErrNotFound) {
+					s.log.Warn("child job not fired: it no longer exists", "job_id", j.ID, "child_job_id", childID)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				// The child's scheduled time is the parent's, so its trigger id is the same
+				// however often this completion is handled.
+				f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}
+				due := s.clk.Now().UnixMilli()
+				if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
+					return err
+				}
+				after = append(after, func() { s.armPending(l, f, due) })
 			}
 		}
 		if !retry && j.ScheduleType == schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY &&
@@ -110,50 +133,19 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 	return nil
 }
 
-// retryFire prepares the retry of a failed fire: same scheduled time and params, attempt+1, the
-// failed shard only, after the job's backoff.
-func (s *Service) retryFire(l *leadership, j *jobRow, c *logsv1.Completion) func() {
-	params := c.GetParams()
-	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY,
-		attempt: c.GetAttempt() + 1, params: &params}
-	if c.GetShardTotal() > 1 {
-		f.shard, f.shardTotal = c.GetShardIndex(), c.GetShardTotal()
-	}
+// retryWait is how long the retry after the given (failed) attempt waits: the job's backoff.
+func retryWait(j *jobRow, attempt int32) time.Duration {
 	wait := time.Duration(j.RetryIntervalMs) * time.Millisecond
 	switch j.RetryBackoff {
 	case schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED:
 	case schedulerv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL:
-		for range c.GetAttempt() {
+		for range attempt {
 			if wait = 2 * wait; wait >= maxBackoff {
-				wait = maxBackoff
-				break
+				return maxBackoff
 			}
 		}
 	default:
-		wait = 0
+		return 0
 	}
-	return func() {
-		if wait <= 0 {
-			s.submit(f)
-			return
-		}
-		if !l.ring.Add(ringEntry{JobID: j.ID, FireAt: s.clk.Now().Add(wait).UnixMilli(), Value: f}) {
-			s.log.Warn("retry not armed: leadership ended", "job_id", j.ID, "attempt", f.attempt)
-		}
-	}
-}
-
-// childFire prepares a PARENT fire of a child job; its scheduled time is the parent's, so the
-// trigger id is the same however often the completion is seen.
-func (s *Service) childFire(ctx context.Context, childID int64, c *logsv1.Completion) func() {
-	return func() {
-		child, err := s.jobs.get(ctx, s.store, childID)
-		if err != nil || childID == c.GetJobId() {
-			if err != nil {
-				s.log.Warn("child job not fired", "job_id", c.GetJobId(), "child_job_id", childID, "error", err)
-			}
-			return
-		}
-		s.submit(&fire{job: child, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT})
-	}
+	return wait
 }

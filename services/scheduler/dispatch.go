@@ -30,9 +30,12 @@ type fire struct {
 	addresses []string
 	// shard, when shardTotal > 0, sends only that shard (a retry of one failed shard).
 	shard, shardTotal int32
-	// lead is the leadership that armed a scheduled fire (nil for manual, retry and child fires):
-	// the fire is owed until dispatched, and is not dispatched once that leadership is lost.
+	// lead is the leadership that armed the fire (nil for manual triggers): it is not dispatched
+	// once that leadership is lost, and is settled (owed or pending) when it leaves the ring.
 	lead *leadership
+	// pending: a retry or child fire kept in pending_fires until dispatched; otherwise a
+	// scheduled fire tracked in lead.owed.
+	pending bool
 }
 
 // TriggerID is the deterministic id of one fire: the same fire always gets the same id, so
@@ -58,7 +61,7 @@ func (s *Service) submit(f *fire) {
 	if !p.trySubmit(f) {
 		s.recordFailure(f, 0, 1, "", fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue)))
 		if f.lead != nil {
-			f.lead.owed.done(f.job.ID, f.fireMs)
+			s.settle(f)
 		}
 	}
 }
@@ -70,7 +73,7 @@ func (s *Service) dispatch(f *fire) []string {
 			return nil // leadership lost: the fire stays owed and the next leader sends it
 		}
 		defer f.lead.end()
-		defer f.lead.owed.done(f.job.ID, f.fireMs)
+		defer s.settle(f)
 	}
 	start := time.Now()
 	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()

@@ -23,6 +23,8 @@ type leadership struct {
 	epoch int64
 	ring  *ring.Ring[*fire]
 	owed  *owed
+	// claims are the pending fires (retries, child fires) this leadership has armed.
+	claims claims
 	// lastScanMs is when the previous pre-read started (only the pre-read loop touches it).
 	lastScanMs int64
 
@@ -238,6 +240,9 @@ func (s *Service) takeOver(ctx context.Context, l *leadership) error {
 }
 
 func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
+	if err := s.takeOverPending(ctx); err != nil {
+		return err
+	}
 	jobs, err := s.jobs.armed(ctx)
 	if err != nil {
 		return err

@@ -55,6 +55,10 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	pending, pendingDue, err := s.jobs.duePending(ctx, tx, horizon, s.cfg.PreReadBatch)
+	if err != nil {
+		return 0, err
+	}
 	// Move the armed_from_ms marks of jobs whose owed fires changed; due jobs get theirs below.
 	marks := l.owed.takeDirty()
 	committed := false
@@ -109,21 +113,33 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		l.owed.arm(e.JobID, e.FireAt)
 		l.ring.Add(e)
 	}
+	for i, f := range pending {
+		s.armPending(l, f, pendingDue[i])
+	}
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
 	return len(due), nil
 }
 
-// refreshArmed applies API changes made on any replica to the fires already armed: a stopped,
-// deleted or rescheduled job's fires are disarmed (the API moved its next fire), any other change
-// (params, handler, GLUE source…) reaches the armed fires. It reads jobs changed since the
-// previous scan, with a second of overlap.
+// refreshArmed applies API changes made on any replica to the fires already armed: a deleted
+// job's fires are disarmed (its tombstone says so), a stopped or rescheduled job's scheduled fires
+// too (the API moved its next fire), and any other change (params, handler, GLUE source…) reaches
+// the armed fires. It reads jobs changed since the previous scan, with a second of overlap.
 func (s *Service) refreshArmed(ctx context.Context, tx *sql.Tx, l *leadership, nowMs int64) error {
 	since := l.lastScanMs - 1000
 	l.lastScanMs = nowMs
 	if l.ring.Len() == 0 {
 		return nil
+	}
+	deleted, err := s.jobs.tombstonesSince(ctx, tx, since, nowMs)
+	if err != nil {
+		return err
+	}
+	for _, id := range deleted {
+		for _, e := range l.ring.RemoveJob(id) {
+			l.disarmEntry(e)
+		}
 	}
 	changed, err := s.jobs.changedSince(ctx, tx, since)
 	if err != nil {
@@ -132,9 +148,11 @@ func (s *Service) refreshArmed(ctx context.Context, tx *sql.Tx, l *leadership, n
 	for _, j := range changed {
 		for _, e := range l.ring.RemoveJob(j.ID) {
 			old := e.Value.job
-			if j.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING || j.ScheduleType != old.ScheduleType ||
-				j.ScheduleExpr != old.ScheduleExpr || j.TimeZone != old.TimeZone {
-				l.owed.done(e.JobID, e.FireAt)
+			// A retry or child fire outlives a stop or a new schedule (as a manual trigger
+			// would); a scheduled fire does not.
+			if !e.Value.pending && (j.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING || j.ScheduleType != old.ScheduleType ||
+				j.ScheduleExpr != old.ScheduleExpr || j.TimeZone != old.TimeZone) {
+				l.disarmEntry(e)
 				continue
 			}
 			f := *e.Value

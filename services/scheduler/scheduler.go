@@ -280,7 +280,7 @@ func (s *Service) disarm(jobID int64) {
 	s.mu.Unlock()
 	if l != nil {
 		for _, e := range l.ring.RemoveJob(jobID) {
-			l.owed.done(e.JobID, e.FireAt)
+			l.disarmEntry(e)
 		}
 	}
 	s.router.Forget(jobID)

@@ -59,13 +59,17 @@ const jobColumns = `id, group_id, name, author, alarm_emails, schedule_type, sch
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanJob(r scanner) (*jobRow, error) {
-	var j jobRow
-	err := r.Scan(&j.ID, &j.GroupID, &j.Name, &j.Author, &j.AlarmEmails, &j.ScheduleType, &j.ScheduleExpr, &j.TimeZone,
+// jobFields are the scan destinations of jobColumns.
+func jobFields(j *jobRow) []any {
+	return []any{&j.ID, &j.GroupID, &j.Name, &j.Author, &j.AlarmEmails, &j.ScheduleType, &j.ScheduleExpr, &j.TimeZone,
 		&j.Misfire, &j.Route, &j.Handler, &j.Params, &j.Block, &j.TimeoutSeconds, &j.RetryCount,
 		&j.RetryBackoff, &j.RetryIntervalMs, &j.GlueType, &j.GlueSource, &j.GlueRemark, &j.GlueUpdatedMs, &j.ChildJobIDs,
-		&j.Status, &j.LastFireMs, &j.NextFireMs, &j.Version, &j.CreateMs, &j.UpdateMs)
-	if err != nil {
+		&j.Status, &j.LastFireMs, &j.NextFireMs, &j.Version, &j.CreateMs, &j.UpdateMs}
+}
+
+func scanJob(r scanner) (*jobRow, error) {
+	var j jobRow
+	if err := r.Scan(jobFields(&j)...); err != nil {
 		return nil, err
 	}
 	return &j, nil
@@ -175,7 +179,9 @@ func (s store) saveGlue(ctx context.Context, tx *sql.Tx, id int64, j *jobRow) er
 	return nil
 }
 
-func (s store) delete(ctx context.Context, id int64) error {
+// delete removes a job with its GLUE versions and pending fires, and leaves a tombstone so the
+// leader, on whichever replica, disarms the fires it armed for it.
+func (s store) delete(ctx context.Context, id, nowMs int64) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete job %d: %w", id, err)
@@ -190,6 +196,13 @@ func (s store) delete(ctx context.Context, id int64) error {
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM glue_versions WHERE job_id = $1`), id); err != nil {
 		return fmt.Errorf("delete glue versions of job %d: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires WHERE job_id = $1`), id); err != nil {
+		return fmt.Errorf("delete pending fires of job %d: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO job_tombstones (job_id, deleted_ms) VALUES ($1, $2)
+		ON CONFLICT (job_id) DO UPDATE SET deleted_ms = excluded.deleted_ms`), id, nowMs); err != nil {
+		return fmt.Errorf("delete job %d: %w", id, err)
 	}
 	return tx.Commit()
 }
@@ -395,10 +408,7 @@ func (s store) armed(ctx context.Context) ([]armedJob, error) {
 	for rows.Next() {
 		var j jobRow
 		var a int64
-		if err := rows.Scan(&j.ID, &j.GroupID, &j.Name, &j.Author, &j.AlarmEmails, &j.ScheduleType, &j.ScheduleExpr, &j.TimeZone,
-			&j.Misfire, &j.Route, &j.Handler, &j.Params, &j.Block, &j.TimeoutSeconds, &j.RetryCount,
-			&j.RetryBackoff, &j.RetryIntervalMs, &j.GlueType, &j.GlueSource, &j.GlueRemark, &j.GlueUpdatedMs, &j.ChildJobIDs,
-			&j.Status, &j.LastFireMs, &j.NextFireMs, &j.Version, &j.CreateMs, &j.UpdateMs, &a); err != nil {
+		if err := rows.Scan(append(jobFields(&j), &a)...); err != nil {
 			return nil, fmt.Errorf("read armed jobs: %w", err)
 		}
 		out = append(out, armedJob{&j, a})

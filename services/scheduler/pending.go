@@ -1,0 +1,231 @@
+package scheduler
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+)
+
+// Pending fires are the fires a leader decides on from a completion: retries (after their
+// backoff) and child jobs. They live in the pending_fires table from the fenced transaction that
+// saves the completion cursor until they are dispatched, so a leader that dies with a retry
+// waiting in its ring leaves it to the next one. A leader arms a row at most once (its claimed
+// set); a new leader first asks logsvc which rows the old one already dispatched.
+
+// pendingKey names one pending fire; shard is -1 for "every shard".
+type pendingKey struct {
+	job, fireMs    int64
+	shard, attempt int32
+}
+
+// triggerID is the trigger id the fire gets (or its first shard's, for a broadcast).
+func (k pendingKey) triggerID() string { return TriggerID(k.job, k.fireMs, max(k.shard, 0), k.attempt) }
+
+// key returns the pending key of a pending fire.
+func (f *fire) key() pendingKey {
+	k := pendingKey{job: f.job.ID, fireMs: f.fireMs, shard: -1, attempt: f.attempt}
+	if f.shardTotal > 0 {
+		k.shard = f.shard
+	}
+	return k
+}
+
+// claims is the set of pending fires a leadership has armed and not settled.
+type claims struct {
+	mu  sync.Mutex
+	set map[pendingKey]struct{}
+}
+
+// claim reports whether k was not claimed yet, and claims it.
+func (c *claims) claim(k pendingKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.set == nil {
+		c.set = map[pendingKey]struct{}{}
+	}
+	if _, ok := c.set[k]; ok {
+		return false
+	}
+	c.set[k] = struct{}{}
+	return true
+}
+
+// release forgets a claim, so the row may be armed again.
+func (c *claims) release(k pendingKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.set, k)
+}
+
+// addPending stores a pending fire inside the fenced completion transaction; a repeat of the same
+// completion (after a failover) changes nothing.
+func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error {
+	k := f.key()
+	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
+		trigger_type, fire_params, due_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`),
+		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs)
+	if err != nil {
+		return fmt.Errorf("save pending %s fire %s: %w", f.trigType, k.triggerID(), err)
+	}
+	return nil
+}
+
+// duePending reads pending fires due at or before horizonMs with their jobs, oldest first.
+func (s store) duePending(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, horizonMs int64, limit int) ([]*fire, []int64, error) {
+	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
+		p.fire_params, p.due_ms, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
+		WHERE p.due_ms <= $1 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read pending fires: %w", err)
+	}
+	defer rows.Close()
+	var (
+		fires []*fire
+		dues  []int64
+	)
+	for rows.Next() {
+		var (
+			f      fire
+			params sql.NullString
+			due    int64
+			j      jobRow
+		)
+		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &f.trigType, &params, &due},
+			jobFields(&j)...)...); err != nil {
+			return nil, nil, fmt.Errorf("read pending fires: %w", err)
+		}
+		if f.shard < 0 {
+			f.shard, f.shardTotal = 0, 0
+		}
+		if params.Valid {
+			f.params = &params.String
+		}
+		f.job, f.pending = &j, true
+		fires, dues = append(fires, &f), append(dues, due)
+	}
+	return fires, dues, rows.Err()
+}
+
+// deletePending removes a dispatched (or obsolete) pending fire.
+func (s store) deletePending(ctx context.Context, k pendingKey) error {
+	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4`),
+		k.job, k.fireMs, k.shard, k.attempt)
+	if err != nil {
+		return fmt.Errorf("delete pending fire %s: %w", k.triggerID(), err)
+	}
+	return nil
+}
+
+// tombstonesSince reads, inside the fenced tx, the jobs deleted at or after ms, and forgets
+// tombstones older than an hour.
+func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms, nowMs int64) ([]int64, error) {
+	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM job_tombstones WHERE deleted_ms < $1`), nowMs-time.Hour.Milliseconds()); err != nil {
+		return nil, fmt.Errorf("prune job tombstones: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT job_id FROM job_tombstones WHERE deleted_ms >= $1`), ms)
+	if err != nil {
+		return nil, fmt.Errorf("read deleted jobs: %w", err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("read deleted jobs: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// armPending arms a pending fire at dueMs unless this leadership already has.
+func (s *Service) armPending(l *leadership, f *fire, dueMs int64) {
+	f.lead, f.pending = l, true
+	k := f.key()
+	if !l.claims.claim(k) {
+		return
+	}
+	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Value: f}) {
+		l.claims.release(k) // leadership ended: the row waits for the next leader
+	}
+}
+
+// settle records that a fire of leadership l left the ring for good (dispatched, rejected or
+// disarmed): an owed fire is no longer owed; a pending fire's row is deleted.
+func (s *Service) settle(f *fire) {
+	if !f.pending {
+		f.lead.owed.done(f.job.ID, f.fireMs)
+		return
+	}
+	k := f.key()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.jobs.deletePending(ctx, k); err != nil {
+		// Still claimed, so this leader does not send it again; a new leader asks logsvc first.
+		s.log.Warn("dispatched fire left pending", "trigger_id", k.triggerID(), "error", err)
+		return
+	}
+	f.lead.claims.release(k)
+}
+
+// disarmEntry takes back a fire removed from the ring without dispatching it.
+func (l *leadership) disarmEntry(e ringEntry) {
+	if e.Value.pending {
+		l.claims.release(e.Value.key())
+		return
+	}
+	l.owed.done(e.JobID, e.FireAt)
+}
+
+// takeOverPending deletes the pending fires the previous leader dispatched (logsvc knows their
+// trigger ids); the pre-read arms the rest.
+func (s *Service) takeOverPending(ctx context.Context) error {
+	fires, _, err := s.jobs.duePending(ctx, s.store, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
+	if err != nil {
+		return err
+	}
+	gone := 0
+	for start := 0; start < len(fires); start += 10000 {
+		chunk := fires[start:min(start+10000, len(fires))]
+		ids := make([]string, len(chunk))
+		byID := make(map[string]pendingKey, len(chunk))
+		for i, f := range chunk {
+			k := f.key()
+			ids[i] = k.triggerID()
+			byID[ids[i]] = k
+		}
+		resp, err := s.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: ids})
+		if err != nil {
+			return fmt.Errorf("look up pending fires in logsvc: %w", err)
+		}
+		for _, id := range resp.GetKnownTriggerIds() {
+			if err := s.jobs.deletePending(ctx, byID[id]); err != nil {
+				return err
+			}
+			gone++
+		}
+	}
+	if len(fires) > 0 {
+		s.log.Info("took over pending retries and child fires", "pending", len(fires), "already_dispatched", gone)
+	}
+	return nil
+}
+
+// pendingRetry builds the retry of a failed fire: same scheduled time and params, attempt+1, the
+// failed shard only.
+func pendingRetry(j *jobRow, c *logsv1.Completion) *fire {
+	params := c.GetParams()
+	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY,
+		attempt: c.GetAttempt() + 1, params: &params, pending: true}
+	if c.GetShardTotal() > 1 {
+		f.shard, f.shardTotal = c.GetShardIndex(), c.GetShardTotal()
+	}
+	return f
+}

@@ -1,0 +1,207 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/scheduler"
+)
+
+// counter counts a handler's executions per trigger id.
+type counter struct {
+	mu   sync.Mutex
+	runs map[string]int
+	seen []*sdk.Job
+}
+
+func (c *counter) add(j *sdk.Job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil {
+		c.runs = map[string]int{}
+	}
+	c.runs[j.TriggerID]++
+	c.seen = append(c.seen, j)
+}
+
+// snapshot returns the executions so far, in order.
+func (c *counter) snapshot() ([]*sdk.Job, map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	runs := make(map[string]int, len(c.runs))
+	for k, v := range c.runs {
+		runs[k] = v
+	}
+	return append([]*sdk.Job(nil), c.seen...), runs
+}
+
+// executor starts an SDK executor in a new AUTO group of the cluster, with one handler, and
+// returns the group id.
+func (c *cluster) executor(t *testing.T, app, handler string, h sdk.HandlerFunc) int64 {
+	t.Helper()
+	reg := registryv1.NewRegistryServiceClient(c.regConn)
+	g, err := reg.CreateExecutorGroup(t.Context(), &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
+		AppName: app, Title: app,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := sdk.New(sdk.Config{AppName: app, InstanceID: app + "-1", ListenAddr: "127.0.0.1:0", Etcd: etcdtest.Client(t),
+		RegistrationTTL: 2 * time.Second, LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.Handle(handler, h)
+	if err := ex.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ex.Stop)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := reg.GetExecutorGroup(t.Context(), &registryv1.GetExecutorGroupRequest{Id: g.Group.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Group.Addresses) == 1 {
+			return g.Group.Id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("executor of %s not online within 15s", app)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// eventually polls cond every 20 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
+	}
+}
+
+func (c *cluster) pendingRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := c.store.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM pending_fires`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRetryWaitingOutItsBackoffSurvivesFailover: a fire fails, its retry waits 3 s of backoff,
+// and the leader stops meanwhile. The new leader sends the retry, once, after the backoff.
+func TestRetryWaitingOutItsBackoffSurvivesFailover(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executor(t, "flaky-app", "flaky", func(ctx context.Context, j *sdk.Job) error {
+		runs.add(j)
+		if j.Attempt == 0 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	a, b := c.replica(t, "a"), c.replica(t, "b")
+	lead, _ := waitLeader(t, a, b)
+	other := b
+	if lead == b {
+		other = a
+	}
+	const backoff = 3 * time.Second
+	job, err := other.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: group, Name: "flaky", Handler: "flaky", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+		Schedule:   &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+		RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED, RetryIntervalMs: backoff.Milliseconds(),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lead.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: job.Job.Id}); err != nil {
+		t.Fatal(err)
+	}
+	// The failure reaches the leader through logsvc's completions; the retry is then stored.
+	eventually(t, 15*time.Second, "retry stored as a pending fire", func() bool { return c.pendingRows(t) == 1 })
+	failedAt := time.Now()
+	lead.Stop()
+	eventually(t, 20*time.Second, "retry run by the new leader", func() bool {
+		seen, _ := runs.snapshot()
+		return len(seen) >= 2
+	})
+	seen, byID := runs.snapshot()
+	if gap := time.Since(failedAt); gap < backoff-time.Second {
+		t.Errorf("retry ran %v after the failure was stored, want after the %v backoff", gap, backoff)
+	}
+	if seen[1].Attempt != 1 || seen[1].TriggerType != "RETRY" {
+		t.Errorf("second run = attempt %d, %s; want attempt 1, RETRY", seen[1].Attempt, seen[1].TriggerType)
+	}
+	if want := scheduler.TriggerID(job.Job.Id, seen[0].ScheduledTime.UnixMilli(), 0, 1); seen[1].TriggerID != want {
+		t.Errorf("retry trigger id %s, want %s", seen[1].TriggerID, want)
+	}
+	eventually(t, 10*time.Second, "pending fire deleted once dispatched", func() bool { return c.pendingRows(t) == 0 })
+	time.Sleep(time.Second) // anything sent twice would have arrived by now
+	seen, byID = runs.snapshot()
+	for id, n := range byID {
+		if n != 1 {
+			t.Errorf("trigger %s ran %d times, want once", id, n)
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("%d runs, want 2 (the fire and one retry)", len(seen))
+	}
+}
+
+// TestDeleteThroughAFollowerDisarms: a job deleted through a replica that does not lead stops
+// firing within a pre-read, though the leader had armed its next fires.
+func TestDeleteThroughAFollowerDisarms(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executor(t, "tick-app", "tick", func(ctx context.Context, j *sdk.Job) error {
+		runs.add(j)
+		return nil
+	})
+	a, b := c.replica(t, "a"), c.replica(t, "b")
+	lead, _ := waitLeader(t, a, b)
+	follower := b
+	if lead == b {
+		follower = a
+	}
+	job, err := follower.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: group, Name: "tick", Handler: "tick", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+		Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: "200ms"},
+		Status:   schedulerv1.JobStatus_JOB_STATUS_RUNNING,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "job firing", func() bool {
+		seen, _ := runs.snapshot()
+		return len(seen) >= 3
+	})
+	if _, err := follower.DeleteJob(t.Context(), &schedulerv1.DeleteJobRequest{Id: job.Job.Id}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // one pre-read (1 s) and the fires already in flight
+	before, _ := runs.snapshot()
+	time.Sleep(3 * time.Second) // the leader had armed fires up to 5 s ahead
+	after, _ := runs.snapshot()
+	if len(after) != len(before) {
+		t.Errorf("deleted job ran %d more times", len(after)-len(before))
+	}
+}
