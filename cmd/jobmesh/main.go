@@ -113,6 +113,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.str(&cfg.LogsAddr, "logs-addr", "127.0.0.1:9012", "logsvc gRPC address")
 	f.str(&cfg.AuthAddr, "auth-addr", "127.0.0.1:9013", "auth gRPC address")
 	f.str(&cfg.AdminPassword, "admin-password", "", "first admin's password on a fresh store; empty means random, printed once")
+	f.str(&cfg.InternalToken, "internal-token", "", "secret the services present to each other (give it to `jobmesh scheduler` replicas); empty means random per start")
+	f.str(&cfg.AgentToken, "agent-token", "", "secret executor agents present to deliver results and logs; empty means random per start")
 	f.str(&cfg.AgentAddr, "agent-addr", "127.0.0.1:9999", "local executor agent gRPC address")
 	f.str(&cfg.EtcdAddr, "etcd-addr", "127.0.0.1:2379", "embedded etcd client address")
 	f.dur(&sessionTTL, "session-ttl", 5*time.Second, "scheduler leader session TTL")

@@ -16,11 +16,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -36,6 +39,13 @@ type schedulerConfig struct {
 	DatabaseURL string
 	// RegistryAddr and LogsAddr are the gRPC addresses of the registry and logsvc. Required.
 	RegistryAddr, LogsAddr string
+	// InternalToken is the secret the jobmesh services present to each other (docs/auth.md):
+	// this replica presents it to the registry and logsvc and accepts it from them. Required, at
+	// least 32 characters.
+	InternalToken string
+	// AuthAddr is the auth service's gRPC address, where people's tokens are checked. Empty: the
+	// replica accepts only callers with the internal token.
+	AuthAddr string
 	// ReplicaID names the replica in the election; empty means hostname-pid.
 	ReplicaID string
 	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership.
@@ -63,6 +73,14 @@ func (c *schedulerConfig) validate() error {
 			errs = append(errs, fmt.Errorf("%s %q: %w", a.flag, a.addr, err))
 		}
 	}
+	if len(c.InternalToken) < auth.MinSecretLen {
+		errs = append(errs, fmt.Errorf("--internal-token: required, at least %d characters", auth.MinSecretLen))
+	}
+	if c.AuthAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AuthAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--auth-addr %q: %w", c.AuthAddr, err))
+		}
+	}
 	if c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--session-ttl %v: want whole seconds, at least 1s", c.SessionTTL))
 	}
@@ -81,6 +99,8 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f.str(&c.DatabaseURL, "database-url", "", "Postgres URL shared by every replica (required)")
 	f.str(&c.RegistryAddr, "registry-addr", "", "registry gRPC address (required)")
 	f.str(&c.LogsAddr, "logs-addr", "", "logsvc gRPC address (required)")
+	f.str(&c.InternalToken, "internal-token", "", "secret the services present to each other, as given to `jobmesh dev` (required)")
+	f.str(&c.AuthAddr, "auth-addr", "", "auth gRPC address for checking people's tokens; empty accepts internal callers only")
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
 	f.dur(&c.SessionTTL, "session-ttl", 5*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
 	f.str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -137,19 +157,22 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer etcd.Close()
 
-	dial := func(flag, addr string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	// Calls to the other services present the internal token; the auth connection carries the
+	// tokens of the people it checks instead.
+	dial := func(flag, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
 		}
 		return c, nil
 	}
-	regConn, err := dial("--registry-addr", cfg.RegistryAddr)
+	internal := auth.BearerToken(cfg.InternalToken)
+	regConn, err := dial("--registry-addr", cfg.RegistryAddr, internal)
 	if err != nil {
 		return err
 	}
 	defer regConn.Close()
-	logsConn, err := dial("--logs-addr", cfg.LogsAddr)
+	logsConn, err := dial("--logs-addr", cfg.LogsAddr, internal)
 	if err != nil {
 		return err
 	}
@@ -167,7 +190,35 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
-	g := grpcserver.New(log)
+	// The guard looks jobs up on this replica itself, over loopback with the internal token.
+	selfConn, err := dial("--grpc-addr", ln.Addr().String(), internal)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer selfConn.Close()
+	gcfg := auth.GuardConfig{
+		InternalToken: cfg.InternalToken, Logger: log,
+		Groups: auth.ClientResolver{
+			Jobs: schedulerv1.NewJobServiceClient(selfConn), Logs: logsv1.NewLogServiceClient(logsConn),
+			Registry: registryv1.NewRegistryServiceClient(regConn),
+		},
+	}
+	if cfg.AuthAddr != "" {
+		authConn, err := dial("--auth-addr", cfg.AuthAddr)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer authConn.Close()
+		gcfg.Users = auth.RemoteUsers{Client: authv1.NewAuthServiceClient(authConn)}
+	}
+	guard, err := auth.NewGuard(gcfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	g := grpcserver.New(log, guard.ServerOptions()...)
 	sched.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }() // Serve closes ln when it returns

@@ -10,7 +10,8 @@ import (
 
 func TestParseSchedulerFlags(t *testing.T) {
 	full := []string{"--etcd-endpoints", " http://a:2379, http://b:2379 ,", "--database-url", "postgres://u@h/db",
-		"--registry-addr", "127.0.0.1:9011", "--logs-addr", "127.0.0.1:9012"}
+		"--registry-addr", "127.0.0.1:9011", "--logs-addr", "127.0.0.1:9012",
+		"--internal-token", strings.Repeat("s", 32)}
 
 	t.Run("defaults and the comma list", func(t *testing.T) {
 		c, err := parseSchedulerFlags(full, io.Discard)
@@ -27,7 +28,7 @@ func TestParseSchedulerFlags(t *testing.T) {
 
 	t.Run("required flags are named", func(t *testing.T) {
 		_, err := parseSchedulerFlags(nil, io.Discard)
-		for _, f := range []string{"--etcd-endpoints", "--database-url", "--registry-addr", "--logs-addr"} {
+		for _, f := range []string{"--etcd-endpoints", "--database-url", "--registry-addr", "--logs-addr", "--internal-token"} {
 			if err == nil || !strings.Contains(err.Error(), f+": required") {
 				t.Errorf("error %v does not name %s as required", err, f)
 			}

@@ -1,6 +1,10 @@
 // Package devstack composes every jobmesh service into one process: an embedded etcd, the stores
-// (SQLite under the data directory, or Postgres), registry, logsvc, scheduler, gateway and one
-// local executor agent. `jobmesh dev` runs it; the end-to-end tests start the same stack.
+// (SQLite under the data directory, or Postgres), registry, logsvc, scheduler, auth, gateway and
+// one local executor agent. `jobmesh dev` runs it; the end-to-end tests start the same stack.
+//
+// Every gRPC server checks tokens with the same auth.Guard: people log in (the first admin's
+// password is printed at first start), services call each other with the internal token and the
+// agent delivers results with the agent token (docs/auth.md).
 package devstack
 
 import (
@@ -12,10 +16,12 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -49,6 +55,15 @@ type Config struct {
 	// AdminPassword is the first admin's password on a fresh store; empty means a random one,
 	// printed once.
 	AdminPassword string
+	// InternalToken is the secret the services present to each other (at least 32 characters);
+	// external scheduler replicas (NoScheduler) must be given the same. Empty means a random one
+	// for this start (Stack.InternalToken).
+	InternalToken string
+	// AgentToken is the secret executor agents present to deliver results and log lines (at
+	// least 32 characters). Empty means a random one for this start (Stack.AgentToken).
+	AgentToken string
+	// Auth tunes the auth service (session TTL, login throttling, clock); its Logger is set here.
+	Auth auth.Config
 	// EtcdAddr is the embedded etcd's client address. Default 127.0.0.1:2379.
 	EtcdAddr string
 	// Scheduler tunes the scheduler (clock, windows); its Logger is set here.
@@ -92,6 +107,8 @@ type Stack struct {
 	// AdminPassword is the password given to the first admin by this start; empty when the
 	// store already had users.
 	AdminPassword string
+	// InternalToken and AgentToken are the secrets services and agents present (see Config).
+	InternalToken, AgentToken string
 	// GroupID is the executor group of the local agent.
 	GroupID int64
 
@@ -105,7 +122,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("devstack: data dir: required")
 	}
-	st := &Stack{log: cfg.Logger}
+	st := &Stack{log: cfg.Logger, InternalToken: cfg.InternalToken, AgentToken: cfg.AgentToken}
+	if st.InternalToken == "" {
+		st.InternalToken = auth.NewSecret()
+	}
+	if st.AgentToken == "" {
+		st.AgentToken = auth.NewSecret()
+	}
 	var undo []func() // reverse start order
 	defer func() {
 		if err != nil {
@@ -198,8 +221,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	st.RegistryAddr, st.LogsAddr = regLn.Addr().String(), logsLn.Addr().String()
 	st.AuthAddr = authLn.Addr().String()
 
+	// Service-to-service connections present the internal token.
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+			auth.BearerToken(st.InternalToken))
 		if err != nil {
 			return nil, fmt.Errorf("devstack: dial %s: %w", addr, err)
 		}
@@ -219,8 +244,30 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 
+	// Auth comes first: every server's guard asks it who a token belongs to.
+	acfg := cfg.Auth
+	acfg.Logger = log.With("service", "auth")
+	authSvc, err := auth.New(acfg, authDB)
+	if err != nil {
+		return nil, err
+	}
+	if st.AdminPassword, err = authSvc.Bootstrap(ctx, "admin", cfg.AdminPassword); err != nil {
+		return nil, err
+	}
+	guard, err := auth.NewGuard(auth.GuardConfig{
+		Users: authSvc, InternalToken: st.InternalToken, AgentToken: st.AgentToken, Audit: authSvc,
+		Groups: auth.ClientResolver{
+			Jobs: schedulerv1.NewJobServiceClient(schedConn), Logs: logsv1.NewLogServiceClient(logsConn),
+			Registry: registryv1.NewRegistryServiceClient(regConn),
+		},
+		Logger: log.With("service", "guard"),
+	})
+	if err != nil {
+		return nil, err
+	}
+
 	serve := func(name string, ln net.Listener, register func(*grpc.Server)) {
-		g := grpcserver.New(log.With("service", name))
+		g := grpcserver.New(log.With("service", name), guard.ServerOptions()...)
 		register(g)
 		go func() {
 			if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -293,6 +340,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	agent, err := sdk.New(sdk.Config{
 		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, Etcd: agentEtcd,
 		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev",
+		LogsvcDialOptions: []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+				MinConnectTimeout: 5 * time.Second,
+			}),
+		},
 		Logger: log.With("service", "agent"),
 	})
 	if err != nil {
@@ -307,14 +361,6 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	undo = append(undo, agent.Stop)
 	st.AgentAddr = agent.Addr()
 
-	// Auth.
-	authSvc, err := auth.New(auth.Config{Logger: log.With("service", "auth")}, authDB)
-	if err != nil {
-		return nil, err
-	}
-	if st.AdminPassword, err = authSvc.Bootstrap(ctx, "admin", cfg.AdminPassword); err != nil {
-		return nil, err
-	}
 	serve("auth", authLn, authSvc.Register)
 
 	// Gateway.
@@ -351,8 +397,13 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	if cfg.NoScheduler {
 		sched += "   (external replicas, not started here)"
 	}
-	if s.AdminPassword != "" && cfg.AdminPassword == "" {
+	login := "log in as \"admin\" with the password printed at this data directory's first start"
+	switch {
+	case s.AdminPassword != "" && cfg.AdminPassword == "":
 		fmt.Fprintf(w, "first start: created user \"admin\" with password %s (shown once; change it)\n", s.AdminPassword)
+		login = "log in as \"admin\" with the password above"
+	case s.AdminPassword != "":
+		login = "log in as \"admin\" with the password from --admin-password (JOBMESH_ADMIN_PASSWORD)"
 	}
 	fmt.Fprintf(w, `jobmesh dev is up
   web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)
@@ -364,8 +415,11 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   etcd              %s
   store             %s
   data directory    %s
+Log in: %s, in the web UI or with
+  curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
+  and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
 Press Ctrl-C to stop.
-`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, store, cfg.DataDir)
+`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, store, cfg.DataDir, login, s.HTTPAddr)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).

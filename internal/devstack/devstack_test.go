@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,11 +30,41 @@ func startStack(t *testing.T, databaseURL string) *devstack.Stack {
 		t.Fatalf("devstack.Start: %v", err)
 	}
 	t.Cleanup(st.Stop)
+	// Every call on this stack goes as the first admin unless it names another token (callAs).
+	tokens.Store(st.HTTPAddr, login(t, st, "admin", st.AdminPassword))
+	t.Cleanup(func() { tokens.Delete(st.HTTPAddr) })
 	return st
 }
 
-// call makes a REST call and decodes the JSON answer into out (when not nil).
-func call(t *testing.T, method, url string, body any, out any) int {
+// tokens holds the admin's session token of every running test stack, by gateway address.
+var tokens sync.Map
+
+// login logs in over REST and returns the session token.
+func login(t *testing.T, st *devstack.Stack, username, password string) string {
+	t.Helper()
+	var resp struct {
+		Token string `json:"token"`
+	}
+	if code := callAs(t, "", "POST", "http://"+st.HTTPAddr+"/api/v1/auth/login", map[string]any{"username": username, "password": password}, &resp); code != http.StatusOK || resp.Token == "" {
+		t.Fatalf("login as %s = %d (token %q), want 200 and a token", username, code, resp.Token)
+	}
+	return resp.Token
+}
+
+// call makes a REST call as the stack's admin and decodes the JSON answer into out (when not nil).
+func call(t *testing.T, method, rawURL string, body any, out any) int {
+	t.Helper()
+	tok := ""
+	if u, err := url.Parse(rawURL); err == nil {
+		if v, ok := tokens.Load(u.Host); ok {
+			tok = v.(string)
+		}
+	}
+	return callAs(t, tok, method, rawURL, body, out)
+}
+
+// callAs makes a REST call with the bearer token tok (none when empty).
+func callAs(t *testing.T, tok, method, url string, body any, out any) int {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -47,6 +79,9 @@ func call(t *testing.T, method, url string, body any, out any) int {
 		t.Fatalf("request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)

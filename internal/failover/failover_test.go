@@ -26,6 +26,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
 
 var (
@@ -104,9 +105,10 @@ func TestLeaderKill(t *testing.T) {
 	cancel()
 	ctx := t.Context() // and every call has a deadline: boundCalls
 
-	c := &cluster{t: t, bin: bin, logDir: logDir, args: []string{
+	c := &cluster{t: t, bin: bin, logDir: logDir, token: st.InternalToken, args: []string{
 		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
+		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr,
 	}}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -468,6 +470,7 @@ type cluster struct {
 	bin    string
 	logDir string
 	args   []string
+	token  string // the stack's internal token, which the test's clients present too
 
 	mu   sync.Mutex
 	live map[string]*replica // by replica id
@@ -525,7 +528,8 @@ func (c *cluster) start(id string) *replica {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("replica %s not serving after 30s", id)
 	}
-	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(boundCalls))
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(boundCalls),
+		auth.BearerToken(c.token))
 	if err != nil {
 		t.Fatal(err)
 	}
