@@ -295,4 +295,3 @@ func urlHost(endpoint string) (string, error) {
 	}
 	return u.Host, nil
 }
-
