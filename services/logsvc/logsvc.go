@@ -136,6 +136,9 @@ type Service struct {
 	hub    *hub
 	// writing holds a token per ingest batch being written (Config.MaxWritingBatches).
 	writing chan struct{}
+	// beforeCommit, when set (tests only), runs between a transaction's last write and its
+	// commit: where a crash must lose the batch and its acknowledgement together.
+	beforeCommit func(context.Context, *sql.Tx)
 
 	mu      sync.Mutex
 	started bool
@@ -282,6 +285,9 @@ func (s *Service) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	defer tx.Rollback()
 	if err := fn(tx); err != nil {
 		return err
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit(ctx, tx)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)

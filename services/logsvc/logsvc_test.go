@@ -61,21 +61,30 @@ type env struct {
 
 func newEnv(t *testing.T, st dbtest.Store) *env {
 	t.Helper()
+	// Retention off: the suite's runs are scheduled years ago.
+	return newEnvWith(t, st, Config{Retention: -1}, true)
+}
+
+// newEnvWith is newEnv with a config; start false leaves the background work off, so a test
+// can drive it (sweeps, alarm passes) itself with an injected clock.
+func newEnvWith(t *testing.T, st dbtest.Store, cfg Config, start bool) *env {
+	t.Helper()
 	d := dbtest.Open(t, st.Config, "logs", MigrationsFS())
 	k := &fakeKiller{}
-	// Retention off: the suite's runs are scheduled years ago.
-	svc, err := New(Config{Retention: -1}, d, k)
+	svc, err := New(cfg, d, k)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatalf("Start: %v", err)
+	if start {
+		if err := svc.Start(context.Background()); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if err := svc.Start(context.Background()); err == nil {
+			t.Errorf("second Start: got nil error, want one")
+		}
+		t.Cleanup(svc.Stop)
+		t.Cleanup(svc.Stop) // idempotent
 	}
-	if err := svc.Start(context.Background()); err == nil {
-		t.Errorf("second Start: got nil error, want one")
-	}
-	t.Cleanup(svc.Stop)
-	t.Cleanup(svc.Stop) // idempotent
 	g := grpcserver.New(slog.New(slog.DiscardHandler))
 	svc.Register(g)
 	ln := bufconn.Listen(1 << 20)

@@ -52,8 +52,41 @@ func scanRun(sc scanner, extra ...any) (*logsv1.Run, error) {
 
 // ListRuns implements LogService: newest first by arrival, paged by the last seq seen.
 func (s *Service) ListRuns(ctx context.Context, req *logsv1.ListRunsRequest) (*logsv1.ListRunsResponse, error) {
+	q, args, size, err := s.listRunsQuery(req)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	resp := &logsv1.ListRunsResponse{}
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		r, err := scanRun(rows, &seq)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
+		}
+		resp.Runs = append(resp.Runs, r)
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	if len(resp.Runs) > size {
+		resp.Runs = resp.Runs[:size]
+		resp.NextPageToken = encodePageToken(seqs[size-1])
+	}
+	return resp, nil
+}
+
+// listRunsQuery builds ListRuns' statement: the filters, the keyset condition and a LIMIT of
+// one more than the page size (to know whether a next page exists).
+func (s *Service) listRunsQuery(req *logsv1.ListRunsRequest) (q string, args []any, size int, err error) {
 	var bad apierr.Fields
-	size := int(req.GetPageSize())
+	size = int(req.GetPageSize())
 	switch {
 	case size == 0:
 		size = defaultPageSize
@@ -61,7 +94,6 @@ func (s *Service) ListRuns(ctx context.Context, req *logsv1.ListRunsRequest) (*l
 		bad.Add("page_size", "want 1 to %d, got %d", maxPageSize, size)
 	}
 	var where []string
-	var args []any
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, strings.ReplaceAll(cond, "@", s.ph(len(args))))
@@ -107,37 +139,14 @@ func (s *Service) ListRuns(ctx context.Context, req *logsv1.ListRunsRequest) (*l
 		add("seq < @", seq)
 	}
 	if err := bad.Err(); err != nil {
-		return nil, err
+		return "", nil, 0, err
 	}
-	q := `SELECT seq, ` + runColumns + ` FROM runs`
+	q = `SELECT seq, ` + runColumns + ` FROM runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY seq DESC LIMIT ` + s.ph(len(args)+1)
-	rows, err := s.store.QueryContext(ctx, q, append(args, size+1)...)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	defer rows.Close()
-	resp := &logsv1.ListRunsResponse{}
-	var seqs []int64
-	for rows.Next() {
-		var seq int64
-		r, err := scanRun(rows, &seq)
-		if err != nil {
-			return nil, fmt.Errorf("list runs: %w", err)
-		}
-		resp.Runs = append(resp.Runs, r)
-		seqs = append(seqs, seq)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	if len(resp.Runs) > size {
-		resp.Runs = resp.Runs[:size]
-		resp.NextPageToken = encodePageToken(seqs[size-1])
-	}
-	return resp, nil
+	return q, append(args, size+1), size, nil
 }
 
 // Page tokens are opaque to clients; they carry the seq of the last run returned.
