@@ -24,9 +24,11 @@ import (
 func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	t.Parallel()
 	cli := etcdtest.Client(t)
+	rec := newLogRecorder()
 	e, err := sdk.New(sdk.Config{
 		AppName: "reg-app", InstanceID: "i1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: cli,
 		RegistrationTTL: 2 * time.Second, Version: "v1.2.3", Labels: map[string]string{"zone": "eu"},
+		Logger: rec.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,12 +68,76 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("executor did not register again after losing its lease")
 	}
+	// And it said why.
+	rec.wait(t, 10*time.Second, "WARN executor registration lost", "reason=lease expired or revoked")
+	rec.wait(t, 10*time.Second, "executor registered again")
 
 	e.Stop()
 	resp, err = cli.Get(t.Context(), key)
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("after Stop: got %v %v, want the key gone", resp.Kvs, fmt.Sprint(err))
 	}
+}
+
+// TestRegistrationSurvivesEtcdRestart stops etcd for longer than the registration's TTL, so the
+// executor's keepalive gives up, then starts it again on the same data and port: the executor
+// registers again (saying why it had to), the registry's view follows, and the key outlives the
+// old lease, which etcd restored at restart and then let expire.
+func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
+	t.Parallel()
+	srv := privateEtcd(t, "127.0.0.1:0")
+	agentCli, regCli := srv.client(t), srv.client(t)
+	c := serveWith(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}, regCli, nil)
+	rec := newLogRecorder()
+	const app = "restart-app"
+	e, err := sdk.New(sdk.Config{
+		AppName: app, InstanceID: "r1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: agentCli,
+		RegistrationTTL: 2 * time.Second, Logger: rec.Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(e.Stop)
+	waitAddresses(t, c, app, e.AdvertiseAddr())
+	key := registry.KeyPrefix + app + "/r1"
+	resp, err := agentCli.Get(t.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get %s: got %v %v, want one key", key, resp, err)
+	}
+	oldLease := clientv3.LeaseID(resp.Kvs[0].Lease)
+
+	srv.s.Close()
+	rec.wait(t, 30*time.Second, "WARN executor registration lost", "reason=keepalive ended and etcd is unreachable")
+	srv.start(t)
+	rec.wait(t, 30*time.Second, "executor registered again")
+
+	// The old lease came back with etcd and expires within its TTL; the key, now under the new
+	// lease, must stay.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ttl, err := agentCli.TimeToLive(t.Context(), oldLease)
+		if err == nil && ttl.TTL == -1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("old lease %x still alive 30s after the restart: %v %v", oldLease, ttl, err)
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // a lease expires in its own time
+		case <-t.Context().Done():
+		}
+	}
+	resp, err = agentCli.Get(t.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) == oldLease {
+		t.Fatalf("after the old lease expired: Get %s = %v %v, want the key under a new lease", key, resp, err)
+	}
+	waitAddresses(t, c, app, e.AdvertiseAddr())
+
+	e.Stop()
+	waitAddresses(t, c, app)
 }
 
 // TestAgentJoinsAndLeavesTheView runs a real agent against the registry: it shows up in the live
