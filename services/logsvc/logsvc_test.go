@@ -67,7 +67,7 @@ func newEnv(t *testing.T, st dbtest.Store) *env {
 
 // newEnvWith is newEnv with a config; start false leaves the background work off, so a test
 // can drive it (sweeps, alarm passes) itself with an injected clock.
-func newEnvWith(t *testing.T, st dbtest.Store, cfg Config, start bool) *env {
+func newEnvWith(t testing.TB, st dbtest.Store, cfg Config, start bool) *env {
 	t.Helper()
 	d := dbtest.Open(t, st.Config, "logs", MigrationsFS())
 	k := &fakeKiller{}

@@ -1,0 +1,208 @@
+package logsvc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+)
+
+// fillRuns stores n runs in one INSERT … SELECT: 1,000 jobs in 20 groups on 50 executors, one
+// run in 100 still running, one in 10 failed, scheduled a second apart.
+func fillRuns(tb testing.TB, d *db.DB, n int) {
+	tb.Helper()
+	ctx := context.Background()
+	_, err := d.ExecContext(ctx, `INSERT INTO runs (trigger_id, job_id, group_id, trigger_type, scheduled_ms, trigger_ms,
+			executor_address, handler, params, route_strategy, trigger_outcome, trigger_message, status, handle_message,
+			start_ms, end_ms)
+		SELECT 'r' || g, g % 1000 + 1, g % 20 + 1, g % 5 + 1, CAST($1 AS BIGINT) + g * 1000, CAST($1 AS BIGINT) + g * 1000 + 2,
+			'10.0.' || (g % 50) || '.1:9999', 'demo', '', 1, 1, 'route FIRST', CASE WHEN g % 100 = 0 THEN 1 WHEN g % 10 = 0 THEN 3 ELSE 2 END,
+			'', CAST($1 AS BIGINT) + g * 1000 + 3, CASE WHEN g % 100 = 0 THEN 0 ELSE CAST($1 AS BIGINT) + g * 1000 + 50 END
+		FROM generate_series(1, CAST($2 AS BIGINT)) g`, base, n)
+	if err != nil {
+		tb.Fatalf("fill runs: %v", err)
+	}
+	if _, err := d.ExecContext(ctx, `ANALYZE runs`); err != nil {
+		tb.Fatalf("analyze: %v", err)
+	}
+}
+
+func explain(tb testing.TB, d *db.DB, q string, args ...any) string {
+	tb.Helper()
+	rows, err := d.QueryContext(context.Background(), "EXPLAIN "+q, args...)
+	if err != nil {
+		tb.Fatalf("explain: %v\n%s", err, q)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			tb.Fatalf("explain: %v", err)
+		}
+		plan = append(plan, l)
+	}
+	return strings.Join(plan, "\n")
+}
+
+// TestListRunsUsesIndexes checks on Postgres with 200,000 runs that every list filter the UI
+// uses, and the sweeps, read through an index and never scan the table.
+func TestListRunsUsesIndexes(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}, Config{Retention: -1}, false)
+	fillRuns(t, e.db, 200_000)
+	from := time.UnixMilli(base + 50_000*1000)
+	for _, c := range []struct {
+		name  string
+		req   *logsv1.ListRunsRequest
+		index string // "" when any index will do
+	}{
+		{"all", &logsv1.ListRunsRequest{}, "runs_pkey"},
+		{"next page", &logsv1.ListRunsRequest{PageToken: encodePageToken(150_000)}, "runs_pkey"},
+		{"job", &logsv1.ListRunsRequest{JobId: 7}, "runs_job_seq"},
+		{"job next page", &logsv1.ListRunsRequest{JobId: 7, PageToken: encodePageToken(150_000)}, "runs_job_seq"},
+		{"group", &logsv1.ListRunsRequest{GroupId: 3}, ""},
+		{"running", &logsv1.ListRunsRequest{Status: logsv1.RunStatus_RUN_STATUS_RUNNING}, ""},
+		{"failed", &logsv1.ListRunsRequest{Status: logsv1.RunStatus_RUN_STATUS_FAIL}, ""},
+		{"trigger type", &logsv1.ListRunsRequest{TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL}, ""},
+		// A busy executor's runs are found fastest walking seq; a rare one's through its index.
+		{"busy address", &logsv1.ListRunsRequest{ExecutorAddress: "10.0.7.1:9999"}, ""},
+		{"rare address", &logsv1.ListRunsRequest{ExecutorAddress: "10.9.9.9:9999"}, "runs_address_seq"},
+		{"time range", &logsv1.ListRunsRequest{StartTime: timestamppb.New(from), EndTime: timestamppb.New(from.Add(time.Hour))}, ""},
+		{"job and time", &logsv1.ListRunsRequest{JobId: 7, StartTime: timestamppb.New(from), EndTime: timestamppb.New(from.Add(24 * time.Hour))}, ""},
+	} {
+		q, args, _, err := e.svc.listRunsQuery(c.req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		plan := explain(t, e.db, q, args...)
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") || (c.index != "" && !strings.Contains(plan, c.index)) {
+			t.Errorf("list runs by %s: plan\n%s\nwant an index scan (%s) and no sequential scan", c.name, plan, c.index)
+		}
+	}
+	lost := explain(t, e.db, fmt.Sprintf(`SELECT scheduled_ms, seq, trigger_id, executor_address, trigger_ms
+		FROM runs WHERE status = %d AND scheduled_ms <= $1 AND (scheduled_ms, seq) > ($2, $3)
+		ORDER BY scheduled_ms, seq LIMIT $4`, statusRunning), base+1e9, -1, 0, deleteBatch)
+	if !strings.Contains(lost, "runs_running") {
+		t.Errorf("lost-run scan: plan\n%s\nwant runs_running", lost)
+	}
+	unrecorded := explain(t, e.db, fmt.Sprintf(`SELECT trigger_id FROM runs
+		WHERE trigger_outcome = %d AND status > %d AND end_ms <= $1 ORDER BY end_ms LIMIT $2`, outcomeNone, statusRunning), base, 1000)
+	if !strings.Contains(unrecorded, "runs_unrecorded") {
+		t.Errorf("missing-record scan: plan\n%s\nwant runs_unrecorded", unrecorded)
+	}
+}
+
+// newBenchEnv is a logsvc over the Postgres database at url, its background work off.
+func newBenchEnv(b *testing.B, url string) *env {
+	b.Helper()
+	return newEnvWith(b, dbtest.Store{Name: "postgres", Config: db.Config{URL: url}}, Config{Retention: -1}, false)
+}
+
+// BenchmarkIngest measures results and lines stored per second through the gRPC streams into
+// Postgres, 1,000 per batch on one stream, each batch acknowledged after its commit.
+func BenchmarkIngest(b *testing.B) {
+	url := dbtest.NewPostgres(b)
+	n := 0 // ids stay unique across the runs of each sub-benchmark
+	for _, kind := range []string{"results", "lines"} {
+		b.Run(kind, func(b *testing.B) {
+			e := newBenchEnv(b, url)
+			ctx := context.Background()
+			const per = 1000
+			switch kind {
+			case "results":
+				st, err := e.ingest.IngestResults(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					req := &logsv1.IngestResultsRequest{BatchId: uint64(i)}
+					for range per {
+						n++
+						req.Results = append(req.Results, result("b-"+strconv.Itoa(n), int64(n%1000+1), logsv1.RunStatus_RUN_STATUS_SUCCESS, base+int64(n)))
+					}
+					if err := st.Send(req); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := st.Recv(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			case "lines":
+				st, err := e.ingest.IngestLogLines(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				text := strings.Repeat("x", 100)
+				b.ResetTimer()
+				for i := range b.N {
+					req := &logsv1.IngestLogLinesRequest{BatchId: uint64(i)}
+					for range per {
+						n++
+						req.Lines = append(req.Lines, &logsv1.LogLine{TriggerId: "l-" + strconv.Itoa(n/100), LineNo: int64(n%100 + 1), UnixMs: base, Text: text})
+					}
+					if err := st.Send(req); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := st.Recv(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), kind+"/s")
+		})
+	}
+}
+
+// BenchmarkListRuns measures the log list's latency over JOBMESH_BENCH_RUNS runs (default
+// 100,000; set 10000000 for the issue's figure, whose setup takes minutes).
+func BenchmarkListRuns(b *testing.B) {
+	n := 100_000
+	if v := os.Getenv("JOBMESH_BENCH_RUNS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("JOBMESH_BENCH_RUNS: %v", err)
+		}
+	}
+	e := newBenchEnv(b, dbtest.NewPostgres(b))
+	start := time.Now()
+	fillRuns(b, e.db, n)
+	b.Logf("stored %d runs in %v", n, time.Since(start).Round(time.Second))
+	mid := time.UnixMilli(base + int64(n/2)*1000)
+	for _, c := range []struct {
+		name string
+		req  *logsv1.ListRunsRequest
+	}{
+		{"first_page", &logsv1.ListRunsRequest{}},
+		{"deep_page", &logsv1.ListRunsRequest{PageToken: encodePageToken(int64(n / 2))}},
+		{"job", &logsv1.ListRunsRequest{JobId: 7}},
+		{"group", &logsv1.ListRunsRequest{GroupId: 3}},
+		{"running", &logsv1.ListRunsRequest{Status: logsv1.RunStatus_RUN_STATUS_RUNNING}},
+		{"address", &logsv1.ListRunsRequest{ExecutorAddress: "10.0.7.1:9999"}},
+		{"hour", &logsv1.ListRunsRequest{StartTime: timestamppb.New(mid), EndTime: timestamppb.New(mid.Add(time.Hour))}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				resp, err := e.logs.ListRuns(ctx, c.req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(resp.GetRuns()) == 0 {
+					b.Fatal("no runs")
+				}
+			}
+		})
+	}
+}
