@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +47,13 @@ func (c *counter) snapshot() ([]*sdk.Job, map[string]int) {
 // returns the group id.
 func (c *cluster) executor(t *testing.T, app, handler string, h sdk.HandlerFunc) int64 {
 	t.Helper()
+	return c.executors(t, app, 1, handler, h)
+}
+
+// executors starts n SDK executors in a new AUTO group of the cluster, with one handler, and
+// returns the group id once all are online.
+func (c *cluster) executors(t *testing.T, app string, n int, handler string, h sdk.HandlerFunc) int64 {
+	t.Helper()
 	reg := registryv1.NewRegistryServiceClient(c.regConn)
 	g, err := reg.CreateExecutorGroup(t.Context(), &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
 		AppName: app, Title: app,
@@ -53,23 +61,25 @@ func (c *cluster) executor(t *testing.T, app, handler string, h sdk.HandlerFunc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := sdk.New(sdk.Config{AppName: app, InstanceID: app + "-1", ListenAddr: "127.0.0.1:0", Etcd: etcdtest.Client(t),
-		RegistrationTTL: 2 * time.Second, LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+	for i := range n {
+		ex, err := sdk.New(sdk.Config{AppName: app, InstanceID: fmt.Sprintf("%s-%d", app, i), ListenAddr: "127.0.0.1:0",
+			Etcd: etcdtest.Client(t), RegistrationTTL: 2 * time.Second, LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex.Handle(handler, h)
+		if err := ex.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ex.Stop)
 	}
-	ex.Handle(handler, h)
-	if err := ex.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ex.Stop)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		got, err := reg.GetExecutorGroup(t.Context(), &registryv1.GetExecutorGroupRequest{Id: g.Group.Id})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Group.Addresses) == 1 {
+		if len(got.Group.Addresses) == n {
 			return g.Group.Id
 		}
 		if time.Now().After(deadline) {
@@ -203,5 +213,55 @@ func TestDeleteThroughAFollowerDisarms(t *testing.T) {
 	after, _ := runs.snapshot()
 	if len(after) != len(before) {
 		t.Errorf("deleted job ran %d more times", len(after)-len(before))
+	}
+}
+
+// TestShardedRetryRerunsOnlyTheFailedShard: a broadcast over two executors where shard 1 fails
+// once; the retry runs shard 1 of 2 again, and shard 0 runs once.
+func TestShardedRetryRerunsOnlyTheFailedShard(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executors(t, "shard-app", 2, "sharded", func(ctx context.Context, j *sdk.Job) error {
+		runs.add(j)
+		if j.ShardIndex == 1 && j.Attempt == 0 {
+			return errors.New("shard 1 fails once")
+		}
+		return nil
+	})
+	s := c.replica(t, "a")
+	waitLeader(t, s)
+	job, err := s.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: group, Name: "sharded", Handler: "sharded", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+		Schedule:      &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+		RouteStrategy: schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST, RetryCount: 2,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: job.Job.Id}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "retry of shard 1", func() bool {
+		seen, _ := runs.snapshot()
+		return len(seen) >= 3
+	})
+	eventually(t, 10*time.Second, "pending fire deleted once dispatched", func() bool { return c.pendingRows(t) == 0 })
+	time.Sleep(time.Second) // a wrong extra retry would have arrived by now
+	seen, byID := runs.snapshot()
+	got := map[string]bool{}
+	for _, j := range seen {
+		if j.ShardTotal != 2 {
+			t.Errorf("run %s has shard total %d, want 2", j.TriggerID, j.ShardTotal)
+		}
+		got[fmt.Sprintf("shard %d attempt %d", j.ShardIndex, j.Attempt)] = true
+	}
+	for _, want := range []string{"shard 0 attempt 0", "shard 1 attempt 0", "shard 1 attempt 1"} {
+		if !got[want] {
+			t.Errorf("no run of %s; runs: %v", want, got)
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("%d runs (%v), want 3", len(seen), byID)
 	}
 }
