@@ -640,3 +640,59 @@ func gatewayMux(t *testing.T, e *env) http.Handler {
 	}
 	return mux
 }
+
+// TestRetentionLeavesNewerRowsAlone prunes more old runs than one delete batch holds, with
+// their lines and completions, and checks that newer runs, lines and completions stay.
+func TestRetentionLeavesNewerRowsAlone(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, st, Config{Retention: 30 * 24 * time.Hour}, false)
+			day := time.Date(1995, 1, 1, 0, 0, 0, 0, time.UTC)
+			now := day.AddDate(0, 0, 60)
+			e.svc.now = func() time.Time { return day } // completions written "then"
+			var old, recent []*logsv1.TriggerRecord
+			var oldRes []*logsv1.RunResult
+			var lines []*logsv1.LogLine
+			for i := range deleteBatch + 300 {
+				id := fmt.Sprintf("135-old-%05d", i)
+				old = append(old, record(id, 135, day.UnixMilli()+int64(i)))
+				oldRes = append(oldRes, result(id, 135, logsv1.RunStatus_RUN_STATUS_SUCCESS, day.UnixMilli()))
+				lines = append(lines, line(id, 1, "old"), line(id, 2, "old"))
+			}
+			for i := range 20 {
+				id := fmt.Sprintf("135-new-%02d", i)
+				recent = append(recent, record(id, 135, now.AddDate(0, 0, -29).UnixMilli()))
+				lines = append(lines, line(id, 1, "new"))
+			}
+			e.mustRecords(t, append(old, recent...)...)
+			e.mustResults(t, oldRes...)
+			e.mustLines(t, lines...)
+			e.svc.now = func() time.Time { return now }
+			n, err := e.svc.prune(ctxFor(t))
+			if err != nil || n != int64(len(old)) {
+				t.Fatalf("prune: got %d, %v, want %d", n, err, len(old))
+			}
+			count := func(q string) int {
+				t.Helper()
+				var n int
+				if err := e.db.QueryRowContext(ctxFor(t), q).Scan(&n); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				return n
+			}
+			for q, want := range map[string]int{
+				`SELECT COUNT(*) FROM runs WHERE trigger_id LIKE '135-old-%'`:      0,
+				`SELECT COUNT(*) FROM run_lines WHERE trigger_id LIKE '135-old-%'`: 0,
+				`SELECT COUNT(*) FROM completions WHERE job_id = 135`:              0,
+				`SELECT COUNT(*) FROM runs WHERE trigger_id LIKE '135-new-%'`:      20,
+				`SELECT COUNT(*) FROM run_lines WHERE trigger_id LIKE '135-new-%'`: 20,
+			} {
+				if got := count(q); got != want {
+					t.Errorf("%s: got %d, want %d", q, got, want)
+				}
+			}
+		})
+	}
+}
