@@ -105,9 +105,10 @@ func (s *Service) Stop() {
 	}
 }
 
-// ListExecutors implements RegistryService.
-func (s *Service) ListExecutors(_ context.Context, req *registryv1.ListExecutorsRequest) (*registryv1.ListExecutorsResponse, error) {
-	return &registryv1.ListExecutorsResponse{Executors: s.view.list(req.GetAppName())}, nil
+// ListExecutors implements RegistryService; each executor's last-seen time is its lease's last
+// refresh.
+func (s *Service) ListExecutors(ctx context.Context, req *registryv1.ListExecutorsRequest) (*registryv1.ListExecutorsResponse, error) {
+	return &registryv1.ListExecutorsResponse{Executors: s.view.withLastSeen(ctx, s.view.list(req.GetAppName()))}, nil
 }
 
 // WatchExecutors implements RegistryService: a snapshot, then every change; a lagging stream
@@ -153,7 +154,7 @@ func (s *Service) ListExecutorGroups(ctx context.Context, req *registryv1.ListEx
 		if err != nil {
 			return nil, err
 		}
-		resp.Groups = append(resp.Groups, s.resolve(g))
+		resp.Groups = append(resp.Groups, s.resolve(ctx, g))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list executor groups: %w", err)
@@ -167,7 +168,7 @@ func (s *Service) GetExecutorGroup(ctx context.Context, req *registryv1.GetExecu
 	if err != nil {
 		return nil, err
 	}
-	return &registryv1.GetExecutorGroupResponse{Group: s.resolve(g)}, nil
+	return &registryv1.GetExecutorGroupResponse{Group: s.resolve(ctx, g)}, nil
 }
 
 // CreateExecutorGroup implements RegistryService.
@@ -196,7 +197,7 @@ func (s *Service) CreateExecutorGroup(ctx context.Context, req *registryv1.Creat
 	if err != nil {
 		return nil, err
 	}
-	return &registryv1.CreateExecutorGroupResponse{Group: s.resolve(stored)}, nil
+	return &registryv1.CreateExecutorGroupResponse{Group: s.resolve(ctx, stored)}, nil
 }
 
 // UpdateExecutorGroup implements RegistryService.
@@ -245,7 +246,7 @@ func (s *Service) UpdateExecutorGroup(ctx context.Context, req *registryv1.Updat
 	if err != nil {
 		return nil, err
 	}
-	return &registryv1.UpdateExecutorGroupResponse{Group: s.resolve(stored)}, nil
+	return &registryv1.UpdateExecutorGroupResponse{Group: s.resolve(ctx, stored)}, nil
 }
 
 // DeleteExecutorGroup implements RegistryService.
@@ -269,8 +270,9 @@ func (s *Service) getGroup(ctx context.Context, id int64) (*registryv1.ExecutorG
 	return g, err
 }
 
-// resolve fills in the addresses in use now and masks the token.
-func (s *Service) resolve(g *registryv1.ExecutorGroup) *registryv1.ExecutorGroup {
+// resolve fills in the addresses in use now (for AUTO groups, the online executors with their
+// last-seen times) and masks the token.
+func (s *Service) resolve(ctx context.Context, g *registryv1.ExecutorGroup) *registryv1.ExecutorGroup {
 	if g.AccessToken != "" {
 		g.AccessToken = "****"
 	}
@@ -278,7 +280,7 @@ func (s *Service) resolve(g *registryv1.ExecutorGroup) *registryv1.ExecutorGroup
 	case registryv1.AddressType_ADDRESS_TYPE_MANUAL:
 		g.Addresses = slices.Sorted(slices.Values(g.ManualAddresses))
 	default:
-		g.Executors = s.view.list(g.AppName)
+		g.Executors = s.view.withLastSeen(ctx, s.view.list(g.AppName))
 		for _, e := range g.Executors {
 			g.Addresses = append(g.Addresses, e.Address)
 		}

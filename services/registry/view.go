@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -28,10 +29,11 @@ type view struct {
 	cli *clientv3.Client
 	now func() time.Time
 
-	mu    sync.RWMutex
-	execs map[string]*registryv1.Executor // etcd key → executor
-	rev   int64
-	subs  map[*subscriber]struct{}
+	mu     sync.RWMutex
+	execs  map[string]*registryv1.Executor // etcd key → executor
+	leases map[string]clientv3.LeaseID     // etcd key → the lease it lives under
+	rev    int64
+	subs   map[*subscriber]struct{}
 }
 
 // subscriber is one WatchExecutors stream. When it falls behind, its queue is dropped and it is
@@ -43,7 +45,10 @@ type subscriber struct {
 }
 
 func newView(log *slog.Logger, cli *clientv3.Client, now func() time.Time) *view {
-	return &view{log: log, cli: cli, now: now, execs: map[string]*registryv1.Executor{}, subs: map[*subscriber]struct{}{}}
+	return &view{
+		log: log, cli: cli, now: now, execs: map[string]*registryv1.Executor{},
+		leases: map[string]clientv3.LeaseID{}, subs: map[*subscriber]struct{}{},
+	}
 }
 
 // load lists the prefix and replaces the view with it; it returns the revision listed at.
@@ -53,13 +58,15 @@ func (v *view) load(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("list executors: %w", err)
 	}
 	execs := make(map[string]*registryv1.Executor, len(resp.Kvs))
+	leases := make(map[string]clientv3.LeaseID, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		if e, ok := v.decode(string(kv.Key), kv.Value); ok {
 			execs[string(kv.Key)] = e
+			leases[string(kv.Key)] = clientv3.LeaseID(kv.Lease)
 		}
 	}
 	v.mu.Lock()
-	v.execs = execs
+	v.execs, v.leases = execs, leases
 	v.rev = resp.Header.Revision
 	for s := range v.subs {
 		s.signalResync()
@@ -133,11 +140,13 @@ func (v *view) apply(wr clientv3.WatchResponse) {
 		case clientv3.EventTypePut:
 			if e, ok := v.decode(key, ev.Kv.Value); ok {
 				v.execs[key] = e
+				v.leases[key] = clientv3.LeaseID(ev.Kv.Lease)
 				puts = append(puts, e)
 			}
 		case clientv3.EventTypeDelete:
 			if e, ok := v.execs[key]; ok {
 				delete(v.execs, key)
+				delete(v.leases, key)
 				dels = append(dels, e)
 			}
 		}
@@ -239,6 +248,53 @@ func (v *view) listLocked(app string) []*registryv1.Executor {
 	slices.SortFunc(out, func(a, b *registryv1.Executor) int {
 		return cmp.Or(cmp.Compare(a.AppName, b.AppName), cmp.Compare(a.Address, b.Address), cmp.Compare(a.InstanceId, b.InstanceId))
 	})
+	return out
+}
+
+// lastSeenWorkers bounds the lease lookups of one withLastSeen call.
+const lastSeenWorkers = 16
+
+// lastSeenTimeout bounds one withLastSeen call, so a slow etcd cannot hold up a group read (the
+// scheduler reads groups on its dispatch path); executors not looked up by then keep the time
+// their key was written.
+const lastSeenTimeout = 500 * time.Millisecond
+
+// withLastSeen returns copies of execs whose LastSeenTime is when etcd last refreshed their
+// lease. Keepalives do not rewrite the key, so the write time alone would show an executor that
+// has been up for days as last seen when it started. etcd answers in whole seconds, so the time
+// may be up to a second early. An executor whose lease cannot be read keeps its write time.
+// It costs one etcd call per executor, so only the listing APIs use it, never the watch.
+func (v *view) withLastSeen(ctx context.Context, execs []*registryv1.Executor) []*registryv1.Executor {
+	out := make([]*registryv1.Executor, len(execs))
+	leases := make([]clientv3.LeaseID, len(execs))
+	v.mu.RLock()
+	for i, e := range execs {
+		out[i] = proto.CloneOf(e) // the view's executors are shared with the watch streams
+		leases[i] = v.leases[KeyPrefix+e.AppName+"/"+e.InstanceId]
+	}
+	v.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, lastSeenTimeout)
+	defer cancel()
+	sem := make(chan struct{}, lastSeenWorkers)
+	var wg sync.WaitGroup
+	for i, e := range out {
+		if leases[i] == clientv3.NoLease {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			resp, err := v.cli.TimeToLive(ctx, leases[i])
+			if err != nil || resp.TTL <= 0 || resp.GrantedTTL < resp.TTL {
+				return // unreadable or just expired: the write time is the best we know
+			}
+			seen := v.now().Add(-time.Duration(resp.GrantedTTL-resp.TTL) * time.Second)
+			if written := e.GetLastSeenTime().AsTime(); seen.After(written) {
+				e.LastSeenTime = timestamppb.New(seen)
+			}
+		})
+	}
+	wg.Wait()
 	return out
 }
 
