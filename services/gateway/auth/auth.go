@@ -52,6 +52,9 @@ type Config struct {
 	Throttle ThrottleConfig
 	// Now is the time source (tests move it); nil means time.Now.
 	Now func() time.Time
+	// HashMemoryKiB is argon2id's memory for new password hashes; default 64 MiB (RFC 9106).
+	// Tests lower it to save time; stored hashes carry their own parameters.
+	HashMemoryKiB uint32
 	// Logger receives the service's logs (never passwords or tokens); nil discards them.
 	Logger *slog.Logger
 }
@@ -74,6 +77,12 @@ func New(cfg Config, store *db.DB) (*Service, error) {
 	}
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.HashMemoryKiB == 0 {
+		cfg.HashMemoryKiB = argonMemory
+	}
+	if cfg.HashMemoryKiB < 8*argonThreads {
+		return nil, fmt.Errorf("auth: hash memory %d KiB: at least %d", cfg.HashMemoryKiB, 8*argonThreads)
 	}
 	if cfg.SessionTTL < time.Minute {
 		return nil, fmt.Errorf("auth: session ttl %v: at least 1m", cfg.SessionTTL)
@@ -114,7 +123,7 @@ func (s *Service) Bootstrap(ctx context.Context, username, password string) (str
 		return "", err
 	}
 	_, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO users (username, password_hash, role, create_ms) VALUES ($1, $2, $3, $4)`),
-		username, hashPassword(password), int32(authv1.Role_ROLE_ADMIN), s.now().UnixMilli())
+		username, hashPassword(password, s.cfg.HashMemoryKiB), int32(authv1.Role_ROLE_ADMIN), s.now().UnixMilli())
 	if err != nil && !db.IsUniqueViolation(err) {
 		return "", fmt.Errorf("auth: create first admin: %w", err)
 	}
@@ -203,7 +212,7 @@ func (s *Service) ChangePassword(ctx context.Context, req *authv1.ChangePassword
 	if !verifyPassword(req.GetOldPassword(), hash) {
 		return nil, apierr.Field("old_password", "does not match the current password")
 	}
-	if _, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.Id, hashPassword(req.GetNewPassword())); err != nil {
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.Id, hashPassword(req.GetNewPassword(), s.cfg.HashMemoryKiB)); err != nil {
 		return nil, fmt.Errorf("auth: change password: %w", err)
 	}
 	tok, _ := bearer(ctx)
@@ -340,13 +349,13 @@ const (
 )
 
 // dummyHash keeps a failed login for an unknown user as slow as for a known one.
-var dummyHash = hashPassword("not a real password")
+var dummyHash = hashPassword("not a real password", argonMemory)
 
-func hashPassword(p string) string {
+func hashPassword(p string, memKiB uint32) string {
 	salt := make([]byte, 16)
 	_, _ = rand.Read(salt)
-	key := argon2.IDKey([]byte(p), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
-	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$%s$%s", argonMemory, argonTime, argonThreads,
+	key := argon2.IDKey([]byte(p), salt, argonTime, memKiB, argonThreads, argonKeyLen)
+	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$%s$%s", memKiB, argonTime, argonThreads,
 		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
 }
 

@@ -105,7 +105,7 @@ func (s *Service) CreateUser(ctx context.Context, req *authv1.CreateUserRequest)
 	var id int64
 	err := s.store.QueryRowContext(ctx, s.store.Q(`INSERT INTO users (username, password_hash, role, group_ids, create_ms)
 		VALUES ($1, $2, $3, $4, $5) RETURNING id`),
-		u.GetUsername(), hashPassword(req.GetPassword()), int32(u.GetRole()), joinGroups(u.GetGroupIds()), s.now().UnixMilli()).Scan(&id)
+		u.GetUsername(), hashPassword(req.GetPassword(), s.cfg.HashMemoryKiB), int32(u.GetRole()), joinGroups(u.GetGroupIds()), s.now().UnixMilli()).Scan(&id)
 	if db.IsUniqueViolation(err) {
 		return nil, apierr.Field("user.username", "%q is taken", u.GetUsername())
 	}
@@ -158,7 +158,7 @@ func (s *Service) UpdateUser(ctx context.Context, req *authv1.UpdateUserRequest)
 		return nil, fmt.Errorf("auth: update user: %w", err)
 	}
 	if p := req.GetPassword(); p != "" {
-		if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.GetId(), hashPassword(p)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.GetId(), hashPassword(p, s.cfg.HashMemoryKiB)); err != nil {
 			return nil, fmt.Errorf("auth: update user: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, s.store.Q(`DELETE FROM sessions WHERE user_id = $1`), u.GetId()); err != nil {
