@@ -59,9 +59,10 @@ func TestSchedulerRSS(t *testing.T) {
 		t.Fatalf("devstack.Start: %v", err)
 	}
 	t.Cleanup(st.Stop)
-	c := &cluster{t: t, bin: bin, logDir: logDir, args: []string{
+	c := &cluster{t: t, bin: bin, logDir: logDir, token: st.InternalToken, args: []string{
 		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--log-level", "warn",
+		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr,
 	}}
 	t.Cleanup(func() {
 		if t.Failed() {
