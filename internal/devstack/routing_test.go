@@ -85,7 +85,8 @@ func waitRouted(t *testing.T, base, jobID string, cond func([]routedRun) bool) [
 // TestRoutingThroughTheLiveView runs the real scheduler, registry and three SDK executors (the
 // stack's own agent and two more in the same group): a SHARDING_BROADCAST fire runs once on
 // every online executor with its own shard index of 3, and its trigger records say which
-// strategy chose which address; a group with no executor online records a failed trigger that
+// strategy chose which address; FAILOVER beats past a dead address of a MANUAL group; a group
+// with no executor online records a failed trigger that
 // is retried like any failed fire; and the group API shows the online executors over REST.
 func TestRoutingThroughTheLiveView(t *testing.T) {
 	t.Parallel()
@@ -211,6 +212,31 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 			if want := [][2]int{{i, 3}}; !slices.Equal(got[a], want) {
 				t.Errorf("handler calls on %s = %v, want %v", a, got[a], want)
 			}
+		}
+	})
+
+	t.Run("failover skips a dead address", func(t *testing.T) {
+		// A MANUAL group whose first address has nothing listening: FAILOVER beats it, fails,
+		// and sends the fire to the next one, saying so in the trigger message.
+		dead := "127.0.0.1:1"
+		var manual struct{ Group struct{ ID string } }
+		if code := call(t, "POST", base+"/executor-groups", map[string]any{
+			"app_name": "manual-failover", "title": "manual", "address_type": "ADDRESS_TYPE_MANUAL",
+			"manual_addresses": []string{addrs[1], dead},
+		}, &manual); code != http.StatusOK {
+			t.Fatalf("create group = %d", code)
+		}
+		id := createJob(t, base, map[string]any{
+			"name": "failover", "group_id": manual.Group.ID, "handler": "shard",
+			"route_strategy": "ROUTE_STRATEGY_FAILOVER",
+			"schedule":       map[string]any{"type": "SCHEDULE_TYPE_NONE"},
+		})
+		call(t, "POST", base+"/jobs/"+id+":trigger", map[string]any{}, nil)
+		runs := waitRouted(t, base, id, func(rs []routedRun) bool { return len(rs) == 1 && rs[0].Status == "RUN_STATUS_SUCCESS" })
+		r := runs[0]
+		if r.ExecutorAddr != addrs[1] || !strings.Contains(r.TriggerMessage, "beat "+dead+": failed") ||
+			!strings.Contains(r.TriggerMessage, "beat "+addrs[1]+": ok; chose "+addrs[1]) {
+			t.Errorf("run = %+v, want FAILOVER past %s to %s, with both beats in the trigger message", r, dead, addrs[1])
 		}
 	})
 
