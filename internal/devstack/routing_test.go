@@ -86,8 +86,8 @@ func waitRouted(t *testing.T, base, jobID string, cond func([]routedRun) bool) [
 // stack's own agent and two more in the same group): a SHARDING_BROADCAST fire runs once on
 // every online executor with its own shard index of 3, and its trigger records say which
 // strategy chose which address; FAILOVER beats past a dead address of a MANUAL group; a group
-// with no executor online records a failed trigger that
-// is retried like any failed fire; and the group API shows the online executors over REST.
+// with no executor online records a failed trigger that is retried like any failed fire; and
+// the group API shows the online executors over REST.
 func TestRoutingThroughTheLiveView(t *testing.T) {
 	t.Parallel()
 	calls := &shardCalls{calls: map[string][][2]int{}}
