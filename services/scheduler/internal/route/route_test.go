@@ -791,3 +791,43 @@ func TestConcurrentRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestExecutorLeaves covers an executor leaving between fires for the strategies whose answer
+// depends on membership: CONSISTENT_HASH moves only the leaver's jobs, and SHARDING_BROADCAST
+// numbers the shards again over the executors still online, so no shard index is skipped.
+func TestExecutorLeaves(t *testing.T) {
+	t.Parallel()
+	r := newRouter(t)
+	all := addrList(8)
+	leaver := all[3]
+	rest := slices.Delete(slices.Clone(all), 3, 4)
+
+	const jobs = 5000
+	moved := 0
+	for job := range int64(jobs) {
+		was := pick(t, r, job, route.ConsistentHash, all)
+		got := pick(t, r, job, route.ConsistentHash, rest)
+		switch {
+		case was == leaver:
+			moved++
+		case got != was:
+			t.Fatalf("CONSISTENT_HASH job %d moved from %s to %s when %s left, want only the leaver's jobs to move", job, was, got, leaver)
+		}
+	}
+	if moved == 0 || moved > 2*jobs/len(all) {
+		t.Errorf("CONSISTENT_HASH: %d of %d jobs were on the leaver, want about %d", moved, jobs, jobs/len(all))
+	}
+
+	d, err := r.Route(context.Background(), 1, route.ShardingBroadcast, rest)
+	if err != nil {
+		t.Fatalf("Route error = %v", err)
+	}
+	for i, got := range d.Targets {
+		if want := (route.Target{Address: rest[i], ShardIndex: i, ShardTotal: len(rest)}); got != want {
+			t.Errorf("SHARDING_BROADCAST after %s left: target %d = %+v, want %+v", leaver, i, got, want)
+		}
+	}
+	if len(d.Targets) != len(rest) {
+		t.Errorf("SHARDING_BROADCAST after %s left: %d targets, want %d", leaver, len(d.Targets), len(rest))
+	}
+}
