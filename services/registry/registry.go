@@ -278,7 +278,8 @@ func (s *Service) resolve(ctx context.Context, g *registryv1.ExecutorGroup) *reg
 	}
 	switch g.AddressType {
 	case registryv1.AddressType_ADDRESS_TYPE_MANUAL:
-		g.Addresses = slices.Sorted(slices.Values(g.ManualAddresses))
+		// Compacted too, for lists stored before repeats were refused: routing takes a set.
+		g.Addresses = slices.Compact(slices.Sorted(slices.Values(g.ManualAddresses)))
 	default:
 		g.Executors = s.view.withLastSeen(ctx, s.view.list(g.AppName))
 		for _, e := range g.Executors {
@@ -335,10 +336,16 @@ func validateGroup(g *registryv1.ExecutorGroup) error {
 	if len(g.ManualAddresses) > 1000 {
 		fs.Add("manual_addresses", "at most 1000 addresses, got %d", len(g.ManualAddresses))
 	}
+	seen := make(map[string]int, len(g.ManualAddresses))
 	for i, a := range g.ManualAddresses {
 		host, port, err := net.SplitHostPort(a)
 		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 || strings.Contains(a, ",") {
 			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "want host:port, got %q", a)
+		} else if j, dup := seen[a]; dup {
+			// Routing takes a set: a repeated address would get two ROUND turns or two shards.
+			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "%q repeats manual_addresses[%d]", a, j)
+		} else {
+			seen[a] = i
 		}
 	}
 	if len(g.AccessToken) > 255 {

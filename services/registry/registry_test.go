@@ -217,6 +217,7 @@ func TestGroupValidationNamesTheField(t *testing.T) {
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL}, "manual_addresses"},
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"nohost"}}, "manual_addresses[0]"},
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: 9}, "address_type"},
+		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"h:1", "h:2", "h:1"}}, "manual_addresses[2]"},
 	}
 	for _, tt := range tests {
 		_, err := c.CreateExecutorGroup(context.Background(), &registryv1.CreateExecutorGroupRequest{Group: tt.g})
