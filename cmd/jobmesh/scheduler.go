@@ -43,8 +43,8 @@ type schedulerConfig struct {
 	// this replica presents it to the registry and logsvc and accepts it from them. Required, at
 	// least 32 characters.
 	InternalToken string
-	// AuthAddr is the auth service's gRPC address, where people's tokens are checked. Empty: the
-	// replica accepts only callers with the internal token.
+	// AuthAddr is the auth service's gRPC address, where people's tokens are checked and the
+	// audit trail is written. Empty: the replica accepts only callers with the internal token.
 	AuthAddr string
 	// ReplicaID names the replica in the election; empty means hostname-pid.
 	ReplicaID string
@@ -211,7 +211,9 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return err
 		}
 		defer authConn.Close()
-		gcfg.Users = auth.RemoteUsers{Client: authv1.NewAuthServiceClient(authConn)}
+		authClient := authv1.NewAuthServiceClient(authConn)
+		gcfg.Users = auth.RemoteUsers{Client: authClient}
+		gcfg.Audit = auth.RemoteAudit{Client: authClient, InternalToken: cfg.InternalToken}
 	}
 	guard, err := auth.NewGuard(gcfg)
 	if err != nil {

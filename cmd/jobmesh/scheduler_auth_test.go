@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -114,6 +115,23 @@ func TestSchedulerReplicaEnforcesAuth(t *testing.T) {
 	// The viewer reads it: the replica looks the job's group up on itself.
 	if _, err := jobs.GetJob(viewer, &schedulerv1.GetJobRequest{Id: created.GetJob().GetId()}); err != nil {
 		t.Errorf("GetJob as a viewer of the job's group: %v", err)
+	}
+	// The replica writes its audit trail to the auth service.
+	events, err := authc.ListAuditEvents(admin, &authv1.ListAuditEventsRequest{})
+	if err != nil {
+		t.Fatalf("ListAuditEvents: %v", err)
+	}
+	found := false
+	for _, e := range events.GetEvents() {
+		found = found || (e.GetUsername() == "admin" && e.GetAction() == schedulerv1.JobService_CreateJob_FullMethodName &&
+			e.GetResource() == fmt.Sprintf("jobs/%d", created.GetJob().GetId()))
+	}
+	if !found {
+		t.Errorf("audit events %v, want the admin's CreateJob of job %d", events.GetEvents(), created.GetJob().GetId())
+	}
+	_, err = authc.RecordAuditEvent(admin, &authv1.RecordAuditEventRequest{Event: &authv1.AuditEvent{Action: "forged"}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("RecordAuditEvent as the admin: %v, want PermissionDenied (internal only)", err)
 	}
 	if _, err := schedulerv1.NewSchedulerServiceClient(dial(addr)).KillTrigger(admin, &schedulerv1.KillTriggerRequest{TriggerId: "x"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("KillTrigger (internal only) as the admin: %v, want PermissionDenied", err)

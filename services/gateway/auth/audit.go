@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
@@ -20,7 +23,7 @@ type AuditSink interface {
 // RecordAudit stores one event; its id is assigned and its time defaults to now.
 func (s *Service) RecordAudit(ctx context.Context, e *authv1.AuditEvent) error {
 	t := s.now()
-	if e.GetTime() != nil {
+	if e.GetTime().IsValid() {
 		t = e.GetTime().AsTime()
 	}
 	if _, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO audit_events (time_ms, username, action, resource, detail) VALUES ($1, $2, $3, $4, $5)`),
@@ -76,4 +79,35 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *authv1.ListAuditEven
 		resp.NextPageToken = strconv.FormatInt(resp.Events[size-1].Id, 10)
 	}
 	return resp, nil
+}
+
+// RecordAuditEvent implements AuthService (internal token only).
+func (s *Service) RecordAuditEvent(ctx context.Context, req *authv1.RecordAuditEventRequest) (*authv1.RecordAuditEventResponse, error) {
+	if c, ok := CallerFrom(ctx); !ok || c.Kind != KindInternal {
+		return nil, status.Error(codes.PermissionDenied, "internal callers only")
+	}
+	e := req.GetEvent()
+	if e.GetAction() == "" {
+		return nil, apierr.Field("event.action", "required")
+	}
+	if err := s.RecordAudit(ctx, e); err != nil {
+		return nil, err
+	}
+	return &authv1.RecordAuditEventResponse{}, nil
+}
+
+// RemoteAudit is an AuditSink that sends events to the auth service with the internal token, for
+// services that run in another process than auth.
+type RemoteAudit struct {
+	// Client is the auth service.
+	Client authv1.AuthServiceClient
+	// InternalToken is presented with every event.
+	InternalToken string
+}
+
+// RecordAudit implements AuditSink.
+func (r RemoteAudit) RecordAudit(ctx context.Context, e *authv1.AuditEvent) error {
+	ctx = metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+r.InternalToken))
+	_, err := r.Client.RecordAuditEvent(ctx, &authv1.RecordAuditEventRequest{Event: e})
+	return err
 }

@@ -1465,6 +1465,89 @@ func (x *ListAuditEventsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// RecordAuditEventRequest carries one event.
+type RecordAuditEventRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event; its id is assigned, and an unset time means now.
+	Event         *AuditEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordAuditEventRequest) Reset() {
+	*x = RecordAuditEventRequest{}
+	mi := &file_jobmesh_auth_v1_auth_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordAuditEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordAuditEventRequest) ProtoMessage() {}
+
+func (x *RecordAuditEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_auth_v1_auth_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordAuditEventRequest.ProtoReflect.Descriptor instead.
+func (*RecordAuditEventRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_auth_v1_auth_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RecordAuditEventRequest) GetEvent() *AuditEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// RecordAuditEventResponse is empty.
+type RecordAuditEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordAuditEventResponse) Reset() {
+	*x = RecordAuditEventResponse{}
+	mi := &file_jobmesh_auth_v1_auth_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordAuditEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordAuditEventResponse) ProtoMessage() {}
+
+func (x *RecordAuditEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_auth_v1_auth_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordAuditEventResponse.ProtoReflect.Descriptor instead.
+func (*RecordAuditEventResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_auth_v1_auth_proto_rawDescGZIP(), []int{28}
+}
+
 var File_jobmesh_auth_v1_auth_proto protoreflect.FileDescriptor
 
 const file_jobmesh_auth_v1_auth_proto_rawDesc = "" +
@@ -1545,13 +1628,16 @@ const file_jobmesh_auth_v1_auth_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"v\n" +
 	"\x17ListAuditEventsResponse\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.jobmesh.auth.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*P\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"L\n" +
+	"\x17RecordAuditEventRequest\x121\n" +
+	"\x05event\x18\x01 \x01(\v2\x1b.jobmesh.auth.v1.AuditEventR\x05event\"\x1a\n" +
+	"\x18RecordAuditEventResponse*P\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"ROLE_ADMIN\x10\x01\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x02\x12\x0f\n" +
-	"\vROLE_VIEWER\x10\x032\xb4\v\n" +
+	"\vROLE_VIEWER\x10\x032\x9d\f\n" +
 	"\vAuthService\x12e\n" +
 	"\x05Login\x12\x1d.jobmesh.auth.v1.LoginRequest\x1a\x1e.jobmesh.auth.v1.LoginResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/api/v1/auth/login\x12i\n" +
 	"\x06Logout\x12\x1e.jobmesh.auth.v1.LogoutRequest\x1a\x1f.jobmesh.auth.v1.LogoutResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/api/v1/auth/logout\x12z\n" +
@@ -1567,7 +1653,8 @@ const file_jobmesh_auth_v1_auth_proto_rawDesc = "" +
 	"\x0eCreateApiToken\x12&.jobmesh.auth.v1.CreateApiTokenRequest\x1a'.jobmesh.auth.v1.CreateApiTokenResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/api/v1/api-tokens\x12z\n" +
 	"\rListApiTokens\x12%.jobmesh.auth.v1.ListApiTokensRequest\x1a&.jobmesh.auth.v1.ListApiTokensResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/api-tokens\x12\x82\x01\n" +
 	"\x0eRevokeApiToken\x12&.jobmesh.auth.v1.RevokeApiTokenRequest\x1a'.jobmesh.auth.v1.RevokeApiTokenResponse\"\x1f\x82\xd3\xe4\x93\x02\x19*\x17/api/v1/api-tokens/{id}\x12\x82\x01\n" +
-	"\x0fListAuditEvents\x12'.jobmesh.auth.v1.ListAuditEventsRequest\x1a(.jobmesh.auth.v1.ListAuditEventsResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/audit-eventsB7Z5github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1;authv1b\x06proto3"
+	"\x0fListAuditEvents\x12'.jobmesh.auth.v1.ListAuditEventsRequest\x1a(.jobmesh.auth.v1.ListAuditEventsResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/audit-events\x12g\n" +
+	"\x10RecordAuditEvent\x12(.jobmesh.auth.v1.RecordAuditEventRequest\x1a).jobmesh.auth.v1.RecordAuditEventResponseB7Z5github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1;authv1b\x06proto3"
 
 var (
 	file_jobmesh_auth_v1_auth_proto_rawDescOnce sync.Once
@@ -1582,46 +1669,48 @@ func file_jobmesh_auth_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_auth_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jobmesh_auth_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_jobmesh_auth_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_jobmesh_auth_v1_auth_proto_goTypes = []any{
-	(Role)(0),                       // 0: jobmesh.auth.v1.Role
-	(*User)(nil),                    // 1: jobmesh.auth.v1.User
-	(*ApiToken)(nil),                // 2: jobmesh.auth.v1.ApiToken
-	(*AuditEvent)(nil),              // 3: jobmesh.auth.v1.AuditEvent
-	(*LoginRequest)(nil),            // 4: jobmesh.auth.v1.LoginRequest
-	(*LoginResponse)(nil),           // 5: jobmesh.auth.v1.LoginResponse
-	(*LogoutRequest)(nil),           // 6: jobmesh.auth.v1.LogoutRequest
-	(*LogoutResponse)(nil),          // 7: jobmesh.auth.v1.LogoutResponse
-	(*GetCurrentUserRequest)(nil),   // 8: jobmesh.auth.v1.GetCurrentUserRequest
-	(*GetCurrentUserResponse)(nil),  // 9: jobmesh.auth.v1.GetCurrentUserResponse
-	(*ChangePasswordRequest)(nil),   // 10: jobmesh.auth.v1.ChangePasswordRequest
-	(*ChangePasswordResponse)(nil),  // 11: jobmesh.auth.v1.ChangePasswordResponse
-	(*ListUsersRequest)(nil),        // 12: jobmesh.auth.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),       // 13: jobmesh.auth.v1.ListUsersResponse
-	(*CreateUserRequest)(nil),       // 14: jobmesh.auth.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),      // 15: jobmesh.auth.v1.CreateUserResponse
-	(*UpdateUserRequest)(nil),       // 16: jobmesh.auth.v1.UpdateUserRequest
-	(*UpdateUserResponse)(nil),      // 17: jobmesh.auth.v1.UpdateUserResponse
-	(*DeleteUserRequest)(nil),       // 18: jobmesh.auth.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),      // 19: jobmesh.auth.v1.DeleteUserResponse
-	(*CreateApiTokenRequest)(nil),   // 20: jobmesh.auth.v1.CreateApiTokenRequest
-	(*CreateApiTokenResponse)(nil),  // 21: jobmesh.auth.v1.CreateApiTokenResponse
-	(*ListApiTokensRequest)(nil),    // 22: jobmesh.auth.v1.ListApiTokensRequest
-	(*ListApiTokensResponse)(nil),   // 23: jobmesh.auth.v1.ListApiTokensResponse
-	(*RevokeApiTokenRequest)(nil),   // 24: jobmesh.auth.v1.RevokeApiTokenRequest
-	(*RevokeApiTokenResponse)(nil),  // 25: jobmesh.auth.v1.RevokeApiTokenResponse
-	(*ListAuditEventsRequest)(nil),  // 26: jobmesh.auth.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil), // 27: jobmesh.auth.v1.ListAuditEventsResponse
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
+	(Role)(0),                        // 0: jobmesh.auth.v1.Role
+	(*User)(nil),                     // 1: jobmesh.auth.v1.User
+	(*ApiToken)(nil),                 // 2: jobmesh.auth.v1.ApiToken
+	(*AuditEvent)(nil),               // 3: jobmesh.auth.v1.AuditEvent
+	(*LoginRequest)(nil),             // 4: jobmesh.auth.v1.LoginRequest
+	(*LoginResponse)(nil),            // 5: jobmesh.auth.v1.LoginResponse
+	(*LogoutRequest)(nil),            // 6: jobmesh.auth.v1.LogoutRequest
+	(*LogoutResponse)(nil),           // 7: jobmesh.auth.v1.LogoutResponse
+	(*GetCurrentUserRequest)(nil),    // 8: jobmesh.auth.v1.GetCurrentUserRequest
+	(*GetCurrentUserResponse)(nil),   // 9: jobmesh.auth.v1.GetCurrentUserResponse
+	(*ChangePasswordRequest)(nil),    // 10: jobmesh.auth.v1.ChangePasswordRequest
+	(*ChangePasswordResponse)(nil),   // 11: jobmesh.auth.v1.ChangePasswordResponse
+	(*ListUsersRequest)(nil),         // 12: jobmesh.auth.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),        // 13: jobmesh.auth.v1.ListUsersResponse
+	(*CreateUserRequest)(nil),        // 14: jobmesh.auth.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),       // 15: jobmesh.auth.v1.CreateUserResponse
+	(*UpdateUserRequest)(nil),        // 16: jobmesh.auth.v1.UpdateUserRequest
+	(*UpdateUserResponse)(nil),       // 17: jobmesh.auth.v1.UpdateUserResponse
+	(*DeleteUserRequest)(nil),        // 18: jobmesh.auth.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),       // 19: jobmesh.auth.v1.DeleteUserResponse
+	(*CreateApiTokenRequest)(nil),    // 20: jobmesh.auth.v1.CreateApiTokenRequest
+	(*CreateApiTokenResponse)(nil),   // 21: jobmesh.auth.v1.CreateApiTokenResponse
+	(*ListApiTokensRequest)(nil),     // 22: jobmesh.auth.v1.ListApiTokensRequest
+	(*ListApiTokensResponse)(nil),    // 23: jobmesh.auth.v1.ListApiTokensResponse
+	(*RevokeApiTokenRequest)(nil),    // 24: jobmesh.auth.v1.RevokeApiTokenRequest
+	(*RevokeApiTokenResponse)(nil),   // 25: jobmesh.auth.v1.RevokeApiTokenResponse
+	(*ListAuditEventsRequest)(nil),   // 26: jobmesh.auth.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),  // 27: jobmesh.auth.v1.ListAuditEventsResponse
+	(*RecordAuditEventRequest)(nil),  // 28: jobmesh.auth.v1.RecordAuditEventRequest
+	(*RecordAuditEventResponse)(nil), // 29: jobmesh.auth.v1.RecordAuditEventResponse
+	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
 }
 var file_jobmesh_auth_v1_auth_proto_depIdxs = []int32{
 	0,  // 0: jobmesh.auth.v1.User.role:type_name -> jobmesh.auth.v1.Role
-	28, // 1: jobmesh.auth.v1.User.create_time:type_name -> google.protobuf.Timestamp
-	28, // 2: jobmesh.auth.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
-	28, // 3: jobmesh.auth.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
-	28, // 4: jobmesh.auth.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
-	28, // 5: jobmesh.auth.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	28, // 6: jobmesh.auth.v1.LoginResponse.expire_time:type_name -> google.protobuf.Timestamp
+	30, // 1: jobmesh.auth.v1.User.create_time:type_name -> google.protobuf.Timestamp
+	30, // 2: jobmesh.auth.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
+	30, // 3: jobmesh.auth.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
+	30, // 4: jobmesh.auth.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
+	30, // 5: jobmesh.auth.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	30, // 6: jobmesh.auth.v1.LoginResponse.expire_time:type_name -> google.protobuf.Timestamp
 	1,  // 7: jobmesh.auth.v1.LoginResponse.user:type_name -> jobmesh.auth.v1.User
 	1,  // 8: jobmesh.auth.v1.GetCurrentUserResponse.user:type_name -> jobmesh.auth.v1.User
 	1,  // 9: jobmesh.auth.v1.ListUsersResponse.users:type_name -> jobmesh.auth.v1.User
@@ -1633,35 +1722,38 @@ var file_jobmesh_auth_v1_auth_proto_depIdxs = []int32{
 	2,  // 15: jobmesh.auth.v1.CreateApiTokenResponse.token:type_name -> jobmesh.auth.v1.ApiToken
 	2,  // 16: jobmesh.auth.v1.ListApiTokensResponse.tokens:type_name -> jobmesh.auth.v1.ApiToken
 	3,  // 17: jobmesh.auth.v1.ListAuditEventsResponse.events:type_name -> jobmesh.auth.v1.AuditEvent
-	4,  // 18: jobmesh.auth.v1.AuthService.Login:input_type -> jobmesh.auth.v1.LoginRequest
-	6,  // 19: jobmesh.auth.v1.AuthService.Logout:input_type -> jobmesh.auth.v1.LogoutRequest
-	8,  // 20: jobmesh.auth.v1.AuthService.GetCurrentUser:input_type -> jobmesh.auth.v1.GetCurrentUserRequest
-	10, // 21: jobmesh.auth.v1.AuthService.ChangePassword:input_type -> jobmesh.auth.v1.ChangePasswordRequest
-	12, // 22: jobmesh.auth.v1.AuthService.ListUsers:input_type -> jobmesh.auth.v1.ListUsersRequest
-	14, // 23: jobmesh.auth.v1.AuthService.CreateUser:input_type -> jobmesh.auth.v1.CreateUserRequest
-	16, // 24: jobmesh.auth.v1.AuthService.UpdateUser:input_type -> jobmesh.auth.v1.UpdateUserRequest
-	18, // 25: jobmesh.auth.v1.AuthService.DeleteUser:input_type -> jobmesh.auth.v1.DeleteUserRequest
-	20, // 26: jobmesh.auth.v1.AuthService.CreateApiToken:input_type -> jobmesh.auth.v1.CreateApiTokenRequest
-	22, // 27: jobmesh.auth.v1.AuthService.ListApiTokens:input_type -> jobmesh.auth.v1.ListApiTokensRequest
-	24, // 28: jobmesh.auth.v1.AuthService.RevokeApiToken:input_type -> jobmesh.auth.v1.RevokeApiTokenRequest
-	26, // 29: jobmesh.auth.v1.AuthService.ListAuditEvents:input_type -> jobmesh.auth.v1.ListAuditEventsRequest
-	5,  // 30: jobmesh.auth.v1.AuthService.Login:output_type -> jobmesh.auth.v1.LoginResponse
-	7,  // 31: jobmesh.auth.v1.AuthService.Logout:output_type -> jobmesh.auth.v1.LogoutResponse
-	9,  // 32: jobmesh.auth.v1.AuthService.GetCurrentUser:output_type -> jobmesh.auth.v1.GetCurrentUserResponse
-	11, // 33: jobmesh.auth.v1.AuthService.ChangePassword:output_type -> jobmesh.auth.v1.ChangePasswordResponse
-	13, // 34: jobmesh.auth.v1.AuthService.ListUsers:output_type -> jobmesh.auth.v1.ListUsersResponse
-	15, // 35: jobmesh.auth.v1.AuthService.CreateUser:output_type -> jobmesh.auth.v1.CreateUserResponse
-	17, // 36: jobmesh.auth.v1.AuthService.UpdateUser:output_type -> jobmesh.auth.v1.UpdateUserResponse
-	19, // 37: jobmesh.auth.v1.AuthService.DeleteUser:output_type -> jobmesh.auth.v1.DeleteUserResponse
-	21, // 38: jobmesh.auth.v1.AuthService.CreateApiToken:output_type -> jobmesh.auth.v1.CreateApiTokenResponse
-	23, // 39: jobmesh.auth.v1.AuthService.ListApiTokens:output_type -> jobmesh.auth.v1.ListApiTokensResponse
-	25, // 40: jobmesh.auth.v1.AuthService.RevokeApiToken:output_type -> jobmesh.auth.v1.RevokeApiTokenResponse
-	27, // 41: jobmesh.auth.v1.AuthService.ListAuditEvents:output_type -> jobmesh.auth.v1.ListAuditEventsResponse
-	30, // [30:42] is the sub-list for method output_type
-	18, // [18:30] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 18: jobmesh.auth.v1.RecordAuditEventRequest.event:type_name -> jobmesh.auth.v1.AuditEvent
+	4,  // 19: jobmesh.auth.v1.AuthService.Login:input_type -> jobmesh.auth.v1.LoginRequest
+	6,  // 20: jobmesh.auth.v1.AuthService.Logout:input_type -> jobmesh.auth.v1.LogoutRequest
+	8,  // 21: jobmesh.auth.v1.AuthService.GetCurrentUser:input_type -> jobmesh.auth.v1.GetCurrentUserRequest
+	10, // 22: jobmesh.auth.v1.AuthService.ChangePassword:input_type -> jobmesh.auth.v1.ChangePasswordRequest
+	12, // 23: jobmesh.auth.v1.AuthService.ListUsers:input_type -> jobmesh.auth.v1.ListUsersRequest
+	14, // 24: jobmesh.auth.v1.AuthService.CreateUser:input_type -> jobmesh.auth.v1.CreateUserRequest
+	16, // 25: jobmesh.auth.v1.AuthService.UpdateUser:input_type -> jobmesh.auth.v1.UpdateUserRequest
+	18, // 26: jobmesh.auth.v1.AuthService.DeleteUser:input_type -> jobmesh.auth.v1.DeleteUserRequest
+	20, // 27: jobmesh.auth.v1.AuthService.CreateApiToken:input_type -> jobmesh.auth.v1.CreateApiTokenRequest
+	22, // 28: jobmesh.auth.v1.AuthService.ListApiTokens:input_type -> jobmesh.auth.v1.ListApiTokensRequest
+	24, // 29: jobmesh.auth.v1.AuthService.RevokeApiToken:input_type -> jobmesh.auth.v1.RevokeApiTokenRequest
+	26, // 30: jobmesh.auth.v1.AuthService.ListAuditEvents:input_type -> jobmesh.auth.v1.ListAuditEventsRequest
+	28, // 31: jobmesh.auth.v1.AuthService.RecordAuditEvent:input_type -> jobmesh.auth.v1.RecordAuditEventRequest
+	5,  // 32: jobmesh.auth.v1.AuthService.Login:output_type -> jobmesh.auth.v1.LoginResponse
+	7,  // 33: jobmesh.auth.v1.AuthService.Logout:output_type -> jobmesh.auth.v1.LogoutResponse
+	9,  // 34: jobmesh.auth.v1.AuthService.GetCurrentUser:output_type -> jobmesh.auth.v1.GetCurrentUserResponse
+	11, // 35: jobmesh.auth.v1.AuthService.ChangePassword:output_type -> jobmesh.auth.v1.ChangePasswordResponse
+	13, // 36: jobmesh.auth.v1.AuthService.ListUsers:output_type -> jobmesh.auth.v1.ListUsersResponse
+	15, // 37: jobmesh.auth.v1.AuthService.CreateUser:output_type -> jobmesh.auth.v1.CreateUserResponse
+	17, // 38: jobmesh.auth.v1.AuthService.UpdateUser:output_type -> jobmesh.auth.v1.UpdateUserResponse
+	19, // 39: jobmesh.auth.v1.AuthService.DeleteUser:output_type -> jobmesh.auth.v1.DeleteUserResponse
+	21, // 40: jobmesh.auth.v1.AuthService.CreateApiToken:output_type -> jobmesh.auth.v1.CreateApiTokenResponse
+	23, // 41: jobmesh.auth.v1.AuthService.ListApiTokens:output_type -> jobmesh.auth.v1.ListApiTokensResponse
+	25, // 42: jobmesh.auth.v1.AuthService.RevokeApiToken:output_type -> jobmesh.auth.v1.RevokeApiTokenResponse
+	27, // 43: jobmesh.auth.v1.AuthService.ListAuditEvents:output_type -> jobmesh.auth.v1.ListAuditEventsResponse
+	29, // 44: jobmesh.auth.v1.AuthService.RecordAuditEvent:output_type -> jobmesh.auth.v1.RecordAuditEventResponse
+	32, // [32:45] is the sub-list for method output_type
+	19, // [19:32] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_auth_v1_auth_proto_init() }
@@ -1675,7 +1767,7 @@ func file_jobmesh_auth_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_auth_v1_auth_proto_rawDesc), len(file_jobmesh_auth_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

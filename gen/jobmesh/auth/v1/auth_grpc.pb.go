@@ -19,18 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AuthService_Login_FullMethodName           = "/jobmesh.auth.v1.AuthService/Login"
-	AuthService_Logout_FullMethodName          = "/jobmesh.auth.v1.AuthService/Logout"
-	AuthService_GetCurrentUser_FullMethodName  = "/jobmesh.auth.v1.AuthService/GetCurrentUser"
-	AuthService_ChangePassword_FullMethodName  = "/jobmesh.auth.v1.AuthService/ChangePassword"
-	AuthService_ListUsers_FullMethodName       = "/jobmesh.auth.v1.AuthService/ListUsers"
-	AuthService_CreateUser_FullMethodName      = "/jobmesh.auth.v1.AuthService/CreateUser"
-	AuthService_UpdateUser_FullMethodName      = "/jobmesh.auth.v1.AuthService/UpdateUser"
-	AuthService_DeleteUser_FullMethodName      = "/jobmesh.auth.v1.AuthService/DeleteUser"
-	AuthService_CreateApiToken_FullMethodName  = "/jobmesh.auth.v1.AuthService/CreateApiToken"
-	AuthService_ListApiTokens_FullMethodName   = "/jobmesh.auth.v1.AuthService/ListApiTokens"
-	AuthService_RevokeApiToken_FullMethodName  = "/jobmesh.auth.v1.AuthService/RevokeApiToken"
-	AuthService_ListAuditEvents_FullMethodName = "/jobmesh.auth.v1.AuthService/ListAuditEvents"
+	AuthService_Login_FullMethodName            = "/jobmesh.auth.v1.AuthService/Login"
+	AuthService_Logout_FullMethodName           = "/jobmesh.auth.v1.AuthService/Logout"
+	AuthService_GetCurrentUser_FullMethodName   = "/jobmesh.auth.v1.AuthService/GetCurrentUser"
+	AuthService_ChangePassword_FullMethodName   = "/jobmesh.auth.v1.AuthService/ChangePassword"
+	AuthService_ListUsers_FullMethodName        = "/jobmesh.auth.v1.AuthService/ListUsers"
+	AuthService_CreateUser_FullMethodName       = "/jobmesh.auth.v1.AuthService/CreateUser"
+	AuthService_UpdateUser_FullMethodName       = "/jobmesh.auth.v1.AuthService/UpdateUser"
+	AuthService_DeleteUser_FullMethodName       = "/jobmesh.auth.v1.AuthService/DeleteUser"
+	AuthService_CreateApiToken_FullMethodName   = "/jobmesh.auth.v1.AuthService/CreateApiToken"
+	AuthService_ListApiTokens_FullMethodName    = "/jobmesh.auth.v1.AuthService/ListApiTokens"
+	AuthService_RevokeApiToken_FullMethodName   = "/jobmesh.auth.v1.AuthService/RevokeApiToken"
+	AuthService_ListAuditEvents_FullMethodName  = "/jobmesh.auth.v1.AuthService/ListAuditEvents"
+	AuthService_RecordAuditEvent_FullMethodName = "/jobmesh.auth.v1.AuthService/RecordAuditEvent"
 )
 
 // AuthServiceClient is the client API for AuthService service.
@@ -64,6 +65,9 @@ type AuthServiceClient interface {
 	RevokeApiToken(ctx context.Context, in *RevokeApiTokenRequest, opts ...grpc.CallOption) (*RevokeApiTokenResponse, error)
 	// ListAuditEvents lists who changed what, newest first (admin only).
 	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
+	// RecordAuditEvent stores an event (internal token only): how services in other processes
+	// than auth, such as scheduler replicas, write the audit trail. Not exposed over REST.
+	RecordAuditEvent(ctx context.Context, in *RecordAuditEventRequest, opts ...grpc.CallOption) (*RecordAuditEventResponse, error)
 }
 
 type authServiceClient struct {
@@ -194,6 +198,16 @@ func (c *authServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditEv
 	return out, nil
 }
 
+func (c *authServiceClient) RecordAuditEvent(ctx context.Context, in *RecordAuditEventRequest, opts ...grpc.CallOption) (*RecordAuditEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordAuditEventResponse)
+	err := c.cc.Invoke(ctx, AuthService_RecordAuditEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuthServiceServer is the server API for AuthService service.
 // All implementations must embed UnimplementedAuthServiceServer
 // for forward compatibility.
@@ -225,6 +239,9 @@ type AuthServiceServer interface {
 	RevokeApiToken(context.Context, *RevokeApiTokenRequest) (*RevokeApiTokenResponse, error)
 	// ListAuditEvents lists who changed what, newest first (admin only).
 	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
+	// RecordAuditEvent stores an event (internal token only): how services in other processes
+	// than auth, such as scheduler replicas, write the audit trail. Not exposed over REST.
+	RecordAuditEvent(context.Context, *RecordAuditEventRequest) (*RecordAuditEventResponse, error)
 	mustEmbedUnimplementedAuthServiceServer()
 }
 
@@ -270,6 +287,9 @@ func (UnimplementedAuthServiceServer) RevokeApiToken(context.Context, *RevokeApi
 }
 func (UnimplementedAuthServiceServer) ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAuditEvents not implemented")
+}
+func (UnimplementedAuthServiceServer) RecordAuditEvent(context.Context, *RecordAuditEventRequest) (*RecordAuditEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordAuditEvent not implemented")
 }
 func (UnimplementedAuthServiceServer) mustEmbedUnimplementedAuthServiceServer() {}
 func (UnimplementedAuthServiceServer) testEmbeddedByValue()                     {}
@@ -508,6 +528,24 @@ func _AuthService_ListAuditEvents_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuthService_RecordAuditEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordAuditEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuthServiceServer).RecordAuditEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuthService_RecordAuditEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuthServiceServer).RecordAuditEvent(ctx, req.(*RecordAuditEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuthService_ServiceDesc is the grpc.ServiceDesc for AuthService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -562,6 +600,10 @@ var AuthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAuditEvents",
 			Handler:    _AuthService_ListAuditEvents_Handler,
+		},
+		{
+			MethodName: "RecordAuditEvent",
+			Handler:    _AuthService_RecordAuditEvent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
