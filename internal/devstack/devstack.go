@@ -397,13 +397,13 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	if cfg.NoScheduler {
 		sched += "   (external replicas, not started here)"
 	}
-	login := "log in as \"admin\" with the password printed at this data directory's first start"
+	login := "as \"admin\" with the password printed at this data directory's first start"
 	switch {
 	case s.AdminPassword != "" && cfg.AdminPassword == "":
 		fmt.Fprintf(w, "first start: created user \"admin\" with password %s (shown once; change it)\n", s.AdminPassword)
-		login = "log in as \"admin\" with the password above"
+		login = "as \"admin\" with the password above"
 	case s.AdminPassword != "":
-		login = "log in as \"admin\" with the password from --admin-password (JOBMESH_ADMIN_PASSWORD)"
+		login = "as \"admin\" with the password from --admin-password (JOBMESH_ADMIN_PASSWORD)"
 	}
 	fmt.Fprintf(w, `jobmesh dev is up
   web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)
@@ -415,7 +415,7 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   etcd              %s
   store             %s
   data directory    %s
-Log in: %s, in the web UI or with
+Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
 Press Ctrl-C to stop.
