@@ -16,7 +16,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/devstack"
 )
 
 // TestAccessRules checks the rules of issue 7 end to end on the store `jobmesh dev` uses, over
@@ -206,6 +209,38 @@ func TestAccessRules(t *testing.T) {
 		}
 		if _, err := jobs.GetJob(as(viewer), &schedulerv1.GetJobRequest{Id: id(ours)}); err != nil {
 			t.Errorf("GetJob of its group as a viewer: %v", err)
+		}
+
+		// Streams are checked on the request they carry.
+		lconn, err := grpc.NewClient(st.LogsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lconn.Close()
+		tail, err := logsv1.NewLogServiceClient(lconn).TailRun(as(operator), &logsv1.TailRunRequest{Id: theirRun})
+		if err == nil {
+			_, err = tail.Recv()
+		}
+		wantCode(t, "TailRun of another group's run as the operator", err, codes.PermissionDenied)
+		rconn, err := grpc.NewClient(st.RegistryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rconn.Close()
+		reg := registryv1.NewRegistryServiceClient(rconn)
+		watch, err := reg.WatchExecutors(as(operator), &registryv1.WatchExecutorsRequest{AppName: "elsewhere"})
+		if err == nil {
+			_, err = watch.Recv()
+		}
+		wantCode(t, "WatchExecutors of another group's app as the operator", err, codes.PermissionDenied)
+		wctx, cancel := context.WithCancel(as(operator))
+		defer cancel()
+		watch, err = reg.WatchExecutors(wctx, &registryv1.WatchExecutorsRequest{AppName: devstack.DevApp})
+		if err == nil {
+			_, err = watch.Recv()
+		}
+		if err != nil {
+			t.Errorf("WatchExecutors of its group's app as the operator: %v", err)
 		}
 	})
 
