@@ -174,6 +174,11 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 		}
 	}
 
+	var online struct{ Executors []executor }
+	if code := call(t, "GET", base+"/executors?app_name="+devstack.DevApp, nil, &online); code != http.StatusOK || len(online.Executors) != 3 {
+		t.Errorf("GET /executors?app_name=%s = %d, %+v, want the 3 executors", devstack.DevApp, code, online.Executors)
+	}
+
 	t.Run("sharding broadcast", func(t *testing.T) {
 		id := createJob(t, base, map[string]any{
 			"name": "sharded", "group_id": st.GroupID, "handler": "shard",
