@@ -1,8 +1,10 @@
-// Package auth is the gateway's account service: users with roles, password login that issues
-// session tokens, logout and password change. Passwords are hashed with argon2id; tokens are
-// random and stored only as hashes. The first admin is created at first start with a random
-// password that is returned once to be printed (or one taken from the environment), never a
-// built-in default like XXL-JOB's admin/123456.
+// Package auth is jobmesh's account service and access guard. The service (AuthService) keeps
+// users with roles and executor-group permissions, password login that issues expiring session
+// tokens, API tokens for automation and the audit trail; passwords are hashed with argon2id and
+// tokens are random and stored only as hashes. The first admin is created at first start with a
+// random password that is returned once to be printed (or one taken from the environment), never
+// a built-in default like XXL-JOB's admin/123456. The Guard enforces the access rules of
+// policy.go on every jobmesh gRPC server (docs/auth.md).
 package auth
 
 import (

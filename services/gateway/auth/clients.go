@@ -25,10 +25,12 @@ func BearerToken(token string) grpc.DialOption {
 
 type bearerCreds string
 
+// GetRequestMetadata implements credentials.PerRPCCredentials.
 func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }
 
+// RequireTransportSecurity implements credentials.PerRPCCredentials: plaintext is allowed.
 func (bearerCreds) RequireTransportSecurity() bool { return false }
 
 var _ credentials.PerRPCCredentials = bearerCreds("")
