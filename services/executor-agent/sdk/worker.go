@@ -467,17 +467,18 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 	}
 	r.cancel(context.Canceled)
 
-	e.mu.Lock()
-	if e.active[r.t.GetTriggerId()] == r {
-		delete(e.active, r.t.GetTriggerId())
-	}
-	e.mu.Unlock()
-
 	msg = cleanText(msg)
 	e.out.addResult(&logsv1.RunResult{
 		TriggerId: r.t.GetTriggerId(), JobId: r.t.GetJobId(), Status: status, Message: msg,
 		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceID,
 	})
+	// Only now is the fire no longer active, so a Log call that says its end implies the result
+	// is in the spool.
+	e.mu.Lock()
+	if e.active[r.t.GetTriggerId()] == r {
+		delete(e.active, r.t.GetTriggerId())
+	}
+	e.mu.Unlock()
 	e.log.Debug("fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
 	if e.cfg.OnResult != nil {
 		e.cfg.OnResult(Result{
