@@ -53,6 +53,9 @@ type Config struct {
 	Capacity int
 	// Labels are free-form labels registered with the executor.
 	Labels map[string]string
+	// HTTPAllowHosts are the hosts the built-in "http" handler may call: "host" (any port),
+	// "host:port" or "*.domain". Empty (the default) refuses every request.
+	HTTPAllowHosts []string
 	// KillGrace is how long a killed or timed-out script gets between SIGTERM and SIGKILL.
 	// Default 5s.
 	KillGrace time.Duration

@@ -141,7 +141,8 @@ type Executor struct {
 	stopOnce sync.Once
 }
 
-// New checks cfg and returns an executor with the built-in "command" handler registered.
+// New checks cfg and returns an executor with the built-in "command" and "http" handlers
+// registered.
 // Errors name the offending Config field.
 func New(cfg Config) (*Executor, error) {
 	cfg = cfg.withDefaults()
@@ -160,6 +161,7 @@ func New(cfg Config) (*Executor, error) {
 		out:        nopOutbox{},
 	}
 	e.Handle(CommandHandler, e.commandHandler)
+	e.Handle(HTTPHandler, e.httpHandler)
 	return e, nil
 }
 
@@ -169,7 +171,7 @@ func New(cfg Config) (*Executor, error) {
 const CommandHandler = "command"
 
 // Handle registers h as the BEAN handler name, replacing any handler of that name (the built-in
-// "command" included). It may be called before or after Start; a bad registration (empty name,
+// built-in "command" and "http" included). It may be called before or after Start; a bad registration (empty name,
 // nil handler) is reported by Start.
 func (e *Executor) Handle(name string, h HandlerFunc, opts ...HandlerOption) {
 	e.hmu.Lock()

@@ -1,0 +1,116 @@
+package sdk_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+)
+
+// seen is a request as the test server received it.
+type seen struct {
+	method, path, header, body string
+}
+
+func httpParams(t *testing.T, req sdk.HTTPRequest) string {
+	t.Helper()
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestHTTPHandler(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{r.Method, r.URL.Path, r.Header.Get("X-Token"), string(b)})
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/created":
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "made\nit\n")
+		case "/broken":
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "oops")
+		case "/away":
+			// To a host not on the list: the same server under another name.
+			http.Redirect(w, r, "http://localhost:"+r.Host[len("127.0.0.1:"):]+"/created", http.StatusFound)
+		default:
+			io.WriteString(w, "ok")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	h := start(t, func(cfg *sdk.Config) { cfg.HTTPAllowHosts = []string{u.Host} })
+	deny := start(t, nil) // no allow-list: deny everything
+
+	h.accept(t, bean("91-1-0-0", 91, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{
+		URL: srv.URL + "/created", Method: "PUT", Headers: map[string]string{"X-Token": "t1"}, Body: `{"a":1}`, ExpectStatus: 201,
+	})))
+	h.wantResult(t, "91-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if lines, want := h.ingest.Texts("91-1-0-0"), []string{"PUT " + srv.URL + "/created", "status 201 Created", "made", "it"}; !slices.Equal(lines, want) {
+		t.Errorf("lines: got %q, want %q", lines, want)
+	}
+
+	h.accept(t, bean("92-1-0-0", 92, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/broken"})))
+	h.wantResult(t, "92-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "got status 500, want 2xx")
+	h.accept(t, bean("93-1-0-0", 93, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/plain", ExpectStatus: 204})))
+	h.wantResult(t, "93-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "got status 200, want 204")
+	h.accept(t, bean("94-1-0-0", 94, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/away"})))
+	h.wantResult(t, "94-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "is not in the executor's allowed hosts")
+	h.accept(t, bean("95-1-0-0", 95, sdk.HTTPHandler, `{"url": "file:///etc/passwd"}`))
+	h.wantResult(t, "95-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, `scheme "file"`)
+	h.accept(t, bean("96-1-0-0", 96, sdk.HTTPHandler, `{"url": "`+srv.URL+`", "bogus": 1}`))
+	h.wantResult(t, "96-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "unknown field")
+
+	deny.accept(t, bean("97-1-0-0", 97, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/plain"})))
+	deny.wantResult(t, "97-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "this executor allows no hosts")
+
+	mu.Lock()
+	defer mu.Unlock()
+	want := []seen{
+		{"PUT", "/created", "t1", `{"a":1}`},
+		{"GET", "/broken", "", ""},
+		{"GET", "/plain", "", ""},
+		{"GET", "/away", "", ""}, // and not /created through localhost
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("server saw %q, want %q", got, want)
+	}
+}
+
+func TestHTTPHandlerTimeouts(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() {
+		close(release)
+		srv.Close()
+	})
+	h := start(t, func(cfg *sdk.Config) { cfg.HTTPAllowHosts = []string{"127.0.0.1", "*.example.com"} })
+
+	// The request's own timeout fails the fire; the fire's timeout ends it TIMEOUT.
+	h.accept(t, bean("98-1-0-0", 98, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL, TimeoutSeconds: 1})))
+	h.wantResult(t, "98-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "no response within 1s")
+	tr := bean("99-1-0-0", 99, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL}))
+	tr.TimeoutSeconds = 1
+	h.accept(t, tr)
+	h.wantResult(t, "99-1-0-0", logsv1.RunStatus_RUN_STATUS_TIMEOUT, "timed out after 1s")
+}
