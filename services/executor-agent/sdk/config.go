@@ -53,6 +53,10 @@ type Config struct {
 	Capacity int
 	// Labels are free-form labels registered with the executor.
 	Labels map[string]string
+	// LogRetentionDays is how many days of local run log files (runs/<yyyy-mm-dd>/) are kept;
+	// older day directories are deleted at Start and then hourly. Negative keeps them forever.
+	// Default 30.
+	LogRetentionDays int
 	// HTTPAllowHosts are the hosts the built-in "http" handler may call: "host" (any port),
 	// "host:port" or "*.domain". Empty (the default) refuses every request.
 	HTTPAllowHosts []string
@@ -120,6 +124,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.SpoolDir == "" && cfg.LogDir != "" {
 		cfg.SpoolDir = filepath.Join(cfg.LogDir, "spool")
+	}
+	if cfg.LogRetentionDays == 0 {
+		cfg.LogRetentionDays = 30
 	}
 	if cfg.SpoolMaxBytes == 0 {
 		cfg.SpoolMaxBytes = 128 << 20

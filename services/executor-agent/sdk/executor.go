@@ -138,6 +138,8 @@ type Executor struct {
 	out       outbox
 	reg       *registrar
 
+	retainStop, retainDone chan struct{} // the run log pruner
+
 	stopOnce sync.Once
 }
 
@@ -224,6 +226,11 @@ func (e *Executor) Start(ctx context.Context) error {
 			return fmt.Errorf("LogDir: %w", err)
 		}
 	}
+	if n, err := e.pruneLogs(time.Now()); err != nil {
+		e.log.Error("pruning run log files", "error", err)
+	} else if n > 0 {
+		e.log.Info("pruned run log files", "days", n, "retention_days", e.cfg.LogRetentionDays)
+	}
 	ln, err := net.Listen("tcp", e.cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("ListenAddr: listen on %s: %w", e.cfg.ListenAddr, err)
@@ -246,6 +253,12 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.out = out
 	}
 
+	e.retainStop, e.retainDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(e.retainDone)
+		e.retainLogs(e.retainStop)
+	}()
+
 	e.srv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(recoverUnary(e.log), authUnary(e.cfg.AccessToken)),
 		grpc.MaxRecvMsgSize(64<<20),
@@ -265,6 +278,8 @@ func (e *Executor) Start(ctx context.Context) error {
 			e.srv.Stop()
 			<-e.serveDone
 			e.out.stop()
+			close(e.retainStop)
+			<-e.retainDone
 			return err
 		}
 	}
@@ -364,6 +379,10 @@ func (e *Executor) stop() {
 	}
 	cancel()
 	e.out.stop()
+	if e.retainStop != nil {
+		close(e.retainStop)
+		<-e.retainDone
+	}
 	e.log.Info("executor stopped", "app", e.cfg.AppName, "instance", e.cfg.InstanceID)
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -692,5 +693,35 @@ func TestNewNamesBadFields(t *testing.T) {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("New error %q does not name %s", err, field)
 		}
+	}
+}
+
+func TestRunLogRetention(t *testing.T) {
+	t.Parallel()
+	logDir := t.TempDir()
+	now := time.Now().UTC()
+	old := now.AddDate(0, 0, -4).Format(time.DateOnly)
+	kept := now.AddDate(0, 0, -2).Format(time.DateOnly)
+	for _, day := range []string{old, kept, "not-a-day"} {
+		if err := os.MkdirAll(filepath.Join(logDir, "runs", day), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(logDir, "runs", day, "1-1-0-0.log"), []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := start(t, func(cfg *sdk.Config) { cfg.LogDir, cfg.LogRetentionDays = logDir, 3 })
+	// Start pruned the old day; the recent one and foreign directories stay, and Log reads them.
+	if _, err := os.Stat(filepath.Join(logDir, "runs", old)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("day %s older than 3 days: got %v, want it deleted", old, err)
+	}
+	for _, day := range []string{kept, "not-a-day"} {
+		if _, err := os.Stat(filepath.Join(logDir, "runs", day, "1-1-0-0.log")); err != nil {
+			t.Fatalf("day %s: %v, want it kept", day, err)
+		}
+	}
+	lr, err := h.cli.Log(ctxFor(t), &executorv1.LogRequest{TriggerId: "1-1-0-0", FromLine: 1})
+	if err != nil || !slices.Equal(lr.GetLines(), []string{"x"}) || !lr.GetIsEnd() {
+		t.Fatalf("Log of a fire from before the start: got %v %v", lr, err)
 	}
 }

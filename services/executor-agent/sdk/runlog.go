@@ -126,3 +126,49 @@ func readLog(path string, from int64) (lines []string, eof bool, err error) {
 		lines = append(lines, string(bytes.TrimSuffix(line, []byte{'\n'})))
 	}
 }
+
+// pruneLogs deletes the run log day directories older than LogRetentionDays (by their name's
+// date, UTC) and returns how many it deleted.
+func (e *Executor) pruneLogs(now time.Time) (int, error) {
+	if e.cfg.LogRetentionDays < 0 {
+		return 0, nil
+	}
+	oldest := now.UTC().AddDate(0, 0, -e.cfg.LogRetentionDays).Format(time.DateOnly)
+	dir := filepath.Join(e.cfg.LogDir, "runs")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, ent := range entries {
+		day := ent.Name()
+		if _, err := time.Parse(time.DateOnly, day); err != nil || !ent.IsDir() || day >= oldest {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, day)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// retainLogs prunes run logs hourly until stop closes.
+func (e *Executor) retainLogs(stop <-chan struct{}) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if n, err := e.pruneLogs(now); err != nil {
+				e.log.Error("pruning run log files", "error", err)
+			} else if n > 0 {
+				e.log.Info("pruned run log files", "days", n, "retention_days", e.cfg.LogRetentionDays)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 // Command jobmesh-agent is the jobmesh executor sidecar: it serves ExecutorService for one
-// executor group, runs GLUE scripts and the built-in "command" handler, registers itself in etcd
-// and delivers results and output lines to logsvc.
+// executor group, runs GLUE scripts and the built-in "command" and "http" handlers (and, with
+// --handler-addr, an application's handlers over HandlerService), registers itself in etcd and
+// delivers results and output lines to logsvc through a durable spool.
 //
 // Every flag has an environment twin: --app-name is JOBMESH_APP_NAME, and so on. A flag given on
 // the command line wins over its environment variable.
@@ -20,7 +21,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
@@ -82,11 +86,26 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		Etcd: etcd, RegistrationTTL: cfg.registrationTTL, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
 		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
+		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, LogRetentionDays: cfg.logRetentionDays,
+		HTTPAllowHosts: cfg.httpAllowHosts,
 	})
 	if err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if cfg.handlerAddr != "" {
+		conn, err := grpc.NewClient(cfg.handlerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("--handler-addr: %w", err)
+		}
+		defer conn.Close()
+		names, err := agent.ForwardHandlers(sctx, executorv1.NewHandlerServiceClient(conn))
+		if err != nil {
+			return fmt.Errorf("--handler-addr %s: %w", cfg.handlerAddr, err)
+		}
+		log.Info("forwarding the application's handlers", "handler_addr", cfg.handlerAddr, "handlers", names)
+	}
 	err = agent.Start(sctx)
 	cancel()
 	if err != nil {
@@ -103,6 +122,10 @@ type config struct {
 	appName, instanceID, listenAddr, advertiseAddr string
 	etcdEndpoints                                  []string
 	logsvcAddr, logDir, accessToken                string
+	spoolDir, handlerAddr                          string
+	spoolMaxBytes                                  int64
+	logRetentionDays                               int
+	httpAllowHosts                                 []string
 	registrationTTL, killGrace, stopGrace          time.Duration
 	capacity                                       int
 	labels                                         map[string]string
@@ -118,7 +141,7 @@ func envName(flagName string) string {
 // checks the result; errors name the flag and its variable.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	var endpoints, labels string
+	var endpoints, labels, allowHosts string
 	fs := flag.NewFlagSet("jobmesh-agent", flag.ContinueOnError)
 	fs.StringVar(&c.appName, "app-name", "", "executor group app name to register under (required)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "instance id within the app (default hostname-pid)")
@@ -127,6 +150,11 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints; empty disables registration")
 	fs.StringVar(&c.logsvcAddr, "logsvc-addr", "", "gRPC address of logsvc; empty keeps results local")
 	fs.StringVar(&c.logDir, "log-dir", "", "directory for run logs and GLUE scripts (required)")
+	fs.StringVar(&c.spoolDir, "spool-dir", "", "durable spool of results and lines logsvc has not acknowledged (default <log-dir>/spool)")
+	fs.Int64Var(&c.spoolMaxBytes, "spool-max-bytes", 128<<20, "size cap of the spool; beyond it lines, then results, are dropped and logged")
+	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "days of local run log files kept; negative keeps them forever")
+	fs.StringVar(&allowHosts, "http-allow-hosts", "", "comma-separated hosts the http handler may call (host, host:port, *.domain); empty allows none")
+	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC address of an application's HandlerService whose handlers the agent serves (sidecar)")
 	fs.StringVar(&c.accessToken, "access-token", "", "token the scheduler must present (prefer the environment variable)")
 	fs.DurationVar(&c.registrationTTL, "registration-ttl", 10*time.Second, "etcd lease TTL of the registration")
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts")
@@ -163,6 +191,17 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		if e = strings.TrimSpace(e); e != "" {
 			c.etcdEndpoints = append(c.etcdEndpoints, e)
 		}
+	}
+	for h := range strings.SplitSeq(allowHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.httpAllowHosts = append(c.httpAllowHosts, h)
+		}
+	}
+	if c.spoolMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--spool-max-bytes (%s): %d: must be positive", envName("spool-max-bytes"), c.spoolMaxBytes))
+	}
+	if c.logRetentionDays == 0 {
+		errs = append(errs, fmt.Errorf("--log-retention-days (%s): 0: want a positive number of days, or negative to keep forever", envName("log-retention-days")))
 	}
 	for kv := range strings.SplitSeq(labels, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {

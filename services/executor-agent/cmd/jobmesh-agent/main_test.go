@@ -45,6 +45,20 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{"--registration-ttl (JOBMESH_REGISTRATION_TTL)", "--log-format (JOBMESH_LOG_FORMAT)"},
 		},
 		{
+			name: "spool, retention, http allow-list and sidecar",
+			args: []string{"--app-name", "a", "--log-dir", "d", "--http-allow-hosts", "api.example.com, *.corp:443", "--handler-addr", "127.0.0.1:7000"},
+			env:  map[string]string{"JOBMESH_SPOOL_DIR": "/var/spool/j", "JOBMESH_SPOOL_MAX_BYTES": "1048576", "JOBMESH_LOG_RETENTION_DAYS": "7"},
+			check: func(c config) bool {
+				return c.spoolDir == "/var/spool/j" && c.spoolMaxBytes == 1<<20 && c.logRetentionDays == 7 &&
+					len(c.httpAllowHosts) == 2 && c.httpAllowHosts[1] == "*.corp:443" && c.handlerAddr == "127.0.0.1:7000"
+			},
+		},
+		{
+			name:    "bad spool size and retention are named",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--spool-max-bytes", "0", "--log-retention-days", "0"},
+			wantErr: []string{"--spool-max-bytes (JOBMESH_SPOOL_MAX_BYTES)", "--log-retention-days (JOBMESH_LOG_RETENTION_DAYS)"},
+		},
+		{
 			name:    "bad labels are named",
 			args:    []string{"--app-name", "a", "--log-dir", "d", "--labels", "novalue"},
 			wantErr: []string{"--labels (JOBMESH_LABELS)"},
