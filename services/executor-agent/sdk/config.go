@@ -38,6 +38,9 @@ type Config struct {
 	// LogsvcAddr is the gRPC address of logsvc's IngestService. Empty disables delivery: results
 	// and output stay in the local log files.
 	LogsvcAddr string
+	// LogsvcToken, when set, is presented to logsvc on every call as "authorization: Bearer
+	// <token>" (logsvc checks it when its server enforces tokens).
+	LogsvcToken string
 	// LogsvcDialOptions replace the default dial options (plaintext, reconnect backoff capped at
 	// 2s) of the logsvc connection, e.g. to add TLS.
 	LogsvcDialOptions []grpc.DialOption

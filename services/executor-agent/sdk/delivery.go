@@ -100,6 +100,9 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 	if len(opts) == 0 {
 		opts = defaultLogsvcDialOptions()
 	}
+	if cfg.LogsvcToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(cfg.LogsvcToken)))
+	}
 	sp, replay, err := spool.Open(spool.Config{Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("SpoolDir: %w", err)
@@ -387,3 +390,13 @@ func (o *streamOutbox) stop() {
 		o.log.Error("closing the spool", "error", err)
 	}
 }
+
+// bearer presents a token as "authorization: Bearer <token>" on every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false: the dial options decide on TLS.
+func (bearer) RequireTransportSecurity() bool { return false }

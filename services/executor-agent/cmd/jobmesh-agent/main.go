@@ -87,7 +87,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
 		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, LogRetentionDays: cfg.logRetentionDays,
-		HTTPAllowHosts: cfg.httpAllowHosts,
+		HTTPAllowHosts: cfg.httpAllowHosts, LogsvcToken: cfg.logsvcToken,
 	})
 	if err != nil {
 		return err
@@ -122,7 +122,7 @@ type config struct {
 	appName, instanceID, listenAddr, advertiseAddr string
 	etcdEndpoints                                  []string
 	logsvcAddr, logDir, accessToken                string
-	spoolDir, handlerAddr                          string
+	spoolDir, handlerAddr, logsvcToken             string
 	spoolMaxBytes                                  int64
 	logRetentionDays                               int
 	httpAllowHosts                                 []string
@@ -155,6 +155,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "days of local run log files kept; negative keeps them forever")
 	fs.StringVar(&allowHosts, "http-allow-hosts", "", "comma-separated hosts the http handler may call (host, host:port, *.domain); empty allows none")
 	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC address of an application's HandlerService whose handlers the agent serves (sidecar)")
+	fs.StringVar(&c.logsvcToken, "logsvc-token", "", "token presented to logsvc (prefer the environment variable)")
 	fs.StringVar(&c.accessToken, "access-token", "", "token the scheduler must present (prefer the environment variable)")
 	fs.DurationVar(&c.registrationTTL, "registration-ttl", 10*time.Second, "etcd lease TTL of the registration")
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts")
