@@ -1,129 +1,199 @@
-// jobmesh web UI: plain JavaScript over the REST API, no build step and no external assets.
-"use strict";
+// jobmesh web UI: plain JavaScript modules over the REST API (/api/v1). No build step, no assets
+// from outside the binary. This module is the shell: login, the navigation, the router and the
+// user menu; each page lives in js/views/.
+import { api, session, ApiError } from "./js/api.js";
+import { h, $, modal, field, toast, forbidden } from "./js/dom.js";
+import { t, lang, setLang, LANGS } from "./js/i18n.js";
+import * as dashboard from "./js/views/dashboard.js";
+import * as jobs from "./js/views/jobs.js";
+import * as glue from "./js/views/glue.js";
+import * as runs from "./js/views/runs.js";
+import * as executors from "./js/views/executors.js";
+import * as users from "./js/views/users.js";
+import * as tokens from "./js/views/tokens.js";
+import * as audit from "./js/views/audit.js";
 
-const $ = (sel, root = document) => root.querySelector(sel);
-const short = (s, prefix) => (s || "").replace(prefix, "");
-const time = (ts) => (ts ? new Date(ts).toLocaleString() : "");
+const app = document.getElementById("app");
+let me = null; // the logged-in user
+let cleanups = [];
 
-async function api(path, opts = {}) {
-  const res = await fetch("/api/v1" + path, {
-    headers: { "Content-Type": "application/json" },
-    ...opts,
-    body: opts.body ? JSON.stringify(opts.body) : undefined,
-  });
-  const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(body.message || res.statusText);
-  return body;
+const NAV = [
+  ["dashboard", "Dashboard"],
+  ["jobs", "Jobs"],
+  ["runs", "Runs"],
+  ["executors", "Executors"],
+  ["users", "Users", "admin"],
+  ["tokens", "API tokens"],
+  ["audit", "Audit log", "admin"],
+];
+
+const ROUTES = [
+  [/^dashboard$/, dashboard.render],
+  [/^jobs$/, jobs.renderList],
+  [/^jobs\/new$/, jobs.renderForm],
+  [/^jobs\/(\d+)$/, jobs.renderForm],
+  [/^jobs\/(\d+)\/glue$/, glue.render],
+  [/^runs$/, runs.renderList],
+  [/^runs\/(.+)$/, runs.renderDetail],
+  [/^executors$/, executors.render],
+  [/^users$/, users.render, "admin"],
+  [/^tokens$/, tokens.render],
+  [/^audit$/, audit.render, "admin"],
+];
+
+const isAdmin = () => me && me.role === "ROLE_ADMIN";
+const canWrite = () => me && (me.role === "ROLE_ADMIN" || me.role === "ROLE_OPERATOR");
+
+function langSwitch(onChange) {
+  return h("select", {
+    class: "lang", "aria-label": "Language / 语言", id: "lang-switch",
+    onchange: (e) => { setLang(e.target.value); onChange(); },
+  }, LANGS.map(([v, l]) => h("option", { value: v, selected: v === lang() }, l)));
 }
 
-function rows(tbody, items, cells) {
-  tbody.replaceChildren(...items.map((it) => {
-    const tr = document.createElement("tr");
-    for (const c of cells(it)) {
-      const td = document.createElement("td");
-      if (c instanceof Node) td.append(c); else td.textContent = c ?? "";
-      tr.append(td);
-    }
-    return tr;
-  }));
+function renderLogin(message) {
+  stopView();
+  document.title = "jobmesh · " + t("Log in");
+  const user = h("input", { name: "username", autocomplete: "username", required: true, autofocus: true });
+  const pass = h("input", { name: "password", type: "password", autocomplete: "current-password", required: true });
+  const err = h("p", { class: "error", role: "alert", text: message || "" });
+  const btn = h("button", { class: "primary", type: "submit" }, t("Log in"));
+  app.replaceChildren(h("div", { class: "login-page" },
+    h("form", {
+      class: "login card", id: "login-form",
+      onsubmit: async (e) => {
+        e.preventDefault();
+        err.textContent = "";
+        btn.disabled = true;
+        try {
+          const r = await api("/auth/login", { method: "POST", body: { username: user.value, password: pass.value } });
+          session.token = r.token;
+          me = r.user;
+          if (!location.hash || location.hash === "#/" || location.hash === "#") location.hash = "#/dashboard";
+          renderShell();
+        } catch (ex) {
+          err.textContent = ex.status === 401 || ex.status === 403 ? t("Wrong user name or password.")
+            : ex.status === 429 ? t("Too many failed attempts; try again later.") : ex.message;
+        } finally { btn.disabled = false; }
+      },
+    },
+    h("div", { class: "login-head" }, h("span", { class: "logo", text: "jobmesh" }), langSwitch(() => renderLogin())),
+    h("p", { class: "muted", text: t("Distributed job scheduler") }),
+    field(t("User name"), user), field(t("Password"), pass), err, btn)));
 }
 
-function button(label, onclick) {
-  const b = document.createElement("button");
-  b.textContent = label;
-  b.onclick = onclick;
-  return b;
+function renderShell() {
+  const nav = h("nav", { class: "side", "aria-label": t("Main") },
+    NAV.filter(([, , need]) => need !== "admin" || isAdmin())
+      .map(([id, label]) => h("a", { href: "#/" + id, "data-nav": id }, t(label))));
+  const roleName = t(({ ROLE_ADMIN: "admin", ROLE_OPERATOR: "operator", ROLE_VIEWER: "viewer" })[me.role] || "user");
+  const top = h("header", { class: "top" },
+    h("a", { class: "logo", href: "#/dashboard", text: "jobmesh" }),
+    h("span", { id: "sched-status", class: "muted small" }),
+    h("span", { class: "spacer" }),
+    langSwitch(() => renderShell()),
+    h("span", { class: "who", id: "who" }, me.username, " ", h("span", { class: "badge role", text: roleName })),
+    h("button", { type: "button", id: "change-password", onclick: changePassword }, t("Change password")),
+    h("button", { type: "button", id: "logout", onclick: logout }, t("Log out")));
+  app.replaceChildren(top, h("div", { class: "layout" }, nav, h("main", { id: "view" })));
+  route();
+  api("/scheduler/status").then((st) => {
+    const el = $("#sched-status");
+    if (el) el.textContent = t("leader {id} · epoch {epoch}", { id: st.leader_id || "?", epoch: st.epoch });
+  }).catch(() => {});
 }
 
-async function loadJobs() {
-  const { jobs = [] } = await api("/jobs?page_size=200");
-  rows($("#jobs tbody"), jobs, (j) => [
-    j.id, j.name,
-    `${short(j.schedule?.type, "SCHEDULE_TYPE_")} ${j.schedule?.expression || ""}`,
-    short(j.glue_type, "GLUE_TYPE_") === "BEAN" ? j.handler : short(j.glue_type, "GLUE_TYPE_"),
-    short(j.status, "JOB_STATUS_"), time(j.next_fire_time),
-    (() => {
-      const span = document.createElement("span");
-      const running = j.status === "JOB_STATUS_RUNNING";
-      span.append(
-        button(running ? "Stop" : "Start", async () => { await api(`/jobs/${j.id}:${running ? "stop" : "start"}`, { method: "POST", body: {} }); loadJobs(); }),
-        button("Run once", async () => { await api(`/jobs/${j.id}:trigger`, { method: "POST", body: {} }); }),
-        button("Runs", () => { location.hash = "runs"; $("#run-filter [name=job_id]").value = j.id; loadRuns(); }),
-      );
-      return span;
-    })(),
+async function changePassword() {
+  const oldp = h("input", { type: "password", name: "old_password", autocomplete: "current-password" });
+  const newp = h("input", { type: "password", name: "new_password", autocomplete: "new-password" });
+  const again = h("input", { type: "password", name: "new_password_again", autocomplete: "new-password" });
+  await modal(t("Change password"), h("div", { class: "form-grid" },
+    field(t("Current password"), oldp), field(t("New password"), newp), field(t("New password again"), again)), [
+    { label: t("Cancel"), value: null },
+    {
+      label: t("Save"), primary: true, onclick: async () => {
+        if (newp.value !== again.value) throw new Error(t("The new passwords differ."));
+        await api("/auth/password", { method: "POST", body: { old_password: oldp.value, new_password: newp.value } });
+        toast(t("Password changed."));
+      },
+    },
   ]);
 }
 
-async function loadRuns() {
-  const jobID = $("#run-filter [name=job_id]").value;
-  const { runs = [] } = await api("/logs?page_size=100" + (jobID ? `&job_id=${jobID}` : ""));
-  rows($("#runs tbody"), runs, (r) => {
-    const st = document.createElement("span");
-    st.textContent = short(r.status, "RUN_STATUS_");
-    st.className = st.textContent;
-    return [r.id, r.job_id, short(r.trigger_type, "TRIGGER_TYPE_"), time(r.scheduled_time), r.executor_address,
-      short(r.trigger_outcome, "TRIGGER_OUTCOME_"), st, button("Output", () => showLines(r.id))];
-  });
+async function logout() {
+  try { await api("/auth/logout", { method: "POST", body: {} }); } catch { /* the token may be gone already */ }
+  session.token = "";
+  me = null;
+  location.hash = "";
+  renderLogin();
 }
 
-async function showLines(id) {
-  const { lines = [] } = await api(`/logs/${encodeURIComponent(id)}/lines`);
-  $("#lines").textContent = lines.map((l) => l.text).join("\n") || "(no output)";
+function stopView() {
+  for (const c of cleanups) { try { c(); } catch { /* ignore */ } }
+  cleanups = [];
 }
 
-async function loadExecutors() {
-  const [{ groups = [] }, { executors = [] }] = await Promise.all([api("/executor-groups"), api("/executors")]);
-  rows($("#groups tbody"), groups, (g) => [g.id, g.app_name, g.title, short(g.address_type, "ADDRESS_TYPE_"), (g.addresses || []).join(", ")]);
-  rows($("#execs tbody"), executors, (e) => [e.app_name, e.instance_id, e.address, e.version, time(e.last_seen_time)]);
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const [path, qs] = raw.split("?");
+  return { path: path || "dashboard", query: Object.fromEntries(new URLSearchParams(qs || "")) };
 }
 
-function jobFromForm(f) {
-  const type = f.glue_type.value;
-  return {
-    name: f.name.value, group_id: f.group_id.value,
-    schedule: { type: "SCHEDULE_TYPE_" + f.type.value, expression: f.expression.value, time_zone: f.time_zone.value },
-    glue_type: "GLUE_TYPE_" + type, handler: f.handler.value, params: f.params.value,
-    glue_source: type === "BEAN" ? "" : f.glue_source.value,
-    status: f.running.checked ? "JOB_STATUS_RUNNING" : "JOB_STATUS_STOPPED",
-  };
+// navigate moves to a page; query goes into the hash so a reload or a shared link keeps filters.
+export function navigate(path, queryObj) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(queryObj || {})) if (v !== undefined && v !== null && v !== "") q.set(k, v);
+  const s = q.toString();
+  location.hash = "#/" + path + (s ? "?" + s : "");
 }
 
-async function preview() {
-  const f = $("#new-job");
-  try {
-    const { fire_times = [] } = await api("/schedules:preview", { method: "POST", body: { schedule: jobFromForm(f).schedule, count: 5 } });
-    $("#preview").textContent = fire_times.map(time).join(" · ");
-  } catch (e) {
-    $("#preview").textContent = e.message;
-  }
-}
+let routeSeq = 0;
 
-$("#new-job").addEventListener("submit", async (ev) => {
-  ev.preventDefault();
-  $("#new-job-error").textContent = "";
-  try {
-    await api("/jobs", { method: "POST", body: jobFromForm(ev.target) });
-    loadJobs();
-  } catch (e) {
-    $("#new-job-error").textContent = e.message;
-  }
-});
-$("#new-job").addEventListener("input", preview);
-$("#run-filter").addEventListener("submit", (ev) => { ev.preventDefault(); loadRuns(); });
-
-const views = { jobs: loadJobs, runs: loadRuns, executors: loadExecutors };
 async function route() {
-  const view = views[location.hash.slice(1)] ? location.hash.slice(1) : "jobs";
-  for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== view;
+  if (!me) return;
+  stopView();
+  const main = $("#view");
+  if (!main) return;
+  // Each visit renders into its own container, so a slower earlier visit that finishes late
+  // fills a detached element instead of the page.
+  const seq = ++routeSeq;
+  const view = h("div", { class: "view", "data-seq": seq });
+  main.replaceChildren(view);
+  const { path, query } = parseHash();
+  for (const a of document.querySelectorAll("nav.side a")) a.classList.toggle("active", path === a.dataset.nav || path.startsWith(a.dataset.nav + "/"));
+  let found = null;
+  for (const [re, fn, need] of ROUTES) {
+    const m = path.match(re);
+    if (m) { found = { fn, need, params: m.slice(1).map(decodeURIComponent) }; break; }
+  }
+  if (!found) { view.append(h("p", { class: "empty", text: t("No such page.") })); return; }
+  if (found.need === "admin" && !isAdmin()) { view.append(forbidden()); return; }
+  const ctx = {
+    me, isAdmin: isAdmin(), canWrite: canWrite(), params: found.params, query, navigate,
+    onCleanup: (fn) => cleanups.push(fn),
+    refresh: () => route(),
+  };
   try {
-    await views[view]();
-    const st = await api("/scheduler/status");
-    $("#status").textContent = `leader ${st.leader_id || "?"} · epoch ${st.epoch} · ring ${st.ring_size}`;
+    await found.fn(view, ctx);
   } catch (e) {
-    $("#status").textContent = e.message;
+    if (seq !== routeSeq) return;
+    view.replaceChildren(e instanceof ApiError && e.status === 403 ? forbidden(e.message) : h("p", { class: "error", role: "alert", text: e.message }));
   }
 }
+
 window.addEventListener("hashchange", route);
-route();
-preview();
+window.addEventListener("jobmesh:unauthenticated", () => {
+  if (me) { me = null; session.token = ""; renderLogin(t("Your session has ended; please log in again.")); }
+});
+
+async function boot() {
+  if (!session.token) { renderLogin(); return; }
+  try {
+    me = (await api("/auth/me")).user;
+    renderShell();
+  } catch {
+    session.token = "";
+    renderLogin();
+  }
+}
+boot();

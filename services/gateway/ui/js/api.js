@@ -1,0 +1,86 @@
+// REST client for /api/v1: adds the session token, turns error bodies into ApiError, and reads
+// grpc-gateway's newline-delimited JSON streams.
+
+const KEY = "jobmesh.token";
+
+// ApiError is a failed call: status is the HTTP status, message the server's (it names the field).
+export class ApiError extends Error {
+  constructor(status, message, code, details) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    // fields maps each field the server found wrong (proto path) to why.
+    this.fields = {};
+    for (const d of details || []) for (const v of d.field_violations || d.fieldViolations || []) this.fields[v.field] = v.description;
+  }
+}
+
+// session holds the session token, kept in this browser's localStorage until logout.
+export const session = {
+  get token() { return localStorage.getItem(KEY) || ""; },
+  set token(v) { if (v) localStorage.setItem(KEY, v); else localStorage.removeItem(KEY); },
+};
+
+function headers(json) {
+  const hd = {};
+  if (json) hd["Content-Type"] = "application/json";
+  if (session.token) hd.Authorization = "Bearer " + session.token;
+  return hd;
+}
+
+// query builds "?a=1&b=2" from an object, leaving out empty values.
+export function query(params = {}) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined || v === null || v === "" || v === 0 || v === "0") continue;
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else q.set(k, v);
+  }
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+
+async function failure(res) {
+  const body = await res.json().catch(() => ({}));
+  if (res.status === 401) window.dispatchEvent(new CustomEvent("jobmesh:unauthenticated"));
+  return new ApiError(res.status, body.message || res.statusText || `HTTP ${res.status}`, body.code, body.details);
+}
+
+// api calls path under /api/v1 and returns the decoded JSON answer.
+export async function api(path, { method = "GET", body } = {}) {
+  const res = await fetch("/api/v1" + path, {
+    method,
+    headers: headers(body !== undefined),
+    body: body !== undefined ? JSON.stringify(body) : undefined,
+  });
+  if (!res.ok) throw await failure(res);
+  return res.json().catch(() => ({}));
+}
+
+// stream follows a server stream: it yields each message's result until the server ends the
+// response or signal aborts it.
+export async function* stream(path, signal) {
+  const res = await fetch("/api/v1" + path, { headers: headers(false), signal });
+  if (!res.ok) throw await failure(res);
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (!line) continue;
+        const msg = JSON.parse(line);
+        if (msg.error) throw new ApiError(500, msg.error.message || "stream error", msg.error.code);
+        yield msg.result || msg;
+      }
+    }
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}

@@ -1,0 +1,88 @@
+// The dashboard: totals, runs per day by outcome (the last 14 days) and fires per minute (the
+// last hour), refreshed every 15 s.
+import { api, query } from "../api.js";
+import { h } from "../dom.js";
+import { t } from "../i18n.js";
+import { stackedBars } from "../charts.js";
+import { loadGroups, allAllowed, groupName } from "../groups.js";
+
+const day = (d) => d.toISOString().slice(0, 10);
+
+// render shows the dashboard.
+export async function render(root, ctx) {
+  const groups = await loadGroups().catch(() => []);
+  // A caller limited to several groups must list runs one group at a time: the chart shows the first.
+  const runGroup = allAllowed(ctx, groups) ? "" : String(groups[0]?.id || "");
+  const cards = h("div", { class: "cards", id: "dashboard-cards" });
+  const perDay = h("div", { class: "chart-box", id: "chart-days" });
+  const perMin = h("div", { class: "chart-box", id: "chart-minutes" });
+  const jobsBox = h("div", { class: "table-wrap" });
+  root.append(h("div", { class: "page-head" }, h("h1", { text: t("Dashboard") })), cards,
+    h("div", { class: "chart-row" },
+      h("section", { class: "card" }, h("h2", { text: t("Runs per day") }), perDay),
+      h("section", { class: "card" }, h("h2", { text: t("Fires per minute, last hour") + (runGroup ? ` · ${groupName(groups, runGroup)}` : "") }), perMin)),
+    h("section", { class: "card" }, h("h2", { text: t("Jobs by runs, last 14 days") }), jobsBox));
+
+  const series = () => [
+    { key: "success", label: t("Success"), cls: "s-success" },
+    { key: "fail", label: t("Failed"), cls: "s-fail" },
+    { key: "running", label: t("Running"), cls: "s-running" },
+  ];
+
+  async function load() {
+    const now = new Date();
+    const from = new Date(now.getTime() - 13 * 864e5);
+    const [dash, report, execs, jobList] = await Promise.all([
+      api("/dashboard"),
+      api("/reports" + query({ start_date: day(from), end_date: day(now) })).catch(() => ({ days: [], jobs: [] })),
+      api("/executors").catch(() => null),
+      api("/jobs" + query({ group_id: runGroup, page_size: 1000 })).catch(() => null),
+    ]);
+    // The registry's and the scheduler's own answers, where the caller may read them, are the
+    // freshest counts; logsvc's totals are the fallback.
+    const execCount = execs ? (execs.executors || []).length : dash.executor_count;
+    const jobCount = jobList ? Number(jobList.total_size ?? (jobList.jobs || []).length) : dash.job_count;
+    const names = new Map((jobList?.jobs || []).map((j) => [String(j.id), j.name]));
+    const card = (id, label, value, cls = "") => h("div", { class: "stat card " + cls, "data-stat": id }, h("div", { class: "stat-value", text: value }), h("div", { class: "stat-label", text: label }));
+    cards.replaceChildren(
+      card("jobs", t("Jobs"), jobCount ?? 0),
+      card("runs-today", t("Runs today"), dash.runs_today ?? 0),
+      card("success-rate", t("Success rate today"), dash.runs_today > 0 ? `${(100 * (dash.success_rate_today || 0)).toFixed(1)} %` : "—"),
+      card("executors", t("Executors online"), execCount ?? 0),
+      card("running", t("Running now"), dash.running_count ?? 0),
+      card("runs", t("Runs stored"), dash.run_count ?? 0));
+    const days = (report.days || []).map((d) => ({ label: d.date.slice(5), values: d }));
+    perDay.replaceChildren(stackedBars(days, series(), { labelEvery: days.length > 16 ? 2 : 1, title: t("Runs per day") }));
+
+    // Fires per minute come from the runs of the last hour (at most 5000 of them).
+    const start = new Date(Math.floor(now.getTime() / 60000) * 60000 - 59 * 60000);
+    const buckets = Array.from({ length: 60 }, (_, i) => {
+      const at = new Date(start.getTime() + i * 60000);
+      return { label: `${String(at.getHours()).padStart(2, "0")}:${String(at.getMinutes()).padStart(2, "0")}`, values: { success: 0, fail: 0, running: 0 } };
+    });
+    let token = "";
+    for (let page = 0; page < 5; page++) {
+      const r = await api("/logs" + query({ group_id: runGroup, start_time: start.toISOString(), page_size: 1000, page_token: token })).catch(() => ({}));
+      for (const run of r.runs || []) {
+        const i = Math.floor((new Date(run.scheduled_time).getTime() - start.getTime()) / 60000);
+        if (i < 0 || i >= 60) continue;
+        const st = run.status === "RUN_STATUS_SUCCESS" ? "success" : run.status === "RUN_STATUS_RUNNING" || !run.status || run.status === "RUN_STATUS_UNSPECIFIED" ? "running" : "fail";
+        buckets[i].values[st]++;
+      }
+      token = r.next_page_token;
+      if (!token) break;
+    }
+    perMin.replaceChildren(stackedBars(buckets, series(), { labelEvery: 10, title: t("Fires per minute, last hour") }));
+
+    const jobs = (report.jobs || []).slice().sort((a, b) => (Number(b.success) + Number(b.fail)) - (Number(a.success) + Number(a.fail))).slice(0, 10);
+    jobsBox.replaceChildren(jobs.length ? h("table", { class: "data" },
+      h("thead", {}, h("tr", {}, [t("Job"), t("Success"), t("Failed"), t("Success rate")].map((c) => h("th", { text: c })))),
+      h("tbody", {}, jobs.map((j) => h("tr", {},
+        h("td", {}, h("a", { href: `#/runs?job_id=${j.job_id}` }, `#${j.job_id} ${names.get(String(j.job_id)) || ""}`)), h("td", { text: j.success }), h("td", { text: j.fail }),
+        h("td", {}, h("div", { class: "rate" }, h("div", { class: "rate-bar", style: `width:${(100 * (j.success_rate || 0)).toFixed(0)}%` }), h("span", { text: `${(100 * (j.success_rate || 0)).toFixed(1)} %` })))))))
+      : h("p", { class: "muted", text: t("No finished runs yet.") }));
+  }
+  await load();
+  const timer = setInterval(() => { if (!document.hidden) load().catch(() => {}); }, 15000);
+  ctx.onCleanup(() => clearInterval(timer));
+}
