@@ -37,7 +37,16 @@ export const BACKOFFS = () => [
 ];
 export const JOB_STATUSES = () => [["", t("All")], ["JOB_STATUS_RUNNING", t("Running")], ["JOB_STATUS_STOPPED", t("Stopped")]];
 export const RUN_STATUSES = () => [["", t("All")], ...["RUNNING", "SUCCESS", "FAIL", "TIMEOUT", "KILLED"].map((s) => ["RUN_STATUS_" + s, t(s)])];
-export const TRIGGER_TYPES = () => [["", t("All")], ...["MANUAL", "CRON", "RETRY", "PARENT", "API", "MISFIRE"].map((s) => ["TRIGGER_TYPE_" + s, t(s)])];
+export const TRIGGER_TYPES = () => [["", t("All")], ...["MANUAL", "CRON", "RETRY", "PARENT", "API", "MISFIRE"].map((s) => ["TRIGGER_TYPE_" + s, triggerLabel("TRIGGER_TYPE_" + s)])];
+
+// triggerLabel names a trigger type in the current language (MANUAL is also an address type, so
+// trigger types have keys of their own).
+export function triggerLabel(v) {
+  const name = (v || "").replace(/^TRIGGER_TYPE_/, "");
+  const k = "TRIGGER_" + name;
+  const s = t(k);
+  return s === k ? name : s;
+}
 
 // isScript says whether a GLUE type keeps its source in jobmesh.
 export const isScript = (g) => !!g && g !== "GLUE_TYPE_BEAN" && g !== "GLUE_TYPE_UNSPECIFIED";

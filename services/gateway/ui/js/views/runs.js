@@ -4,7 +4,7 @@ import { api, query, stream } from "../api.js";
 import { h, short, fmtTime, fmtDuration, toast, modal, confirmDialog, field, select, badge, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
-import { RUN_STATUSES, TRIGGER_TYPES } from "../enums.js";
+import { RUN_STATUSES, TRIGGER_TYPES, triggerLabel } from "../enums.js";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const status = (r) => short(r.status, "RUN_STATUS_") || "PENDING";
@@ -70,7 +70,7 @@ export async function renderList(root, ctx) {
       h("tbody", {}, runs.length ? runs.map((r) => h("tr", { "data-run": r.id, "data-status": status(r) },
         h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(r.id)}`, class: "mono", title: r.id }, r.id.length > 18 ? r.id.slice(0, 18) + "…" : r.id)),
         h("td", {}, h("a", { href: `#/jobs/${r.job_id}` }, name(r.job_id))),
-        h("td", { text: t(short(r.trigger_type, "TRIGGER_TYPE_")) + (r.attempt ? ` (${t("retry")} ${r.attempt})` : "") }),
+        h("td", { text: triggerLabel(r.trigger_type) + (r.attempt ? ` (${t("retry")} ${r.attempt})` : "") }),
         h("td", { text: fmtTime(r.scheduled_time) }),
         h("td", { class: "mono", text: r.executor_address || "—" }),
         h("td", {}, r.trigger_outcome === "TRIGGER_OUTCOME_FAILED" ? badge(t("FAILED"), "FAIL") : r.trigger_outcome === "TRIGGER_OUTCOME_OK" ? badge(t("OK"), "SUCCESS") : h("span", { class: "muted", text: "…" })),
@@ -157,7 +157,7 @@ export async function renderDetail(root, ctx) {
     const kv = (k, v) => [h("dt", { text: k }), h("dd", {}, v ?? "—")];
     info.replaceChildren(h("dl", { class: "kv" },
       kv(t("Job"), h("a", { href: `#/jobs/${run.job_id}` }, job ? `#${run.job_id} ${job.name}` : "#" + run.job_id)),
-      kv(t("Trigger type"), t(short(run.trigger_type, "TRIGGER_TYPE_"))),
+      kv(t("Trigger type"), triggerLabel(run.trigger_type)),
       kv(t("Attempt"), String(run.attempt || 0) + (run.retries_left ? ` · ${t("{n} retries left", { n: run.retries_left })}` : "")),
       kv(t("Shard"), run.shard_total > 1 ? `${run.shard_index}/${run.shard_total}` : "—"),
       kv(t("Routing"), short(run.route_strategy, "ROUTE_STRATEGY_") || "—"),

@@ -1,0 +1,9 @@
+// Package uitest holds the browser test of jobmesh's web console: it starts the whole stack in
+// process (internal/devstack) and drives the console in headless Chromium with the playwright-core
+// script in e2e/, so the console is tested as a person uses it, against the real API.
+//
+// It needs node, the e2e/ dependencies (npm ci) and Chromium (/usr/bin/chromium, or the path in
+// JOBMESH_CHROMIUM); scripts/test.sh installs whatever is missing. A missing one fails the test.
+// JOBMESH_UI_SCREENSHOTS=<dir> keeps the screenshots the script takes of the main pages (the
+// ones in docs/screenshots come from such a run).
+package uitest
