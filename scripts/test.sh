@@ -34,6 +34,20 @@ source scripts/pg.sh
 pg_ensure
 echo "tests use $JOBMESH_TEST_DATABASE_URL"
 
+step "browser test dependencies (Chromium, node, e2e/ npm packages)"
+# internal/uitest drives the web console in Debian's Chromium through playwright-core; install
+# what is missing, so a missing browser fails as a setup error here rather than being skipped.
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+(cd e2e && npm ci --no-audit --no-fund --loglevel=error)
+
 step "go test -race"
 go test -race -count=1 -timeout 20m ./... ./services/executor-agent/...
 
