@@ -59,7 +59,8 @@ page.on("request", (r) => { if (!r.url().startsWith(BASE) && !r.url().startsWith
 async function shot(name, opts = {}) {
   if (!SHOTS) return;
   fs.mkdirSync(SHOTS, { recursive: true });
-  await page.waitForTimeout(300); // let charts and toasts settle for the picture only
+  await page.evaluate(() => document.getElementById("toasts")?.replaceChildren());
+  await page.waitForTimeout(300); // let the page settle for the picture only
   await page.screenshot({ path: path.join(SHOTS, name + ".png"), ...opts });
 }
 
@@ -184,6 +185,22 @@ try {
     check(!(await page.textContent("#run-log")).includes("never printed"), "the killed job should not finish its script");
   });
 
+  await step("copy a job and delete the copy", async () => {
+    await go("jobs");
+    const row = jobRow("e2e-long");
+    await row.locator("details.more summary").click();
+    await row.getByRole("button", { name: "Copy" }).click();
+    const dlg = page.locator("dialog[open]");
+    await dlg.locator("input[name=name]").fill("e2e-long-copy");
+    await dlg.getByRole("button", { name: "Copy" }).click();
+    const copy = jobRow("e2e-long-copy");
+    await copy.waitFor();
+    await copy.locator("details.more summary").click();
+    await copy.getByRole("button", { name: "Delete" }).click();
+    await page.locator("dialog[open]").getByRole("button", { name: "Delete" }).click();
+    await copy.waitFor({ state: "detached" });
+  });
+
   await step("GLUE editor: save a version, diff it and restore the first", async () => {
     await go(`jobs/${cronID}/glue`);
     await page.locator("#glue-versions li").first().waitFor();
@@ -215,6 +232,27 @@ try {
     await shot("dashboard");
     await go("users");
     await page.locator(`#users-table tr[data-user="${OPERATOR}"]`).waitFor();
+    await page.click("#new-user");
+    const dlg = page.locator("dialog[open]");
+    await dlg.locator("input[name=username]").fill("e2e-user");
+    await dlg.locator("input[name=password]").fill("e2e-user-password");
+    await dlg.locator("select[name=role]").selectOption("ROLE_OPERATOR");
+    await dlg.locator(`input[name=group_ids][value="${GROUP_ID}"]`).check();
+    await dlg.getByRole("button", { name: "Save" }).click();
+    await page.locator('#users-table tr[data-user="e2e-user"]', { hasText: "operator" }).waitFor();
+    await shot("users");
+    await go("tokens");
+    await page.click("#new-token");
+    await page.locator("dialog[open] input[name=name]").fill("e2e-automation");
+    await page.locator("dialog[open]").getByRole("button", { name: "Create" }).click();
+    const secret = page.locator("#token-secret");
+    await secret.waitFor();
+    const value = await secret.inputValue();
+    check(value.length > 20, `the new token's secret should be shown once, got ${value}`);
+    const me = await page.evaluate(async (tok) => (await fetch("/api/v1/auth/me", { headers: { Authorization: "Bearer " + tok } })).status, value);
+    check(me === 200, `the new API token should work, GET /auth/me = ${me}`);
+    await page.locator("dialog[open]").getByRole("button", { name: "Close" }).click();
+    await page.locator('#tokens-table tr[data-token="e2e-automation"]').waitFor();
     await go("audit");
     await page.locator("#audit-table td", { hasText: "jobs/" + cronID }).first().waitFor();
     await shot("audit");
@@ -252,6 +290,16 @@ try {
     check(await page.locator("nav.side a[data-nav=users]").count() === 0, "a viewer should not see Users");
     await go("users");
     await page.locator("#view .forbidden").waitFor();
+    // Everyone may change their own password.
+    await page.click("#change-password");
+    const dlg = page.locator("dialog[open]");
+    await dlg.locator("input[name=old_password]").fill(VIEWER_PASSWORD);
+    await dlg.locator("input[name=new_password]").fill(VIEWER_PASSWORD + "-2");
+    await dlg.locator("input[name=new_password_again]").fill(VIEWER_PASSWORD + "-2");
+    await dlg.getByRole("button", { name: "Save" }).click();
+    await dlg.waitFor({ state: "detached" });
+    await logout();
+    await login(VIEWER, VIEWER_PASSWORD + "-2");
     await logout();
   });
 

@@ -121,6 +121,7 @@ export const zh = {
   "Make v{v} current again? It is saved as a new version.": "恢复 v{v}？它将保存为新版本。",
   "Manual addresses (one per line)": "机器地址（每行一个）",
   "Misfire": "调度过期策略",
+  "More": "更多",
   "NONE (manual only)": "NONE（仅手动触发）",
   "Name of the copy": "副本名称",
   "Name": "名称",

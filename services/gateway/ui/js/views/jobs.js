@@ -59,17 +59,18 @@ export async function renderList(root, ctx) {
         },
       }, running ? t("Stop") : t("Start")) : null,
       h("a", { class: "button small", href: `#/runs?job_id=${j.id}&group_id=${j.group_id}` }, t("Runs")),
-      ctx.canWrite ? h("button", { type: "button", class: "small", onclick: () => copyJob(j, load) }, t("Copy")) : null,
-      ctx.canWrite ? h("button", {
+      ctx.canWrite ? more(
+        h("button", { type: "button", class: "small", onclick: () => copyJob(j, load) }, t("Copy")),
+        h("button", {
         type: "button", class: "small danger", onclick: async () => {
           if (!(await confirmDialog(t("Delete job {name} (#{id})? Its runs stay in the log.", { name: j.name, id: j.id }), t("Delete")))) return;
           try { await api(`/jobs/${j.id}`, { method: "DELETE" }); toast(t("Deleted.")); load(); } catch (e) { toast(e.message, "error"); }
         },
-      }, t("Delete")) : null);
+      }, t("Delete"))) : null);
     return h("tr", { "data-job": j.name },
       h("td", { text: j.id }), h("td", {}, h("a", { href: `#/jobs/${j.id}` }, j.name)),
       h("td", { text: groupName(groups, j.group_id) }),
-      h("td", {}, h("span", { class: "muted", text: short(j.schedule?.type, "SCHEDULE_TYPE_") }), " ", h("code", { text: j.schedule?.expression || "" })),
+      h("td", {}, h("span", { class: "muted", text: short(j.schedule?.type, "SCHEDULE_TYPE_") }), " ", h("code", { class: "nowrap", text: j.schedule?.expression || "" })),
       h("td", { text: glue === "BEAN" ? `BEAN: ${j.handler}` : `GLUE(${glue.replace("GLUE_", "")})` }),
       h("td", { text: j.author || "" }),
       h("td", {}, badge(running ? t("RUNNING") : t("STOPPED"), running ? "RUNNING" : "STOPPED")),
@@ -77,6 +78,13 @@ export async function renderList(root, ctx) {
       h("td", {}, actions));
   }
   await load();
+}
+
+// more folds rarely used actions into a small menu that closes when one is picked.
+function more(...items) {
+  const d = h("details", { class: "more" }, h("summary", { class: "button small", title: t("More"), "aria-label": t("More") }, "⋯"),
+    h("div", { class: "menu", onclick: () => { d.open = false; } }, items));
+  return d;
 }
 
 // runOnce asks for a parameter and an address override and fires the job.
