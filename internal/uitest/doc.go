@@ -4,6 +4,8 @@
 //
 // It needs node, the e2e/ dependencies (npm ci) and Chromium (/usr/bin/chromium, or the path in
 // JOBMESH_CHROMIUM); scripts/test.sh installs whatever is missing. A missing one fails the test.
-// JOBMESH_UI_SCREENSHOTS=<dir> keeps the screenshots the script takes of the main pages (the
-// ones in docs/screenshots come from such a run).
+// JOBMESH_UI_SCREENSHOTS=<dir> (relative to the repository root) keeps the screenshots the script
+// takes of the main pages; docs/screenshots comes from
+//
+//	JOBMESH_UI_SCREENSHOTS=docs/screenshots go test -run TestConsole ./internal/uitest
 package uitest

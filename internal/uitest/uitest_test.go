@@ -77,9 +77,14 @@ func TestConsole(t *testing.T) {
 			"user": map[string]any{"username": u.name, "role": u.role, "group_ids": []string{mine}}}, nil)
 	}
 
+	// Screenshots go to a scratch directory unless JOBMESH_UI_SCREENSHOTS names one (relative to
+	// the repository root, e.g. docs/screenshots).
 	shots := os.Getenv("JOBMESH_UI_SCREENSHOTS")
-	if shots == "" {
+	switch {
+	case shots == "":
 		shots = t.TempDir()
+	case !filepath.IsAbs(shots):
+		shots = filepath.Join(e2e, "..", shots)
 	}
 	run, cancelRun := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancelRun()
