@@ -185,6 +185,18 @@ try {
     check(!(await page.textContent("#run-log")).includes("never printed"), "the killed job should not finish its script");
   });
 
+  await step("clear the long job's runs", async () => {
+    await go("jobs");
+    await jobRow("e2e-long").getByRole("link", { name: "Runs" }).click();
+    await page.locator("#runs-table tr[data-status=KILLED]").waitFor();
+    await page.click("#clear-runs");
+    const dlg = page.locator("dialog[open]");
+    await dlg.locator("select[name=mode]").selectOption("all");
+    await dlg.getByRole("button", { name: "Clear" }).click();
+    await dlg.waitFor({ state: "detached" });
+    await page.locator("#runs-table td.empty").waitFor();
+  });
+
   await step("copy a job and delete the copy", async () => {
     await go("jobs");
     const row = jobRow("e2e-long");
