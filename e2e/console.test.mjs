@@ -158,7 +158,21 @@ try {
     await shot("run-detail");
   });
 
-  await step("stop the cron job", async () => {
+  await step("edit the cron job, then stop it", async () => {
+    await go("jobs");
+    await jobRow("e2e-cron").getByRole("link", { name: "Edit" }).click();
+    await page.locator("#job-form").waitFor();
+    check(await page.inputValue("#job-form input[name='schedule.expression']") === "0/2 * * * * ?", "the form should show the stored cron");
+    await page.fill("#job-form textarea[name=params]", "again");
+    await page.fill("#job-form input[name=author]", "e2e-author");
+    await page.selectOption("#job-form select[name=route_strategy]", "ROUTE_STRATEGY_ROUND");
+    await page.click("#save-job");
+    await jobRow("e2e-cron").locator("td", { hasText: "e2e-author" }).waitFor();
+    await jobRow("e2e-cron").getByRole("link", { name: "Edit" }).click();
+    await page.locator("#job-form").waitFor();
+    check(await page.inputValue("#job-form textarea[name=params]") === "again", "the edited parameter should be stored");
+    check(await page.inputValue("#job-form select[name=route_strategy]") === "ROUTE_STRATEGY_ROUND", "the edited routing should be stored");
+    check(await page.isChecked("#job-form input[name=status]"), "the job should still be scheduled");
     await go("jobs");
     await jobRow("e2e-cron").getByRole("button", { name: "Stop" }).click();
     await jobRow("e2e-cron").getByRole("button", { name: "Start" }).waitFor();
