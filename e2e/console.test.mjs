@@ -248,11 +248,28 @@ try {
     check((await page.inputValue("textarea[name=glue_source]")).includes("hello from e2e"), "the editor should hold the restored source");
   });
 
-  await step("executors, dashboard, users and audit pages", async () => {
+  await step("executor groups (create, edit, delete), dashboard, users, API tokens and audit", async () => {
     await go("executors");
     await page.locator("#executors-table td", { hasText: "ONLINE" }).first().waitFor();
     await page.locator(`#groups-table tr[data-group="${OTHER_GROUP}"]`).waitFor();
     await shot("executors");
+    await page.click("#new-group");
+    let gdlg = page.locator("dialog[open]");
+    await gdlg.locator("input[name=app_name]").fill("e2e-manual");
+    await gdlg.locator("input[name=title]").fill("E2E manual");
+    await gdlg.locator("select[name=address_type]").selectOption("ADDRESS_TYPE_MANUAL");
+    await gdlg.locator("textarea[name=manual_addresses]").fill("127.0.0.1:7001\n127.0.0.1:7002");
+    await gdlg.getByRole("button", { name: "Save" }).click();
+    const grp = page.locator('#groups-table tr[data-group="e2e-manual"]');
+    await grp.locator("td", { hasText: "127.0.0.1:7002" }).waitFor();
+    await grp.getByRole("button", { name: "Edit" }).click();
+    gdlg = page.locator("dialog[open]");
+    await gdlg.locator("input[name=title]").fill("E2E manual, renamed");
+    await gdlg.getByRole("button", { name: "Save" }).click();
+    await grp.locator("td", { hasText: "E2E manual, renamed" }).waitFor();
+    await grp.getByRole("button", { name: "Delete" }).click();
+    await page.locator("dialog[open]").getByRole("button", { name: "Delete" }).click();
+    await grp.waitFor({ state: "detached" });
     await go("dashboard");
     await page.locator("#chart-days svg .s-success").first().waitFor();
     await shot("dashboard");
