@@ -9,14 +9,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jobmesh/jobmesh/internal/cli"
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/logsvc"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -25,6 +29,8 @@ const usage = `jobmesh: a distributed job scheduler.
 Usage:
   jobmesh dev [flags]          run every service in one process (embedded etcd and store)
   jobmesh scheduler [flags]    run one scheduler replica (shared etcd and Postgres)
+  jobmesh login|logout|jobs|runs|executors ...
+                               the command-line client (jobmesh help lists its commands)
 
 Run "jobmesh <command> -h" for its flags. Every flag has an environment twin: --data-dir is JOBMESH_DATA_DIR.
 `
@@ -42,8 +48,10 @@ func main() {
 		err = runDev(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "scheduler":
 		err = runScheduler(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "login", "logout", "jobs", "runs", "executors":
+		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
-		fmt.Print(usage)
+		fmt.Print(usage + "\n" + cli.Usage)
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "jobmesh: unknown command %q\n\n%s", os.Args[1], usage)
@@ -118,6 +126,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.str(&cfg.AgentAddr, "agent-addr", "127.0.0.1:9999", "local executor agent gRPC address")
 	f.str(&cfg.EtcdAddr, "etcd-addr", "127.0.0.1:2379", "embedded etcd client address")
 	f.dur(&sessionTTL, "session-ttl", 5*time.Second, "scheduler leader session TTL")
+	var smtpAddr, smtpFrom, webhookURL string
+	f.str(&smtpAddr, "alarm-smtp-addr", "", "SMTP server (host:port) for failure alarms to the jobs' alarm emails; empty sends none")
+	f.str(&smtpFrom, "alarm-smtp-from", "jobmesh@localhost", "sender address of alarm emails")
+	f.str(&webhookURL, "alarm-webhook-url", "", "URL that receives a JSON POST for every failed run; empty sends none")
 	f.str(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&logFormat, "log-format", "text", "text or json")
 	if err := f.parse(args); err != nil {
@@ -140,6 +152,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_ = shutdownTracing(sctx)
 	}()
 	cfg.Logger = log
+	if smtpAddr != "" {
+		if _, _, err := net.SplitHostPort(smtpAddr); err != nil {
+			return fmt.Errorf("--alarm-smtp-addr %q: %w", smtpAddr, err)
+		}
+		cfg.AlarmChannels = append(cfg.AlarmChannels, &logsvc.EmailChannel{Addr: smtpAddr, From: smtpFrom})
+	}
+	if webhookURL != "" {
+		if u, err := url.Parse(webhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--alarm-webhook-url %q: want an http or https URL", webhookURL)
+		}
+		cfg.AlarmChannels = append(cfg.AlarmChannels, &logsvc.WebhookChannel{URL: webhookURL})
+	}
 	cfg.Scheduler = scheduler.Config{SessionTTL: sessionTTL}
 	st, err := devstack.Start(ctx, cfg)
 	if err != nil {

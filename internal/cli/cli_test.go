@@ -1,0 +1,145 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/cli"
+	"github.com/jobmesh/jobmesh/internal/devstack"
+	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
+
+// session runs client commands against one stack with its own config file.
+type session struct {
+	t    *testing.T
+	st   *devstack.Stack
+	addr []string
+}
+
+// run runs one command and returns its exit code, stdout and stderr.
+func (s *session) run(stdin string, args ...string) (int, string, string) {
+	s.t.Helper()
+	var out, errOut bytes.Buffer
+	all := append(append([]string{}, args...), s.addr...)
+	code := cli.Run(s.t.Context(), all, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func (s *session) ok(stdin string, args ...string) string {
+	s.t.Helper()
+	code, out, errOut := s.run(stdin, args...)
+	if code != cli.ExitOK {
+		s.t.Fatalf("jobmesh %s = exit %d: %s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// TestClient drives the command-line client against a real stack: login, jobs from a file,
+// trigger, runs list and tail, executors, logout, and the exit codes scripts rely on.
+func TestClient(t *testing.T) {
+	t.Setenv("JOBMESH_CONFIG", filepath.Join(t.TempDir(), "config.json"))
+	t.Setenv("JOBMESH_TOKEN", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	any0 := "127.0.0.1:0"
+	st, err := devstack.Start(ctx, devstack.Config{
+		DataDir: t.TempDir(), UnsafeEtcd: true, AdminPassword: "correct horse battery staple",
+		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	s := &session{t: t, st: st, addr: []string{"--scheduler-addr", st.SchedulerAddr, "--logs-addr", st.LogsAddr,
+		"--registry-addr", st.RegistryAddr, "--auth-addr", st.AuthAddr}}
+
+	if code, _, errOut := s.run("", "jobs", "list"); code != cli.ExitAuth || !strings.Contains(errOut, "jobmesh login") {
+		t.Errorf("jobs list before login = exit %d (%q), want %d and a hint to log in", code, errOut, cli.ExitAuth)
+	}
+	if code, _, _ := s.run("wrong\n", "login", "--user", "admin", "--password-stdin"); code != cli.ExitAuth {
+		t.Errorf("login with a wrong password = exit %d, want %d", code, cli.ExitAuth)
+	}
+	if out := s.ok("correct horse battery staple\n", "login", "--user", "admin", "--password-stdin"); !strings.Contains(out, "logged in as admin") {
+		t.Errorf("login said %q", out)
+	}
+
+	jobFile := filepath.Join(t.TempDir(), "job.json")
+	job := fmt.Sprintf(`{"group_id": "%d", "name": "cli-hello", "glue_type": "GLUE_TYPE_GLUE_SHELL",
+		"glue_source": "echo hello from the cli; echo \"param=$1\"", "schedule": {"type": "SCHEDULE_TYPE_NONE"}}`, st.GroupID)
+	if err := os.WriteFile(jobFile, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal([]byte(s.ok("", "jobs", "create", "-f", jobFile, "-o", "json")), &created); err != nil || created.ID == "" {
+		t.Fatalf("jobs create -o json: id %q, %v", created.ID, err)
+	}
+	if out := s.ok("", "jobs", "list", "--name", "cli-"); !strings.Contains(out, "cli-hello") || !strings.Contains(out, "NEXT FIRE") {
+		t.Errorf("jobs list table:\n%s", out)
+	}
+	ids := strings.Fields(s.ok("", "jobs", "trigger", created.ID, "--params", "42"))
+	if len(ids) != 1 {
+		t.Fatalf("jobs trigger printed %v, want one trigger id", ids)
+	}
+	// tail follows the run until it ends; its output is the script's.
+	var tail string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, errOut := s.run("", "runs", "tail", ids[0])
+		if code == cli.ExitOK && strings.Contains(out, "param=42") {
+			tail = out
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs tail %s = exit %d: %s%s", ids[0], code, out, errOut)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(tail, "hello from the cli") {
+		t.Errorf("tail = %q", tail)
+	}
+	if out := s.ok("", "runs", "list", "--job", created.ID); !strings.Contains(out, ids[0]) || !strings.Contains(out, "success") {
+		t.Errorf("runs list:\n%s", out)
+	}
+	if out := s.ok("", "executors", "list"); !strings.Contains(out, st.AgentAddr) {
+		t.Errorf("executors list lacks the local agent %s:\n%s", st.AgentAddr, out)
+	}
+	if out := s.ok("", "jobs", "stop", created.ID, "-o", "json"); !strings.Contains(out, "JOB_STATUS_STOPPED") {
+		t.Errorf("jobs stop -o json:\n%s", out)
+	}
+
+	// Exit codes that mean something.
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"jobs", "get", "abc"}, cli.ExitUsage},
+		{[]string{"jobs", "frobnicate"}, cli.ExitUsage},
+		{[]string{"jobs", "list", "--status", "sleepy"}, cli.ExitUsage},
+		{[]string{"jobs", "get", "999999"}, cli.ExitNotFound},
+		{[]string{"jobs", "trigger", created.ID, "--address", "not an address"}, cli.ExitInvalid},
+	} {
+		if code, out, errOut := s.run("", c.args...); code != c.want {
+			t.Errorf("jobmesh %s = exit %d (%s%s), want %d", strings.Join(c.args, " "), code, out, errOut, c.want)
+		}
+	}
+	badJob := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(badJob, []byte(fmt.Sprintf(`{"group_id": "%d", "name": "bad", "glue_type": "GLUE_TYPE_GLUE_SHELL", "glue_source": "true",
+		"schedule": {"type": "SCHEDULE_TYPE_CRON", "expression": "not a cron"}}`, st.GroupID)), 0o600)
+	if code, _, errOut := s.run("", "jobs", "create", "-f", badJob); code != cli.ExitInvalid || !strings.Contains(errOut, "schedule") {
+		t.Errorf("create with a bad cron = exit %d (%q), want %d naming the field", code, errOut, cli.ExitInvalid)
+	}
+	s.ok("", "jobs", "delete", created.ID)
+	s.ok("", "logout")
+	if code, _, _ := s.run("", "jobs", "list"); code != cli.ExitAuth {
+		t.Errorf("jobs list after logout = exit %d, want %d", code, cli.ExitAuth)
+	}
+}

@@ -1,0 +1,526 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+)
+
+var commands = map[string]command{
+	"login":          login,
+	"logout":         logout,
+	"jobs list":      jobsList,
+	"jobs get":       jobByID("get"),
+	"jobs start":     jobByID("start"),
+	"jobs stop":      jobByID("stop"),
+	"jobs delete":    jobByID("delete"),
+	"jobs create":    jobsWrite(false),
+	"jobs update":    jobsWrite(true),
+	"jobs trigger":   jobsTrigger,
+	"runs list":      runsList,
+	"runs tail":      runsTail,
+	"runs kill":      runsKill,
+	"executors list": executorsList,
+}
+
+func login(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	user := fs.String("user", "", "user name (required)")
+	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin (else JOBMESH_PASSWORD)")
+	return func(ctx context.Context, c *client, args []string) error {
+		if len(args) > 0 {
+			return usagef("login takes no arguments")
+		}
+		if *user == "" {
+			return usagef("--user: required")
+		}
+		pw := os.Getenv("JOBMESH_PASSWORD")
+		if *fromStdin {
+			line, err := bufio.NewReader(c.stdin).ReadString('\n')
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read the password: %w", err)
+			}
+			pw = strings.TrimRight(line, "\r\n")
+		}
+		if pw == "" {
+			return usagef("no password: use --password-stdin or JOBMESH_PASSWORD")
+		}
+		c.token = "" // a login presents none
+		a, err := c.auth()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(ctx)
+		defer cancel()
+		resp, err := a.Login(ctx, &authv1.LoginRequest{Username: *user, Password: pw})
+		if err != nil {
+			return err
+		}
+		c.cfg.Token, c.cfg.User = resp.GetToken(), *user
+		if err := saveConfig(c.cfgPath, c.cfg); err != nil {
+			return fmt.Errorf("keep the token: %w", err)
+		}
+		if c.output == "json" {
+			return c.printJSON(resp.GetUser())
+		}
+		fmt.Fprintf(c.stdout, "logged in as %s (%s) until %s; token kept in %s\n", *user,
+			trimEnum(resp.GetUser().GetRole().String(), "ROLE_"), ts(resp.GetExpireTime()), c.cfgPath)
+		return nil
+	}
+}
+
+func logout(*flag.FlagSet) func(context.Context, *client, []string) error {
+	return func(ctx context.Context, c *client, args []string) error {
+		if len(args) > 0 {
+			return usagef("logout takes no arguments")
+		}
+		if c.token != "" {
+			a, err := c.auth()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := deadline(ctx)
+			defer cancel()
+			if _, err := a.Logout(ctx, &authv1.LogoutRequest{}); err != nil {
+				return err
+			}
+		}
+		c.cfg.Token, c.cfg.User = "", ""
+		if err := saveConfig(c.cfgPath, c.cfg); err != nil {
+			return err
+		}
+		if c.output == "table" {
+			fmt.Fprintln(c.stdout, "logged out")
+		}
+		return nil
+	}
+}
+
+var jobStatuses = map[string]schedulerv1.JobStatus{
+	"":        schedulerv1.JobStatus_JOB_STATUS_UNSPECIFIED,
+	"running": schedulerv1.JobStatus_JOB_STATUS_RUNNING,
+	"stopped": schedulerv1.JobStatus_JOB_STATUS_STOPPED,
+}
+
+func jobsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	var req schedulerv1.ListJobsRequest
+	fs.Int64Var(&req.GroupId, "group", 0, "executor group id")
+	st := fs.String("status", "", "running or stopped")
+	fs.StringVar(&req.Name, "name", "", "name contains")
+	fs.StringVar(&req.Handler, "handler", "", "handler contains")
+	fs.StringVar(&req.Author, "author", "", "author contains")
+	limit := fs.Int("limit", 50, "at most this many jobs (all pages up to it)")
+	return func(ctx context.Context, c *client, args []string) error {
+		if len(args) > 0 {
+			return usagef("jobs list takes no arguments")
+		}
+		s, ok := jobStatuses[*st]
+		if !ok {
+			return usagef("--status %q: want running or stopped", *st)
+		}
+		if *limit < 1 {
+			return usagef("--limit %d: at least 1", *limit)
+		}
+		req.Status = s
+		js, err := c.jobs()
+		if err != nil {
+			return err
+		}
+		out := &schedulerv1.ListJobsResponse{}
+		for len(out.Jobs) < *limit {
+			req.PageSize = int32(min(*limit-len(out.Jobs), 500))
+			cctx, cancel := deadline(ctx)
+			resp, err := js.ListJobs(cctx, &req)
+			cancel()
+			if err != nil {
+				return err
+			}
+			out.Jobs, out.TotalSize = append(out.Jobs, resp.GetJobs()...), resp.GetTotalSize()
+			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+				break
+			}
+			out.NextPageToken = req.PageToken
+		}
+		if c.output == "json" {
+			return c.printJSON(out)
+		}
+		rows := make([][]string, 0, len(out.Jobs))
+		for _, j := range out.Jobs {
+			rows = append(rows, []string{strconv.FormatInt(j.GetId(), 10), strconv.FormatInt(j.GetGroupId(), 10), j.GetName(),
+				trimEnum(j.GetSchedule().GetType().String(), "SCHEDULE_TYPE_") + " " + j.GetSchedule().GetExpression(),
+				jobHandler(j), trimEnum(j.GetStatus().String(), "JOB_STATUS_"), ts(j.GetNextFireTime())})
+		}
+		if err := c.table([]string{"ID", "GROUP", "NAME", "SCHEDULE", "HANDLER", "STATUS", "NEXT FIRE"}, rows); err != nil {
+			return err
+		}
+		if int64(len(out.Jobs)) < out.TotalSize {
+			fmt.Fprintf(c.stdout, "(%d of %d; --limit shows more)\n", len(out.Jobs), out.TotalSize)
+		}
+		return nil
+	}
+}
+
+func jobHandler(j *schedulerv1.Job) string {
+	if j.GetGlueType() == schedulerv1.GlueType_GLUE_TYPE_BEAN {
+		return j.GetHandler()
+	}
+	return trimEnum(j.GetGlueType().String(), "GLUE_TYPE_")
+}
+
+// jobByID is get, start, stop and delete: one job id in, the job (or nothing) out.
+func jobByID(verb string) command {
+	return func(*flag.FlagSet) func(context.Context, *client, []string) error {
+		return func(ctx context.Context, c *client, args []string) error {
+			id, err := oneID(args, "job")
+			if err != nil {
+				return err
+			}
+			js, err := c.jobs()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := deadline(ctx)
+			defer cancel()
+			var j *schedulerv1.Job
+			switch verb {
+			case "get":
+				resp, err := js.GetJob(ctx, &schedulerv1.GetJobRequest{Id: id})
+				if err != nil {
+					return err
+				}
+				j = resp.GetJob()
+			case "start":
+				resp, err := js.StartJob(ctx, &schedulerv1.StartJobRequest{Id: id})
+				if err != nil {
+					return err
+				}
+				j = resp.GetJob()
+			case "stop":
+				resp, err := js.StopJob(ctx, &schedulerv1.StopJobRequest{Id: id})
+				if err != nil {
+					return err
+				}
+				j = resp.GetJob()
+			case "delete":
+				if _, err := js.DeleteJob(ctx, &schedulerv1.DeleteJobRequest{Id: id}); err != nil {
+					return err
+				}
+				if c.output == "table" {
+					fmt.Fprintf(c.stdout, "job %d deleted\n", id)
+				} else {
+					fmt.Fprintf(c.stdout, "{\"id\": \"%d\", \"deleted\": true}\n", id)
+				}
+				return nil
+			}
+			return c.printJob(j)
+		}
+	}
+}
+
+func (c *client) printJob(j *schedulerv1.Job) error {
+	if c.output == "json" {
+		return c.printJSON(j)
+	}
+	rows := [][]string{
+		{"id", strconv.FormatInt(j.GetId(), 10)}, {"name", j.GetName()}, {"group", strconv.FormatInt(j.GetGroupId(), 10)},
+		{"schedule", trimEnum(j.GetSchedule().GetType().String(), "SCHEDULE_TYPE_") + " " + j.GetSchedule().GetExpression() + " " + j.GetSchedule().GetTimeZone()},
+		{"handler", jobHandler(j)}, {"params", j.GetParams()}, {"route", trimEnum(j.GetRouteStrategy().String(), "ROUTE_STRATEGY_")},
+		{"status", trimEnum(j.GetStatus().String(), "JOB_STATUS_")}, {"last fire", ts(j.GetLastFireTime())},
+		{"next fire", ts(j.GetNextFireTime())}, {"version", strconv.FormatInt(j.GetVersion(), 10)},
+	}
+	return c.table([]string{"FIELD", "VALUE"}, rows)
+}
+
+// readJob reads a job from a JSON file (or stdin for "-"); unknown fields are refused.
+func (c *client) readJob(path string) (*schedulerv1.Job, error) {
+	var (
+		b   []byte
+		err error
+	)
+	if path == "-" {
+		b, err = io.ReadAll(c.stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, usagef("-f %s: %v", path, err)
+	}
+	var j schedulerv1.Job
+	if err := protojson.Unmarshal(b, &j); err != nil {
+		return nil, usagef("-f %s: not a job: %v", path, err)
+	}
+	return &j, nil
+}
+
+func jobsWrite(update bool) command {
+	return func(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+		file := fs.String("f", "", "the job as JSON (- for stdin); required")
+		return func(ctx context.Context, c *client, args []string) error {
+			var id int64
+			var err error
+			if update {
+				if id, err = oneID(args, "job"); err != nil {
+					return err
+				}
+			} else if len(args) > 0 {
+				return usagef("jobs create takes no arguments (the job comes from -f)")
+			}
+			if *file == "" {
+				return usagef("-f: required")
+			}
+			j, err := c.readJob(*file)
+			if err != nil {
+				return err
+			}
+			js, err := c.jobs()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := deadline(ctx)
+			defer cancel()
+			if !update {
+				resp, err := js.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: j})
+				if err != nil {
+					return err
+				}
+				return c.printJob(resp.GetJob())
+			}
+			j.Id = id
+			if j.GetVersion() == 0 { // not pinned by the file: update what is there now
+				cur, err := js.GetJob(ctx, &schedulerv1.GetJobRequest{Id: id})
+				if err != nil {
+					return err
+				}
+				j.Version = cur.GetJob().GetVersion()
+			}
+			resp, err := js.UpdateJob(ctx, &schedulerv1.UpdateJobRequest{Job: j})
+			if err != nil {
+				return err
+			}
+			return c.printJob(resp.GetJob())
+		}
+	}
+}
+
+func jobsTrigger(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	params := fs.String("params", "", "parameter for this fire (default: the job's)")
+	addrs := fs.String("address", "", "comma-separated executor addresses to run on (default: routing)")
+	return func(ctx context.Context, c *client, args []string) error {
+		id, err := oneID(args, "job")
+		if err != nil {
+			return err
+		}
+		req := &schedulerv1.TriggerJobRequest{Id: id, Params: *params}
+		for _, a := range strings.Split(*addrs, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				req.Addresses = append(req.Addresses, a)
+			}
+		}
+		js, err := c.jobs()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(ctx)
+		defer cancel()
+		resp, err := js.TriggerJob(ctx, req)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			return c.printJSON(resp)
+		}
+		for _, t := range resp.GetTriggerIds() {
+			fmt.Fprintln(c.stdout, t)
+		}
+		return nil
+	}
+}
+
+var runStatuses = map[string]logsv1.RunStatus{
+	"":        logsv1.RunStatus_RUN_STATUS_UNSPECIFIED,
+	"running": logsv1.RunStatus_RUN_STATUS_RUNNING,
+	"success": logsv1.RunStatus_RUN_STATUS_SUCCESS,
+	"fail":    logsv1.RunStatus_RUN_STATUS_FAIL,
+	"timeout": logsv1.RunStatus_RUN_STATUS_TIMEOUT,
+	"killed":  logsv1.RunStatus_RUN_STATUS_KILLED,
+}
+
+func runsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	var req logsv1.ListRunsRequest
+	fs.Int64Var(&req.JobId, "job", 0, "job id")
+	fs.Int64Var(&req.GroupId, "group", 0, "executor group id")
+	st := fs.String("status", "", "running, success, fail, timeout or killed")
+	fs.StringVar(&req.ExecutorAddress, "executor", "", "executor address")
+	limit := fs.Int("limit", 50, "at most this many runs, newest first")
+	return func(ctx context.Context, c *client, args []string) error {
+		if len(args) > 0 {
+			return usagef("runs list takes no arguments")
+		}
+		s, ok := runStatuses[*st]
+		if !ok {
+			return usagef("--status %q: want running, success, fail, timeout or killed", *st)
+		}
+		if *limit < 1 {
+			return usagef("--limit %d: at least 1", *limit)
+		}
+		req.Status = s
+		ls, err := c.logs()
+		if err != nil {
+			return err
+		}
+		out := &logsv1.ListRunsResponse{}
+		for len(out.Runs) < *limit {
+			req.PageSize = int32(min(*limit-len(out.Runs), 500))
+			cctx, cancel := deadline(ctx)
+			resp, err := ls.ListRuns(cctx, &req)
+			cancel()
+			if err != nil {
+				return err
+			}
+			out.Runs = append(out.Runs, resp.GetRuns()...)
+			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+				break
+			}
+			out.NextPageToken = req.PageToken
+		}
+		if c.output == "json" {
+			return c.printJSON(out)
+		}
+		rows := make([][]string, 0, len(out.Runs))
+		for _, r := range out.Runs {
+			rows = append(rows, []string{r.GetId(), strconv.FormatInt(r.GetJobId(), 10), trimEnum(r.GetTriggerType().String(), "TRIGGER_TYPE_"),
+				ts(r.GetScheduledTime()), r.GetExecutorAddress(), trimEnum(r.GetStatus().String(), "RUN_STATUS_"), oneLine(r.GetHandleMessage())})
+		}
+		return c.table([]string{"RUN", "JOB", "TYPE", "SCHEDULED", "EXECUTOR", "STATUS", "MESSAGE"}, rows)
+	}
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+func runsTail(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	from := fs.Int64("from", 0, "first line number to show")
+	return func(ctx context.Context, c *client, args []string) error {
+		id, err := oneArg(args, "run id")
+		if err != nil {
+			return err
+		}
+		ls, err := c.logs()
+		if err != nil {
+			return err
+		}
+		st, err := ls.TailRun(ctx, &logsv1.TailRunRequest{Id: id, FromLine: *from})
+		if err != nil {
+			return err
+		}
+		final := logsv1.RunStatus_RUN_STATUS_UNSPECIFIED
+		for {
+			resp, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			for _, l := range resp.GetLines() {
+				if c.output == "json" {
+					if err := c.printJSONLine(l); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintln(c.stdout, l.GetText())
+				}
+			}
+			if resp.GetStatus() != logsv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+				final = resp.GetStatus()
+			}
+		}
+		switch final {
+		case logsv1.RunStatus_RUN_STATUS_SUCCESS, logsv1.RunStatus_RUN_STATUS_UNSPECIFIED, logsv1.RunStatus_RUN_STATUS_RUNNING:
+			return nil
+		}
+		return runEnded{trimEnum(final.String(), "RUN_STATUS_")}
+	}
+}
+
+func (c *client) printJSONLine(l *logsv1.LogLine) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(l)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "%s\n", b)
+	return err
+}
+
+func runsKill(*flag.FlagSet) func(context.Context, *client, []string) error {
+	return func(ctx context.Context, c *client, args []string) error {
+		id, err := oneArg(args, "run id")
+		if err != nil {
+			return err
+		}
+		ls, err := c.logs()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(ctx)
+		defer cancel()
+		resp, err := ls.KillRun(ctx, &logsv1.KillRunRequest{Id: id})
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			return c.printJSON(resp)
+		}
+		if !resp.GetKilled() {
+			fmt.Fprintf(c.stdout, "not killed: %s\n", resp.GetMessage())
+			return runEnded{"before it could be killed: " + resp.GetMessage()}
+		}
+		fmt.Fprintf(c.stdout, "killed %s\n", id)
+		return nil
+	}
+}
+
+func executorsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	app := fs.String("app", "", "only executors of this app (executor group app name)")
+	return func(ctx context.Context, c *client, args []string) error {
+		if len(args) > 0 {
+			return usagef("executors list takes no arguments")
+		}
+		rs, err := c.registry()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(ctx)
+		defer cancel()
+		resp, err := rs.ListExecutors(ctx, &registryv1.ListExecutorsRequest{AppName: *app})
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			return c.printJSON(resp)
+		}
+		rows := make([][]string, 0, len(resp.GetExecutors()))
+		for _, e := range resp.GetExecutors() {
+			rows = append(rows, []string{e.GetAppName(), e.GetInstanceId(), e.GetAddress(), e.GetVersion(),
+				ts(e.GetStartTime()), ts(e.GetLastSeenTime())})
+		}
+		return c.table([]string{"APP", "INSTANCE", "ADDRESS", "VERSION", "STARTED", "LAST SEEN"}, rows)
+	}
+}
