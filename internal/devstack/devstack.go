@@ -77,6 +77,9 @@ type Config struct {
 	// not listened on: it is the address of one of those replicas, which the gateway and logsvc's
 	// kill path dial lazily; their scheduler calls fail with Unavailable while nothing serves it.
 	NoScheduler bool
+	// AlarmChannels deliver failure alarms (logsvc.EmailChannel, logsvc.WebhookChannel); none
+	// marks failed runs' alarms NOT_NEEDED.
+	AlarmChannels []logsvc.AlarmChannel
 	// AgentHandlers are registered on the local agent before it starts, by handler name.
 	AgentHandlers map[string]sdk.HandlerFunc
 }
@@ -293,7 +296,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	serve("registry", regLn, reg.Register)
 
 	// logsvc.
-	logs, err := logsvc.New(logsvc.Config{Logger: log.With("service", "logsvc")}, logsDB, killer{schedulerv1.NewSchedulerServiceClient(schedConn)})
+	// logsvc follows the registry's live view (lost runs, executors online) and reads jobs from
+	// the scheduler (alarm recipients, job count).
+	execView := logsvc.NewRegistryView(registryv1.NewRegistryServiceClient(regConn), log.With("service", "logsvc"))
+	if err := execView.Start(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, execView.Stop)
+	logs, err := logsvc.New(logsvc.Config{
+		Logger: log.With("service", "logsvc"), Executors: execView,
+		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)}, AlarmChannels: cfg.AlarmChannels,
+	}, logsDB, killer{schedulerv1.NewSchedulerServiceClient(schedConn)})
 	if err != nil {
 		return nil, err
 	}
