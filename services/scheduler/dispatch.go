@@ -94,7 +94,11 @@ func (s *Service) dispatch(f *fire) []string {
 		}
 		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
 		if err != nil {
-			return []string{s.recordFailure(f, 0, 1, "", fmt.Sprintf("route %s over group %d: %v", strings.TrimPrefix(f.job.Route.String(), "ROUTE_STRATEGY_"), f.job.GroupID, err))}
+			msg := fmt.Sprintf("route %s over group %d: %v", strings.TrimPrefix(f.job.Route.String(), "ROUTE_STRATEGY_"), f.job.GroupID, err)
+			if dec.Message != "" { // FAILOVER and BUSYOVER say which executors failed their check, and why
+				msg += "\n" + dec.Message
+			}
+			return []string{s.recordFailure(f, 0, 1, "", msg)}
 		}
 		targets, routeMsg = dec.Targets, dec.Message
 	}
