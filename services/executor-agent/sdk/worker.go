@@ -399,6 +399,11 @@ func outcome(ctx context.Context, err error) (logsv1.RunStatus, string) {
 	if err == nil {
 		return logsv1.RunStatus_RUN_STATUS_SUCCESS, ""
 	}
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && !time.Now().Before(d) {
+		// The deadline passed and the handler (a gRPC call, say) saw it first: the context's own
+		// timer fires at once and sets the cause, so a timeout is reported as one.
+		<-ctx.Done()
+	}
 	var sc *stopCause
 	if ctx.Err() != nil && errors.As(context.Cause(ctx), &sc) {
 		return sc.status, sc.msg
