@@ -109,6 +109,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	err = agent.Start(sctx)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil { // a stop signal during start-up: Start undid itself; that is a clean stop
+			log.Info("signal received during start-up; stopped")
+			return nil
+		}
 		return err
 	}
 	<-ctx.Done()
