@@ -33,15 +33,15 @@ import (
 
 // Exit codes: what a script can tell apart.
 const (
-	ExitOK           = 0 // done
-	ExitError        = 1 // anything else went wrong
-	ExitUsage        = 2 // bad command line
-	ExitAuth         = 3 // not logged in, bad credentials or not allowed
-	ExitNotFound     = 4 // no such job, run or group
-	ExitInvalid      = 5 // the server refused the input (the message names the field)
-	ExitUnavailable  = 6 // a service could not be reached
-	ExitConflict     = 7 // the job changed since it was read (stale version)
-	ExitRunNotEnding = 8 // `runs tail`: the run ended other than successfully
+	ExitOK          = 0 // done
+	ExitError       = 1 // anything else went wrong
+	ExitUsage       = 2 // bad command line
+	ExitAuth        = 3 // not logged in, bad credentials or not allowed
+	ExitNotFound    = 4 // no such job, run or group
+	ExitInvalid     = 5 // the server refused the input (the message names the field)
+	ExitUnavailable = 6 // a service could not be reached
+	ExitConflict    = 7 // the job changed since it was read (stale version)
+	ExitRunFailed   = 8 // `runs tail`: the run ended other than successfully
 )
 
 // Usage is the client's help text.
@@ -346,7 +346,7 @@ func exitCode(err error) int {
 	}
 	var re runEnded
 	if errors.As(err, &re) {
-		return ExitRunNotEnding
+		return ExitRunFailed
 	}
 	st, ok := status.FromError(err)
 	if !ok {

@@ -139,19 +139,14 @@ func jobsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 			return err
 		}
 		out := &schedulerv1.ListJobsResponse{}
-		for len(out.Jobs) < *limit {
-			req.PageSize = int32(min(*limit-len(out.Jobs), 500))
-			cctx, cancel := deadline(ctx)
-			resp, err := js.ListJobs(cctx, &req)
-			cancel()
-			if err != nil {
-				return err
-			}
-			out.Jobs, out.TotalSize = append(out.Jobs, resp.GetJobs()...), resp.GetTotalSize()
-			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
-				break
-			}
-			out.NextPageToken = req.PageToken
+		out.Jobs, out.NextPageToken, err = collect(ctx, *limit, func(ctx context.Context, size int32, token string) ([]*schedulerv1.Job, string, error) {
+			req.PageSize, req.PageToken = size, token
+			resp, err := js.ListJobs(ctx, &req)
+			out.TotalSize = resp.GetTotalSize()
+			return resp.GetJobs(), resp.GetNextPageToken(), err
+		})
+		if err != nil {
+			return err
 		}
 		if c.output == "json" {
 			return c.printJSON(out)
@@ -170,6 +165,28 @@ func jobsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 		}
 		return nil
 	}
+}
+
+// collect reads pages (at most 500 items each, one call deadline each) until limit items or the
+// last page; it returns the items and the token of the page after them ("" at the end).
+func collect[T any](ctx context.Context, limit int, page func(ctx context.Context, size int32, token string) ([]T, string, error)) ([]T, string, error) {
+	var (
+		out   []T
+		token string
+	)
+	for len(out) < limit {
+		cctx, cancel := deadline(ctx)
+		items, next, err := page(cctx, int32(min(limit-len(out), 500)), token)
+		cancel()
+		if err != nil {
+			return nil, "", err
+		}
+		out, token = append(out, items...), next
+		if next == "" {
+			break
+		}
+	}
+	return out, token, nil
 }
 
 func jobHandler(j *schedulerv1.Job) string {
@@ -381,19 +398,13 @@ func runsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 			return err
 		}
 		out := &logsv1.ListRunsResponse{}
-		for len(out.Runs) < *limit {
-			req.PageSize = int32(min(*limit-len(out.Runs), 500))
-			cctx, cancel := deadline(ctx)
-			resp, err := ls.ListRuns(cctx, &req)
-			cancel()
-			if err != nil {
-				return err
-			}
-			out.Runs = append(out.Runs, resp.GetRuns()...)
-			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
-				break
-			}
-			out.NextPageToken = req.PageToken
+		out.Runs, out.NextPageToken, err = collect(ctx, *limit, func(ctx context.Context, size int32, token string) ([]*logsv1.Run, string, error) {
+			req.PageSize, req.PageToken = size, token
+			resp, err := ls.ListRuns(ctx, &req)
+			return resp.GetRuns(), resp.GetNextPageToken(), err
+		})
+		if err != nil {
+			return err
 		}
 		if c.output == "json" {
 			return c.printJSON(out)
@@ -489,8 +500,7 @@ func runsKill(*flag.FlagSet) func(context.Context, *client, []string) error {
 			return c.printJSON(resp)
 		}
 		if !resp.GetKilled() {
-			fmt.Fprintf(c.stdout, "not killed: %s\n", resp.GetMessage())
-			return runEnded{"before it could be killed: " + resp.GetMessage()}
+			return fmt.Errorf("run %s not killed: %s", id, resp.GetMessage())
 		}
 		fmt.Fprintf(c.stdout, "killed %s\n", id)
 		return nil

@@ -25,8 +25,9 @@ type leadership struct {
 	owed  *owed
 	// claims are the pending fires (retries, child fires) this leadership has armed.
 	claims claims
-	// lastScanMs is when the previous pre-read started (only the pre-read loop touches it).
-	lastScanMs int64
+	// lastScanMs is when the previous pre-read started, lastPruneMs when it last pruned job
+	// tombstones (only the pre-read loop touches them).
+	lastScanMs, lastPruneMs int64
 
 	mu       sync.Mutex
 	lost     bool

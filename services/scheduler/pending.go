@@ -123,12 +123,16 @@ func (s store) deletePending(ctx context.Context, k pendingKey) error {
 	return nil
 }
 
-// tombstonesSince reads, inside the fenced tx, the jobs deleted at or after ms, and forgets
-// tombstones older than an hour.
-func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms, nowMs int64) ([]int64, error) {
+// pruneTombstones forgets, inside the fenced tx, tombstones older than an hour.
+func (s store) pruneTombstones(ctx context.Context, tx *sql.Tx, nowMs int64) error {
 	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM job_tombstones WHERE deleted_ms < $1`), nowMs-time.Hour.Milliseconds()); err != nil {
-		return nil, fmt.Errorf("prune job tombstones: %w", err)
+		return fmt.Errorf("prune job tombstones: %w", err)
 	}
+	return nil
+}
+
+// tombstonesSince reads, inside the fenced tx, the jobs deleted at or after ms.
+func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int64, error) {
 	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT job_id FROM job_tombstones WHERE deleted_ms >= $1`), ms)
 	if err != nil {
 		return nil, fmt.Errorf("read deleted jobs: %w", err)

@@ -132,7 +132,13 @@ func (s *Service) refreshArmed(ctx context.Context, tx *sql.Tx, l *leadership, n
 	if l.ring.Len() == 0 {
 		return nil
 	}
-	deleted, err := s.jobs.tombstonesSince(ctx, tx, since, nowMs)
+	if nowMs-l.lastPruneMs >= time.Minute.Milliseconds() {
+		if err := s.jobs.pruneTombstones(ctx, tx, nowMs); err != nil {
+			return err
+		}
+		l.lastPruneMs = nowMs
+	}
+	deleted, err := s.jobs.tombstonesSince(ctx, tx, since)
 	if err != nil {
 		return err
 	}
