@@ -1,6 +1,7 @@
 // Command jobmesh runs jobmesh. `jobmesh dev` starts every service in one process on an embedded
-// etcd and an embedded store; `jobmesh scheduler` runs one scheduler replica against a shared etcd
-// and Postgres.
+// etcd and an embedded store; `jobmesh scheduler`, `jobmesh registry`, `jobmesh logsvc` and
+// `jobmesh gateway` run one service each, for a cluster on a shared etcd and Postgres (executor
+// agents are the separate jobmesh-agent binary). The client commands talk to a running jobmesh.
 package main
 
 import (
@@ -9,8 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	"github.com/jobmesh/jobmesh/internal/cli"
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
-	"github.com/jobmesh/jobmesh/services/logsvc"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -29,6 +27,9 @@ const usage = `jobmesh: a distributed job scheduler.
 Usage:
   jobmesh dev [flags]          run every service in one process (embedded etcd and store)
   jobmesh scheduler [flags]    run one scheduler replica (shared etcd and Postgres)
+  jobmesh registry [flags]     run the registry (executor groups, the live executor view)
+  jobmesh logsvc [flags]       run logsvc (runs, results, log lines, reports, alarms)
+  jobmesh gateway [flags]      run the gateway (web UI, REST) and the auth service
   jobmesh login|logout|jobs|runs|executors ...
                                the command-line client (jobmesh help lists its commands)
 
@@ -48,6 +49,12 @@ func main() {
 		err = runDev(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "scheduler":
 		err = runScheduler(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "registry":
+		err = runRegistry(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "logsvc":
+		err = runLogsvc(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "gateway":
+		err = runGateway(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "login", "logout", "jobs", "runs", "executors":
 		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
@@ -126,10 +133,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.str(&cfg.AgentAddr, "agent-addr", "127.0.0.1:9999", "local executor agent gRPC address")
 	f.str(&cfg.EtcdAddr, "etcd-addr", "127.0.0.1:2379", "embedded etcd client address")
 	f.dur(&sessionTTL, "session-ttl", 5*time.Second, "scheduler leader session TTL")
-	var smtpAddr, smtpFrom, webhookURL string
-	f.str(&smtpAddr, "alarm-smtp-addr", "", "SMTP server (host:port) for failure alarms to the jobs' alarm emails; empty sends none")
-	f.str(&smtpFrom, "alarm-smtp-from", "jobmesh@localhost", "sender address of alarm emails")
-	f.str(&webhookURL, "alarm-webhook-url", "", "URL that receives a JSON POST for every failed run; empty sends none")
+	var alarms alarmFlags
+	alarms.add(f)
 	f.str(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&logFormat, "log-format", "text", "text or json")
 	if err := f.parse(args); err != nil {
@@ -152,17 +157,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_ = shutdownTracing(sctx)
 	}()
 	cfg.Logger = log
-	if smtpAddr != "" {
-		if _, _, err := net.SplitHostPort(smtpAddr); err != nil {
-			return fmt.Errorf("--alarm-smtp-addr %q: %w", smtpAddr, err)
-		}
-		cfg.AlarmChannels = append(cfg.AlarmChannels, &logsvc.EmailChannel{Addr: smtpAddr, From: smtpFrom})
-	}
-	if webhookURL != "" {
-		if u, err := url.Parse(webhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--alarm-webhook-url %q: want an http or https URL", webhookURL)
-		}
-		cfg.AlarmChannels = append(cfg.AlarmChannels, &logsvc.WebhookChannel{URL: webhookURL})
+	if cfg.AlarmChannels, err = alarms.channels(); err != nil {
+		return err
 	}
 	cfg.Scheduler = scheduler.Config{SessionTTL: sessionTTL}
 	st, err := devstack.Start(ctx, cfg)

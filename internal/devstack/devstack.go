@@ -306,7 +306,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	logs, err := logsvc.New(logsvc.Config{
 		Logger: log.With("service", "logsvc"), Executors: execView,
 		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)}, AlarmChannels: cfg.AlarmChannels,
-	}, logsDB, killer{schedulerv1.NewSchedulerServiceClient(schedConn)})
+	}, logsDB, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
 	if err != nil {
 		return nil, err
 	}
@@ -460,17 +460,4 @@ func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int
 		return 0, fmt.Errorf("devstack: create group: %w", err)
 	}
 	return cr.GetGroup().GetId(), nil
-}
-
-// killer lets logsvc reach the scheduler's KillTrigger.
-type killer struct {
-	c schedulerv1.SchedulerServiceClient
-}
-
-func (k killer) KillTrigger(ctx context.Context, triggerID string, jobID int64, address string) (bool, string, error) {
-	resp, err := k.c.KillTrigger(ctx, &schedulerv1.KillTriggerRequest{TriggerId: triggerID, JobId: jobID, Address: address})
-	if err != nil {
-		return false, "", err
-	}
-	return resp.GetKilled(), resp.GetMessage(), nil
 }

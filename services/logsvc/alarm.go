@@ -38,6 +38,21 @@ type SchedulerJobs struct {
 	Client schedulerv1.JobServiceClient
 }
 
+// SchedulerKiller kills runs through the scheduler's SchedulerService.
+type SchedulerKiller struct {
+	// Client reaches the scheduler.
+	Client schedulerv1.SchedulerServiceClient
+}
+
+// KillTrigger implements Killer.
+func (k SchedulerKiller) KillTrigger(ctx context.Context, triggerID string, jobID int64, address string) (bool, string, error) {
+	resp, err := k.Client.KillTrigger(ctx, &schedulerv1.KillTriggerRequest{TriggerId: triggerID, JobId: jobID, Address: address})
+	if err != nil {
+		return false, "", err
+	}
+	return resp.GetKilled(), resp.GetMessage(), nil
+}
+
 // Job implements Jobs.
 func (j SchedulerJobs) Job(ctx context.Context, id int64) (JobInfo, error) {
 	resp, err := j.Client.GetJob(ctx, &schedulerv1.GetJobRequest{Id: id})

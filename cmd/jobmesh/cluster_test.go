@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/internal/etcdembed"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+)
+
+// TestClusterOfServiceCommands runs the cluster layout: `jobmesh registry`, `jobmesh logsvc`,
+// `jobmesh gateway` and two `jobmesh scheduler` replicas, each with only its flags, on one etcd
+// and one Postgres database, plus an SDK executor. A job created through the gateway's REST
+// API fires on the executor and its successful run and output come back through the gateway;
+// every command stops cleanly when its context ends.
+func TestClusterOfServiceCommands(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Unsafe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+
+	addr := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	sched1, sched2, reg, logs, authAddr, httpAddr := addr(), addr(), addr(), addr(), addr(), addr()
+	const (
+		internal = "internal-secret-internal-secret-0123"
+		agentTok = "agent-secret-agent-secret-agent-0123"
+		password = "cluster-admin-password"
+	)
+	common := []string{"--internal-token", internal, "--log-level", "warn"}
+	procs := []struct {
+		name string
+		run  func(context.Context, []string, io.Writer, io.Writer) error
+		args []string
+		up   string // the line printed once it serves
+	}{
+		{"registry", runRegistry, []string{"--grpc-addr", reg, "--etcd-endpoints", etcd.Endpoint(), "--database-url", dbURL,
+			"--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, "registry grpc "},
+		{"logsvc", runLogsvc, []string{"--grpc-addr", logs, "--database-url", dbURL, "--agent-token", agentTok,
+			"--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, "logsvc grpc "},
+		{"gateway", runGateway, []string{"--http-addr", httpAddr, "--grpc-addr", authAddr, "--database-url", dbURL,
+			"--admin-password", password, "--scheduler-addr", sched1, "--registry-addr", reg, "--logs-addr", logs}, "gateway http "},
+	}
+	for i, s := range []string{sched1, sched2} {
+		procs = append(procs, struct {
+			name string
+			run  func(context.Context, []string, io.Writer, io.Writer) error
+			args []string
+			up   string
+		}{fmt.Sprintf("scheduler-%d", i+1), runScheduler, []string{"--grpc-addr", s, "--etcd-endpoints", etcd.Endpoint(),
+			"--database-url", dbURL, "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
+			"--replica-id", fmt.Sprintf("r%d", i+1), "--session-ttl", "2s"}, "scheduler grpc "})
+	}
+
+	pctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		out := newLineWaiter()
+		var stderr bytes.Buffer
+		var mu sync.Mutex
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := p.run(pctx, append(p.args, common...), out, &lockedWriter{w: &stderr, mu: &mu})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("%s: %v\n%s", p.name, err, stderr.String())
+			}
+			out.close()
+		}()
+		if !out.wait(p.up, 60*time.Second) {
+			stop()
+			wg.Wait()
+			t.Fatalf("%s did not print %q", p.name, p.up)
+		}
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+
+	base := "http://" + httpAddr
+	var login struct {
+		Token string `json:"token"`
+	}
+	if code := rest(t, "", "POST", base+"/api/v1/auth/login", map[string]any{"username": "admin", "password": password}, &login); code != 200 {
+		t.Fatalf("login = %d", code)
+	}
+	tok := login.Token
+	var group struct {
+		Group struct {
+			ID string `json:"id"`
+		} `json:"group"`
+	}
+	if code := rest(t, tok, "POST", base+"/api/v1/executor-groups", map[string]any{"app_name": "cluster-app", "title": "Cluster",
+		"address_type": "ADDRESS_TYPE_AUTO"}, &group); code != 200 {
+		t.Fatalf("create group = %d", code)
+	}
+
+	agentEtcd, err := etcd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentEtcd.Close()
+	ex, err := sdk.New(sdk.Config{AppName: "cluster-app", InstanceID: "e1", ListenAddr: "127.0.0.1:0", Etcd: agentEtcd,
+		LogsvcAddr: logs, LogsvcToken: agentTok, LogDir: t.TempDir(), RegistrationTTL: 2 * time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.Handle("hello", func(ctx context.Context, job *sdk.Job) error {
+		job.Logf("hello from %s", job.TriggerID)
+		return nil
+	})
+	if err := ex.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Stop()
+
+	var job struct {
+		Job struct {
+			ID string `json:"id"`
+		} `json:"job"`
+	}
+	if code := rest(t, tok, "POST", base+"/api/v1/jobs", map[string]any{"name": "hello", "group_id": group.Group.ID,
+		"schedule": map[string]any{"type": "SCHEDULE_TYPE_FIX_RATE", "expression": "1s"}, "glue_type": "GLUE_TYPE_BEAN",
+		"handler": "hello", "status": "JOB_STATUS_RUNNING"}, &job); code != 200 {
+		t.Fatalf("create job = %d", code)
+	}
+
+	// A run of the schedule succeeds and its output line reaches logsvc, read through the gateway.
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("no successful run with its output within 45s")
+		}
+		time.Sleep(200 * time.Millisecond)
+		var list struct {
+			Runs []struct {
+				ID     string `json:"id"`
+				Status string `json:"status"`
+			} `json:"runs"`
+		}
+		if code := rest(t, tok, "GET", base+"/api/v1/logs?job_id="+job.Job.ID, nil, &list); code != 200 {
+			t.Fatalf("list runs = %d", code)
+		}
+		found := false
+		for _, r := range list.Runs {
+			if r.Status != "RUN_STATUS_SUCCESS" {
+				continue
+			}
+			var lines struct {
+				Lines []struct {
+					Text string `json:"text"`
+				} `json:"lines"`
+			}
+			rest(t, tok, "GET", base+"/api/v1/logs/"+r.ID+"/lines", nil, &lines)
+			for _, l := range lines.Lines {
+				found = found || strings.Contains(l.Text, "hello from "+r.ID)
+			}
+		}
+		if found {
+			break
+		}
+	}
+	// People's tokens are checked by every service: no token, no jobs.
+	if code := rest(t, "", "GET", base+"/api/v1/jobs", nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("GET /api/v1/jobs without a token = %d, want 401", code)
+	}
+}
+
+// rest makes a JSON call with bearer token tok (none when empty) and decodes the answer into out.
+func rest(t *testing.T, tok, method, url string, body, out any) int {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Logf("%s %s = %d: %s", method, url, resp.StatusCode, raw)
+	}
+	if out != nil && resp.StatusCode == 200 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, url, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// lineWaiter is a stdout that lets a test wait for a line with a prefix.
+type lineWaiter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	change chan struct{}
+	closed bool
+}
+
+func newLineWaiter() *lineWaiter { return &lineWaiter{change: make(chan struct{}, 1)} }
+
+func (w *lineWaiter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	select {
+	case w.change <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (w *lineWaiter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.change <- struct{}{}:
+	default:
+	}
+}
+
+// wait reports whether a line starting with prefix was written within d.
+func (w *lineWaiter) wait(prefix string, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		w.mu.Lock()
+		for _, l := range strings.Split(w.buf.String(), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				w.mu.Unlock()
+				return true
+			}
+		}
+		closed := w.closed
+		w.mu.Unlock()
+		if closed {
+			return false
+		}
+		select {
+		case <-w.change:
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
+)
+
+// meshConfig is what every service process of a cluster shares: where its peers listen, the
+// secret the services present to each other, and how it logs.
+type meshConfig struct {
+	// SchedulerAddr, RegistryAddr, LogsAddr and AuthAddr are the peers' gRPC addresses. Each
+	// command says which it needs; AuthAddr empty means the process accepts internal callers only.
+	SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr string
+	// InternalToken is the secret the services present to each other (docs/auth.md); at least
+	// auth.MinSecretLen characters.
+	InternalToken string
+	// LogLevel and LogFormat shape the process's logs on stderr.
+	LogLevel, LogFormat string
+}
+
+// peer names one of the peer address flags.
+type peer int
+
+const (
+	peerScheduler peer = iota
+	peerRegistry
+	peerLogs
+	peerAuth
+)
+
+// addFlags declares the flags of the peers a command talks to (required ones say so), the
+// internal token and the log flags.
+func (m *meshConfig) addFlags(f *flags, required []peer, optional ...peer) {
+	for _, p := range append(append([]peer(nil), required...), optional...) {
+		need := " (required)"
+		if !containsPeer(required, p) {
+			need = ""
+		}
+		switch p {
+		case peerScheduler:
+			f.str(&m.SchedulerAddr, "scheduler-addr", "", "scheduler gRPC address: any replica, or a load balancer in front of them"+need)
+		case peerRegistry:
+			f.str(&m.RegistryAddr, "registry-addr", "", "registry gRPC address"+need)
+		case peerLogs:
+			f.str(&m.LogsAddr, "logs-addr", "", "logsvc gRPC address"+need)
+		case peerAuth:
+			f.str(&m.AuthAddr, "auth-addr", "", "auth gRPC address (served by `jobmesh gateway`) for checking people's tokens; empty accepts internal callers only"+need)
+		}
+	}
+	f.str(&m.InternalToken, "internal-token", "", "secret the services present to each other, the same in every process (required)")
+	f.str(&m.LogLevel, "log-level", "info", "debug, info, warn or error")
+	f.str(&m.LogFormat, "log-format", "text", "text or json")
+}
+
+func containsPeer(ps []peer, p peer) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// validate names every flag that is wrong.
+func (m *meshConfig) validate(required []peer) []error {
+	var errs []error
+	addrs := []struct {
+		p          peer
+		flag, addr string
+	}{
+		{peerScheduler, "--scheduler-addr", m.SchedulerAddr}, {peerRegistry, "--registry-addr", m.RegistryAddr},
+		{peerLogs, "--logs-addr", m.LogsAddr}, {peerAuth, "--auth-addr", m.AuthAddr},
+	}
+	for _, a := range addrs {
+		if a.addr == "" {
+			if containsPeer(required, a.p) {
+				errs = append(errs, fmt.Errorf("%s: required", a.flag))
+			}
+			continue
+		}
+		errs = append(errs, checkAddr(a.flag, a.addr))
+	}
+	if len(m.InternalToken) < auth.MinSecretLen {
+		errs = append(errs, fmt.Errorf("--internal-token: required, at least %d characters", auth.MinSecretLen))
+	}
+	return errs
+}
+
+// checkAddr says why addr is not a host:port, naming flag; nil if it is one.
+func checkAddr(flag, addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// process holds what a service command sets up around its service: the logger, tracing,
+// connections to peers, the stores, the gRPC servers; close undoes them in reverse order.
+type process struct {
+	log     *slog.Logger
+	mesh    meshConfig
+	closers []func()
+}
+
+// newProcess starts logging and tracing for service. The caller must call close.
+func newProcess(ctx context.Context, service string, mesh meshConfig, stderr io.Writer) (*process, error) {
+	log, err := telemetry.NewLogger(telemetry.Config{Service: service, Level: mesh.LogLevel, Format: mesh.LogFormat, Output: stderr})
+	if err != nil {
+		return nil, err
+	}
+	shutdownTracing, err := telemetry.StartTracing(ctx, "jobmesh-"+service)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{log: log, mesh: mesh}
+	p.onClose(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Warn("flushing traces", "error", err)
+		}
+	})
+	return p, nil
+}
+
+// onClose registers f to run at close, before everything registered earlier.
+func (p *process) onClose(f func()) { p.closers = append(p.closers, f) }
+
+// close undoes everything in reverse order.
+func (p *process) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
+
+// openStore opens the Postgres database at url in schema and applies migrations.
+func (p *process) openStore(ctx context.Context, url, schema string, migrations fs.FS) (*db.DB, error) {
+	store, err := db.Open(ctx, db.Config{URL: url, Schema: schema})
+	if err != nil {
+		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	p.onClose(func() { store.Close() })
+	if err := store.Migrate(ctx, migrations); err != nil {
+		return nil, err
+	}
+	return store, nil
+}
+
+// etcdClient connects to the etcd cluster.
+func (p *process) etcdClient(endpoints []string) (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-endpoints: %w", err)
+	}
+	p.onClose(func() { c.Close() })
+	return c, nil
+}
+
+// dial connects (lazily) to a peer, presenting the internal token; flag names the address in
+// errors. Extra options follow the defaults.
+func (p *process) dial(flag, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return p.dialAs(flag, addr, append([]grpc.DialOption{auth.BearerToken(p.mesh.InternalToken)}, opts...)...)
+}
+
+// dialAs connects (lazily) to a peer with only the given credentials: the auth connection
+// carries the tokens of the people it checks.
+func (p *process) dialAs(flag, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	p.onClose(func() { c.Close() })
+	return c, nil
+}
+
+// listen opens the gRPC or HTTP listener named by flag.
+func (p *process) listen(ctx context.Context, flag, addr string) (net.Listener, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	p.onClose(func() { ln.Close() })
+	return ln, nil
+}
+
+// guardDeps are the parts of a guard that differ between processes.
+type guardDeps struct {
+	// Jobs reaches a JobService (the scheduler, or the replica itself) to map jobs to groups.
+	Jobs *grpc.ClientConn
+	// Logs and Registry reach logsvc and the registry to map runs and executors to groups.
+	Logs, Registry *grpc.ClientConn
+	// Users and Audit, when set, check people's tokens and store the audit trail in-process
+	// (the auth service itself); otherwise the process uses the auth service at AuthAddr.
+	Users auth.Authenticator
+	Audit auth.AuditSink
+	// AgentToken is the secret agents present to deliver results (logsvc only).
+	AgentToken string
+}
+
+// guard builds the token check every gRPC server of the process installs.
+func (p *process) guard(d guardDeps) (*auth.Guard, error) {
+	cfg := auth.GuardConfig{
+		InternalToken: p.mesh.InternalToken, AgentToken: d.AgentToken, Logger: p.log,
+		Users: d.Users, Audit: d.Audit,
+		Groups: auth.ClientResolver{
+			Jobs: schedulerv1.NewJobServiceClient(d.Jobs), Logs: logsv1.NewLogServiceClient(d.Logs),
+			Registry: registryv1.NewRegistryServiceClient(d.Registry),
+		},
+	}
+	if d.Users == nil && p.mesh.AuthAddr != "" {
+		authConn, err := p.dialAs("--auth-addr", p.mesh.AuthAddr)
+		if err != nil {
+			return nil, err
+		}
+		client := authv1.NewAuthServiceClient(authConn)
+		cfg.Users = auth.RemoteUsers{Client: client}
+		cfg.Audit = auth.RemoteAudit{Client: client, InternalToken: p.mesh.InternalToken}
+	}
+	return auth.NewGuard(cfg)
+}
+
+// serve starts a guarded gRPC server on ln with the services register adds. The server's end
+// (other than by stopGRPC) is reported on failed.
+func (p *process) serve(ln net.Listener, guard *auth.Guard, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
+	g := grpcserver.New(p.log, guard.ServerOptions()...)
+	for _, r := range register {
+		r(g)
+	}
+	go func() {
+		if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			failed <- fmt.Errorf("grpc server: %w", err)
+		}
+	}()
+	return g
+}
+
+// wait blocks until ctx ends (a clean stop) or a server fails.
+func wait(ctx context.Context, failed <-chan error) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-failed:
+		return err
+	}
+}
+
+// stopGRPC stops g gracefully, cutting calls still running after grace.
+func stopGRPC(g *grpc.Server, grace time.Duration, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn("grpc calls still running after the grace period; cutting them")
+		g.Stop()
+		<-done
+	}
+}
+
+// checkWebhookURL says why u is not an http(s) URL for alarm webhooks.
+func checkWebhookURL(u string) error {
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return fmt.Errorf("--alarm-webhook-url %q: want an http or https URL", u)
+	}
+	return nil
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/gateway"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
+	"github.com/jobmesh/jobmesh/services/logsvc"
+	"github.com/jobmesh/jobmesh/services/registry"
+)
+
+// The `jobmesh registry`, `jobmesh logsvc` and `jobmesh gateway` commands run one service each,
+// for a cluster of processes (docker-compose.yml, the load tool). Each serves its gRPC API
+// behind the same guard as `jobmesh dev`, reaches its peers with the internal token, prints
+// "<service> grpc <host:port>" (and the gateway "gateway http <host:port>") once it serves, and
+// stops cleanly on SIGINT or SIGTERM.
+
+// alarmFlags are logsvc's failure alarm channels, shared by `jobmesh dev` and `jobmesh logsvc`.
+type alarmFlags struct {
+	smtpAddr, smtpFrom, webhookURL string
+}
+
+func (a *alarmFlags) add(f *flags) {
+	f.str(&a.smtpAddr, "alarm-smtp-addr", "", "SMTP server (host:port) for failure alarms to the jobs' alarm emails; empty sends none")
+	f.str(&a.smtpFrom, "alarm-smtp-from", "jobmesh@localhost", "sender address of alarm emails")
+	f.str(&a.webhookURL, "alarm-webhook-url", "", "URL that receives a JSON POST for every failed run; empty sends none")
+}
+
+// channels checks the flags and returns the channels they configure.
+func (a *alarmFlags) channels() ([]logsvc.AlarmChannel, error) {
+	var out []logsvc.AlarmChannel
+	if a.smtpAddr != "" {
+		if err := checkAddr("--alarm-smtp-addr", a.smtpAddr); err != nil {
+			return nil, err
+		}
+		out = append(out, &logsvc.EmailChannel{Addr: a.smtpAddr, From: a.smtpFrom})
+	}
+	if a.webhookURL != "" {
+		if err := checkWebhookURL(a.webhookURL); err != nil {
+			return nil, err
+		}
+		out = append(out, &logsvc.WebhookChannel{URL: a.webhookURL})
+	}
+	return out, nil
+}
+
+// checkArgs checks a parsed service command line: no stray arguments, the peers it needs, and
+// the command's own findings (extra; nils are ignored).
+func checkArgs(f *flags, mesh *meshConfig, peers []peer, extra ...error) error {
+	if f.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", f.Args())
+	}
+	return errors.Join(append(mesh.validate(peers), extra...)...)
+}
+
+func requireDatabase(url string) error {
+	if url == "" {
+		return errors.New("--database-url: required (a Postgres URL)")
+	}
+	return nil
+}
+
+var registryPeers = []peer{peerScheduler, peerLogs}
+
+// runRegistry runs the registry: executor groups in Postgres, the live executor view from etcd.
+func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		mesh                             meshConfig
+		grpcAddr, endpoints, databaseURL string
+	)
+	f := newFlags("jobmesh registry", stderr)
+	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9011", "gRPC address of RegistryService; port 0 picks one")
+	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints, where agents register (required)")
+	f.str(&databaseURL, "database-url", "", "Postgres URL (schema registry) (required)")
+	mesh.addFlags(f, registryPeers, peerAuth)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	if len(splitList(endpoints)) == 0 {
+		errs = append(errs, errors.New("--etcd-endpoints: required"))
+	}
+	if err := checkArgs(f, &mesh, registryPeers, append(errs, checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))...); err != nil {
+		return err
+	}
+
+	p, err := newProcess(ctx, "registry", mesh, stderr)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	store, err := p.openStore(ctx, databaseURL, "registry", registry.MigrationsFS())
+	if err != nil {
+		return err
+	}
+	etcd, err := p.etcdClient(splitList(endpoints))
+	if err != nil {
+		return err
+	}
+	reg, err := registry.New(registry.Config{Logger: p.log}, store, etcd)
+	if err != nil {
+		return err
+	}
+	ln, err := p.listen(ctx, "--grpc-addr", grpcAddr)
+	if err != nil {
+		return err
+	}
+	guard, err := p.peersGuard(guardDeps{}, ln.Addr().String(), peerRegistry)
+	if err != nil {
+		return err
+	}
+	if err := reg.Start(ctx); err != nil {
+		return err
+	}
+	defer reg.Stop()
+	failed := make(chan error, 1)
+	g := p.serve(ln, guard, failed, reg.Register)
+	fmt.Fprintf(stdout, "registry grpc %s\n", ln.Addr())
+	p.log.Info("registry up", "grpc_addr", ln.Addr().String())
+	err = wait(ctx, failed)
+	stopGRPC(g, 5*time.Second, p.log)
+	return err
+}
+
+var logsPeers = []peer{peerScheduler, peerRegistry}
+
+// runLogsvc runs logsvc: run records, results and log lines in Postgres.
+func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		mesh                              meshConfig
+		grpcAddr, databaseURL, agentToken string
+		alarms                            alarmFlags
+	)
+	f := newFlags("jobmesh logsvc", stderr)
+	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9012", "gRPC address of IngestService and LogService; port 0 picks one")
+	f.str(&databaseURL, "database-url", "", "Postgres URL (schema logs) (required)")
+	f.str(&agentToken, "agent-token", "", "secret executor agents present to deliver results and logs; empty means agents use the internal token")
+	mesh.addFlags(f, logsPeers, peerAuth)
+	alarms.add(f)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	if agentToken != "" && len(agentToken) < auth.MinSecretLen {
+		errs = append(errs, fmt.Errorf("--agent-token: at least %d characters", auth.MinSecretLen))
+	}
+	channels, err := alarms.channels()
+	errs = append(errs, err, checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))
+	if err := checkArgs(f, &mesh, logsPeers, errs...); err != nil {
+		return err
+	}
+
+	p, err := newProcess(ctx, "logsvc", mesh, stderr)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	store, err := p.openStore(ctx, databaseURL, "logs", logsvc.MigrationsFS())
+	if err != nil {
+		return err
+	}
+	regConn, err := p.dial("--registry-addr", mesh.RegistryAddr)
+	if err != nil {
+		return err
+	}
+	schedConn, err := p.dial("--scheduler-addr", mesh.SchedulerAddr)
+	if err != nil {
+		return err
+	}
+	ln, err := p.listen(ctx, "--grpc-addr", grpcAddr)
+	if err != nil {
+		return err
+	}
+	guard, err := p.peersGuard(guardDeps{AgentToken: agentToken}, ln.Addr().String(), peerLogs)
+	if err != nil {
+		return err
+	}
+	// logsvc follows the registry's live view (lost runs, executors online) and reads jobs from
+	// the scheduler (alarm recipients, job count).
+	view := logsvc.NewRegistryView(registryv1.NewRegistryServiceClient(regConn), p.log)
+	if err := view.Start(ctx); err != nil {
+		return err
+	}
+	defer view.Stop()
+	logs, err := logsvc.New(logsvc.Config{
+		Logger: p.log, Executors: view, AlarmChannels: channels,
+		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)},
+	}, store, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
+	if err != nil {
+		return err
+	}
+	if err := logs.Start(ctx); err != nil {
+		return err
+	}
+	defer logs.Stop()
+	failed := make(chan error, 1)
+	g := p.serve(ln, guard, failed, logs.Register)
+	fmt.Fprintf(stdout, "logsvc grpc %s\n", ln.Addr())
+	p.log.Info("logsvc up", "grpc_addr", ln.Addr().String())
+	err = wait(ctx, failed)
+	stopGRPC(g, 5*time.Second, p.log)
+	return err
+}
+
+var gatewayPeers = []peer{peerScheduler, peerRegistry, peerLogs}
+
+// runGateway runs the gateway (REST, OpenAPI, web UI) and the auth service it fronts: users,
+// sessions, API tokens and the audit trail in Postgres.
+func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		mesh                                           meshConfig
+		httpAddr, grpcAddr, databaseURL, adminPassword string
+		sessionTTL                                     time.Duration
+	)
+	f := newFlags("jobmesh gateway", stderr)
+	f.str(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: web UI, REST under /api/v1, OpenAPI, /healthz")
+	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9013", "gRPC address of AuthService (the other services' --auth-addr); port 0 picks one")
+	f.str(&databaseURL, "database-url", "", "Postgres URL (schema auth) (required)")
+	f.str(&adminPassword, "admin-password", "", "first admin's password on a fresh store; empty means random, printed once")
+	f.dur(&sessionTTL, "session-ttl", 12*time.Hour, "how long a login lasts")
+	mesh.addFlags(f, gatewayPeers)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	if sessionTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--session-ttl %v: want a positive duration", sessionTTL))
+	}
+	errs = append(errs, checkAddr("--http-addr", httpAddr), checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))
+	if err := checkArgs(f, &mesh, gatewayPeers, errs...); err != nil {
+		return err
+	}
+
+	p, err := newProcess(ctx, "gateway", mesh, stderr)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	store, err := p.openStore(ctx, databaseURL, "auth", auth.MigrationsFS())
+	if err != nil {
+		return err
+	}
+	authSvc, err := auth.New(auth.Config{SessionTTL: sessionTTL, Logger: p.log}, store)
+	if err != nil {
+		return err
+	}
+	created, err := authSvc.Bootstrap(ctx, "admin", adminPassword)
+	if err != nil {
+		return err
+	}
+	if created != "" && adminPassword == "" {
+		fmt.Fprintf(stdout, "first start: created user \"admin\" with password %s (shown once; change it)\n", created)
+	}
+	ln, err := p.listen(ctx, "--grpc-addr", grpcAddr)
+	if err != nil {
+		return err
+	}
+	guard, err := p.peersGuard(guardDeps{Users: authSvc, Audit: authSvc}, ln.Addr().String(), peerAuth)
+	if err != nil {
+		return err
+	}
+	failed := make(chan error, 1)
+	g := p.serve(ln, guard, failed, authSvc.Register)
+	defer stopGRPC(g, 5*time.Second, p.log)
+
+	gw, err := gateway.New(gateway.Config{
+		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,
+		AuthAddr: ln.Addr().String(), Logger: p.log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := gw.Start(ctx); err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	defer gw.Stop()
+	fmt.Fprintf(stdout, "auth grpc %s\ngateway http %s\n", ln.Addr(), gw.Addr())
+	p.log.Info("gateway up", "http_addr", gw.Addr(), "auth_grpc_addr", ln.Addr().String())
+	return wait(ctx, failed)
+}
+
+// peersGuard builds the guard of a process that reaches the scheduler, registry and logsvc
+// over the network; self is the process's own gRPC address, used for the service it serves
+// itself (named by own).
+func (p *process) peersGuard(d guardDeps, self string, own peer) (*auth.Guard, error) {
+	addr := map[peer]string{peerScheduler: p.mesh.SchedulerAddr, peerRegistry: p.mesh.RegistryAddr, peerLogs: p.mesh.LogsAddr}
+	addr[own] = self
+	flag := map[peer]string{peerScheduler: "--scheduler-addr", peerRegistry: "--registry-addr", peerLogs: "--logs-addr"}
+	var err error
+	for _, q := range []struct {
+		p    peer
+		conn **grpc.ClientConn
+	}{{peerScheduler, &d.Jobs}, {peerRegistry, &d.Registry}, {peerLogs, &d.Logs}} {
+		if *q.conn, err = p.dial(flag[q.p], addr[q.p]); err != nil {
+			return nil, err
+		}
+	}
+	return p.guard(d)
+}
