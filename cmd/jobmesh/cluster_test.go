@@ -103,6 +103,14 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	}()
 
 	base := "http://" + httpAddr
+	// Every server answers the health protocol without a token; a closed port does not.
+	if err := runHealth(ctx, []string{reg, logs, authAddr, sched1, sched2, base + "/healthz"}, io.Discard, io.Discard); err != nil {
+		t.Errorf("jobmesh health on the cluster: %v", err)
+	}
+	if err := runHealth(ctx, []string{"--timeout", "300ms", addr()}, io.Discard, io.Discard); err == nil {
+		t.Error("jobmesh health on a closed port succeeded")
+	}
+
 	var login struct {
 		Token string `json:"token"`
 	}

@@ -30,6 +30,7 @@ Usage:
   jobmesh registry [flags]     run the registry (executor groups, the live executor view)
   jobmesh logsvc [flags]       run logsvc (runs, results, log lines, reports, alarms)
   jobmesh gateway [flags]      run the gateway (web UI, REST) and the auth service
+  jobmesh health TARGET...     exit 0 if every gRPC address or http(s) URL is healthy
   jobmesh login|logout|jobs|runs|executors ...
                                the command-line client (jobmesh help lists its commands)
 
@@ -55,6 +56,8 @@ func main() {
 		err = runLogsvc(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "gateway":
 		err = runGateway(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "health":
+		err = runHealth(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "login", "logout", "jobs", "runs", "executors":
 		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":

@@ -12,21 +12,26 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/jobmesh/jobmesh/internal/apierr"
 )
 
-// New returns a server with recovery, error translation and tracing installed; opts follow them
-// (interceptors in opts run inside recovery). A served service passes WithAuthorizer(guard)...;
-// only tests of one service alone leave it out.
+// New returns a server with recovery, error translation and tracing installed, and the standard
+// gRPC health service (grpc.health.v1, SERVING while the server serves; `jobmesh health` and
+// container health checks ask it); opts follow them (interceptors in opts run inside recovery).
+// A served service passes WithAuthorizer(guard)...; only tests of one service alone leave it out.
 func New(log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
 	base := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(unaryRecover(log)),
 		grpc.ChainStreamInterceptor(streamRecover(log)),
 	}
-	return grpc.NewServer(append(base, opts...)...)
+	g := grpc.NewServer(append(base, opts...)...)
+	healthgrpc.RegisterHealthServer(g, health.NewServer())
+	return g
 }
 
 func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/codes"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -71,6 +72,9 @@ var (
 // rules is the method → permission table of every jobmesh gRPC service. A method missing here
 // is open to internal callers only (TestEveryMethodHasARule keeps it complete).
 var rules = map[string]rule{
+	healthgrpc.Health_Check_FullMethodName:             {access: public},
+	healthgrpc.Health_List_FullMethodName:              {access: public},
+	healthgrpc.Health_Watch_FullMethodName:             {access: public},
 	authv1.AuthService_Login_FullMethodName:            {access: public, audit: true},
 	authv1.AuthService_Logout_FullMethodName:           {access: anyUser},
 	authv1.AuthService_GetCurrentUser_FullMethodName:   {access: anyUser},

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -19,6 +20,7 @@ func TestEveryMethodHasARule(t *testing.T) {
 	served := []grpc.ServiceDesc{
 		authv1.AuthService_ServiceDesc, schedulerv1.JobService_ServiceDesc, schedulerv1.SchedulerService_ServiceDesc,
 		registryv1.RegistryService_ServiceDesc, logsv1.IngestService_ServiceDesc, logsv1.LogService_ServiceDesc,
+		healthgrpc.Health_ServiceDesc,
 	}
 	seen := map[string]bool{}
 	for _, sd := range served {
