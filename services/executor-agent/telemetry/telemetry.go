@@ -1,6 +1,7 @@
-// Package telemetry bootstraps logging and tracing the same way in every jobmesh process: a
-// log/slog logger that stamps trace and span ids, and OpenTelemetry providers that stay off unless
-// an OTLP endpoint is configured through the standard OTEL_* environment variables.
+// Package telemetry bootstraps logging, tracing and metrics the same way in every jobmesh
+// process: a log/slog logger that stamps trace and span ids, and OpenTelemetry providers that stay
+// off unless an OTLP endpoint is configured through the standard OTEL_* environment variables or
+// (metrics) a Prometheus endpoint is asked for.
 //
 // It lives in the executor-agent module because that is the lightest module every binary links:
 // the agent must not pull in the root module's database and etcd-server dependencies.
