@@ -236,7 +236,11 @@ type TriggerRecord struct {
 	// Human-readable account: strategy, candidates, chosen address and why, executor's answer.
 	TriggerMessage string `protobuf:"bytes,16,opt,name=trigger_message,json=triggerMessage,proto3" json:"trigger_message,omitempty"`
 	// Trace id of the fire (32 hex digits), when traced.
-	TraceId       string `protobuf:"bytes,17,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,17,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// W3C traceparent of the scheduler span that sent the record (the dispatch to this executor,
+	// or the fire when it reached none), when traced: logsvc's ingest span of the record is its
+	// child, so the fire's trace reaches logsvc across the batched stream.
+	Traceparent   string `protobuf:"bytes,18,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +394,13 @@ func (x *TriggerRecord) GetTraceId() string {
 	return ""
 }
 
+func (x *TriggerRecord) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 // RunResult is an executor's final word on one fire. Times are Unix epoch milliseconds.
 type RunResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -409,7 +420,11 @@ type RunResult struct {
 	// Executor address that ran it.
 	ExecutorAddress string `protobuf:"bytes,7,opt,name=executor_address,json=executorAddress,proto3" json:"executor_address,omitempty"`
 	// Trace id of the fire, when traced.
-	TraceId       string `protobuf:"bytes,8,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,8,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// W3C traceparent of the executor span that produced the result (the run; for RUNNING, the
+	// dispatch that delivered the fire), when traced: logsvc's ingest span of the result is its
+	// child.
+	Traceparent   string `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +511,13 @@ func (x *RunResult) GetExecutorAddress() string {
 func (x *RunResult) GetTraceId() string {
 	if x != nil {
 		return x.TraceId
+	}
+	return ""
+}
+
+func (x *RunResult) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
 	}
 	return ""
 }
@@ -2560,7 +2582,7 @@ var File_jobmesh_logs_v1_logs_proto protoreflect.FileDescriptor
 
 const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\n" +
-	"\x1ajobmesh/logs/v1/logs.proto\x12\x0fjobmesh.logs.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\xb0\x05\n" +
+	"\x1ajobmesh/logs/v1/logs.proto\x12\x0fjobmesh.logs.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\xd2\x05\n" +
 	"\rTriggerRecord\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2582,7 +2604,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x0eroute_strategy\x18\x0e \x01(\x0e2#.jobmesh.scheduler.v1.RouteStrategyR\rrouteStrategy\x12H\n" +
 	"\x0ftrigger_outcome\x18\x0f \x01(\x0e2\x1f.jobmesh.logs.v1.TriggerOutcomeR\x0etriggerOutcome\x12'\n" +
 	"\x0ftrigger_message\x18\x10 \x01(\tR\x0etriggerMessage\x12\x19\n" +
-	"\btrace_id\x18\x11 \x01(\tR\atraceId\"\x99\x02\n" +
+	"\btrace_id\x18\x11 \x01(\tR\atraceId\x12 \n" +
+	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\"\xbb\x02\n" +
 	"\tRunResult\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2592,7 +2615,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\rstart_unix_ms\x18\x05 \x01(\x03R\vstartUnixMs\x12\x1e\n" +
 	"\vend_unix_ms\x18\x06 \x01(\x03R\tendUnixMs\x12)\n" +
 	"\x10executor_address\x18\a \x01(\tR\x0fexecutorAddress\x12\x19\n" +
-	"\btrace_id\x18\b \x01(\tR\atraceId\"n\n" +
+	"\btrace_id\x18\b \x01(\tR\atraceId\x12 \n" +
+	"\vtraceparent\x18\t \x01(\tR\vtraceparent\"n\n" +
 	"\aLogLine\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x17\n" +
