@@ -14,10 +14,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -94,25 +96,95 @@ func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name)}
 }
 
-// OTLPConfigured reports whether the environment names an OTLP traces endpoint.
-func OTLPConfigured() bool {
+// TracingEnabled reports whether StartTracing exports spans: tracing is off by default and on
+// when an OTLP endpoint is configured (OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or OTEL_TRACES_EXPORTER=otlp asks for the default one
+// (localhost); OTEL_SDK_DISABLED=true and OTEL_TRACES_EXPORTER=none turn it off again.
+func TracingEnabled() bool {
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))) {
+	case "none":
+		return false
+	case "otlp":
+		return true
+	}
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// StartTracing installs the global W3C propagator always, and an OTLP/gRPC tracer provider when an
-// endpoint is configured (OTEL_EXPORTER_OTLP_ENDPOINT and the other standard OTEL_* variables,
-// including OTEL_TRACES_SAMPLER). It returns a shutdown function that flushes spans; it is a no-op
-// when tracing is off.
+// tracesProtocol is the OTLP transport for traces: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
+// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf (the specification's default).
+func tracesProtocol() (string, error) {
+	name, v := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if v == "" {
+		name, v = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch p := strings.ToLower(strings.TrimSpace(v)); p {
+	case "":
+		return "http/protobuf", nil
+	case "grpc", "http/protobuf":
+		return p, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want grpc or http/protobuf", name, v)
+	}
+}
+
+// checkTracesEnv refuses OTEL_* values the SDK would otherwise ignore with a warning, so a typo
+// in the sampler does not silently trace everything.
+func checkTracesEnv() error {
+	if v := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))); v != "" && v != "otlp" && v != "none" {
+		return fmt.Errorf("OTEL_TRACES_EXPORTER=%q: want otlp or none", os.Getenv("OTEL_TRACES_EXPORTER"))
+	}
+	sampler := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
+	switch sampler {
+	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
+	case "traceidratio", "parentbased_traceidratio":
+		if arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG")); arg != "" {
+			r, err := strconv.ParseFloat(arg, 64)
+			if err != nil || r < 0 || r > 1 {
+				return fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: want a ratio from 0 to 1", arg)
+			}
+		}
+	default:
+		return fmt.Errorf("OTEL_TRACES_SAMPLER=%q: want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", os.Getenv("OTEL_TRACES_SAMPLER"))
+	}
+	return nil
+}
+
+// StartTracing installs the global W3C propagator always and, when TracingEnabled, an OTLP
+// tracer provider as the global one. Everything else comes from the standard OTEL_* variables,
+// which the OpenTelemetry SDK reads itself: the transport (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL:
+// http/protobuf, the default, or grpc), endpoint, headers, timeout and TLS
+// (OTEL_EXPORTER_OTLP_[TRACES_]*), sampling (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG; the
+// default is parentbased_always_on), batching (OTEL_BSP_*), span limits (OTEL_SPAN_*) and the
+// resource (OTEL_SERVICE_NAME overrides service, OTEL_RESOURCE_ATTRIBUTES adds to it). It
+// returns a shutdown function that flushes spans; it is a no-op when tracing is off.
 func StartTracing(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	if !OTLPConfigured() || strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+	if !TracingEnabled() {
 		return func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracegrpc.New(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("otlp trace exporter: %w", err)
+	if err := checkTracesEnv(); err != nil {
+		return nil, err
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	proto, err := tracesProtocol()
+	if err != nil {
+		return nil, err
+	}
+	var exp sdktrace.SpanExporter
+	if proto == "grpc" {
+		exp, err = otlptracegrpc.New(ctx)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otlp trace exporter (%s): %w", proto, err)
+	}
+	// Later sources win: the environment's service name and attributes over the process's own.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(service)),
+		resource.WithTelemetrySDK(), resource.WithHost(), resource.WithProcessPID(), resource.WithFromEnv())
 	if err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
