@@ -28,6 +28,9 @@ for m in gen services/executor-agent .; do
 done
 go build ./... ./gen/... ./services/executor-agent/...
 go vet ./... ./services/executor-agent/...
+# The container images hold static binaries (Dockerfile): they must build without cgo.
+CGO_ENABLED=0 go build -o /dev/null ./cmd/jobmesh
+CGO_ENABLED=0 go build -o /dev/null ./services/executor-agent/cmd/jobmesh-agent
 
 step "postgres"
 source scripts/pg.sh
@@ -47,6 +50,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 (cd e2e && npm ci --no-audit --no-fund --loglevel=error)
+
+step "docker-compose.yml validates (images cannot be pulled here; see docs/deployment.md)"
+# `docker compose` (the v2 plugin) when the machine has it, else Debian's docker-compose.
+if docker compose version >/dev/null 2>&1; then compose=(docker compose); else
+  command -v docker-compose >/dev/null || {
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose
+  }
+  compose=(docker-compose)
+fi
+JOBMESH_INTERNAL_TOKEN=ci-placeholder-internal-token-0000000000 JOBMESH_AGENT_TOKEN=ci-placeholder-agent-token-000000000000 \
+  POSTGRES_PASSWORD=ci-placeholder "${compose[@]}" -f docker-compose.yml config -q
 
 step "go test -race"
 go test -race -count=1 -timeout 20m ./... ./services/executor-agent/...

@@ -225,14 +225,14 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9013", "gRPC address of AuthService (the other services' --auth-addr); port 0 picks one")
 	f.str(&databaseURL, "database-url", "", "Postgres URL (schema auth) (required)")
 	f.str(&adminPassword, "admin-password", "", "first admin's password on a fresh store; empty means random, printed once")
-	f.dur(&sessionTTL, "session-ttl", 12*time.Hour, "how long a login lasts")
+	f.dur(&sessionTTL, "login-ttl", 12*time.Hour, "how long a login session lasts")
 	mesh.addFlags(f, gatewayPeers)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	var errs []error
 	if sessionTTL <= 0 {
-		errs = append(errs, fmt.Errorf("--session-ttl %v: want a positive duration", sessionTTL))
+		errs = append(errs, fmt.Errorf("--login-ttl %v: want a positive duration", sessionTTL))
 	}
 	errs = append(errs, checkAddr("--http-addr", httpAddr), checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))
 	if err := checkArgs(f, &mesh, gatewayPeers, errs...); err != nil {
