@@ -9,7 +9,6 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,9 +20,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -114,7 +111,8 @@ func TracingEnabled() bool {
 }
 
 // tracesProtocol is the OTLP transport for traces: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
-// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf (the specification's default).
+// OTEL_EXPORTER_OTLP_PROTOCOL, else grpc (as for metrics, so one OTEL_EXPORTER_OTLP_ENDPOINT
+// serves both; the specification's default would be http/protobuf).
 func tracesProtocol() (string, error) {
 	name, v := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if v == "" {
@@ -122,7 +120,7 @@ func tracesProtocol() (string, error) {
 	}
 	switch p := strings.ToLower(strings.TrimSpace(v)); p {
 	case "":
-		return "http/protobuf", nil
+		return "grpc", nil
 	case "grpc", "http/protobuf":
 		return p, nil
 	default:
@@ -155,11 +153,11 @@ func checkTracesEnv() error {
 // StartTracing installs the global W3C propagator always and, when TracingEnabled, an OTLP
 // tracer provider as the global one. Everything else comes from the standard OTEL_* variables,
 // which the OpenTelemetry SDK reads itself: the transport (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL:
-// http/protobuf, the default, or grpc), endpoint, headers, timeout and TLS
+// grpc, the default, or http/protobuf), endpoint, headers, timeout and TLS
 // (OTEL_EXPORTER_OTLP_[TRACES_]*), sampling (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG; the
-// default is parentbased_always_on), batching (OTEL_BSP_*), span limits (OTEL_SPAN_*) and the
-// resource (OTEL_SERVICE_NAME overrides service, OTEL_RESOURCE_ATTRIBUTES adds to it). It
-// returns a shutdown function that flushes spans; it is a no-op when tracing is off.
+// default is parentbased_always_on), batching (OTEL_BSP_*), span limits (OTEL_SPAN_*) and
+// resource attributes (OTEL_RESOURCE_ATTRIBUTES; service.name is service). It returns a
+// shutdown function that flushes spans; it is a no-op when tracing is off.
 func StartTracing(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	if !TracingEnabled() {
@@ -181,12 +179,9 @@ func StartTracing(ctx context.Context, service string) (shutdown func(context.Co
 	if err != nil {
 		return nil, fmt.Errorf("otlp trace exporter (%s): %w", proto, err)
 	}
-	// Later sources win: the environment's service name and attributes over the process's own.
-	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(service)),
-		resource.WithTelemetrySDK(), resource.WithHost(), resource.WithProcessPID(), resource.WithFromEnv())
-	if err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
-		return nil, fmt.Errorf("otel resource: %w", err)
+	res, err := serviceResource(service)
+	if err != nil {
+		return nil, err
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)

@@ -19,7 +19,7 @@ import (
 var otelVars = []string{
 	"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
-	"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+	"OTEL_RESOURCE_ATTRIBUTES",
 }
 
 // setEnv sets the OTel variables of one case (the rest empty) and puts the global tracer
@@ -30,7 +30,11 @@ func setEnv(t *testing.T, env map[string]string) {
 		t.Setenv(k, env[k])
 	}
 	prev := otel.GetTracerProvider()
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	t.Cleanup(func() {
+		if otel.GetTracerProvider() != prev {
+			otel.SetTracerProvider(prev)
+		}
+	})
 }
 
 // traceOne starts tracing, ends one span and flushes; it returns the span's context.
@@ -56,35 +60,28 @@ func TestStartTracingExports(t *testing.T) {
 		name string
 		env  func(r *telemetrytest.Receiver) map[string]string
 	}{
-		{"default protocol is http/protobuf", func(r *telemetrytest.Receiver) map[string]string {
-			return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.HTTPEndpoint()}
+		{"default protocol is grpc", func(r *telemetrytest.Receiver) map[string]string {
+			return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.GRPCEndpoint()}
 		}},
-		{"grpc", func(r *telemetrytest.Receiver) map[string]string {
-			return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.GRPCEndpoint(), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+		{"http/protobuf", func(r *telemetrytest.Receiver) map[string]string {
+			return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.HTTPEndpoint(), "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
 		}},
 		{"traces protocol wins over the general one", func(r *telemetrytest.Receiver) map[string]string {
 			return map[string]string{
-				"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": r.GRPCEndpoint(), "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-				"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+				// A signal's own endpoint is the whole URL, path included.
+				"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": r.HTTPEndpoint() + "/v1/traces", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+				"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
 			}
-		}},
-		{"OTEL_SERVICE_NAME overrides the process's name", func(r *telemetrytest.Receiver) map[string]string {
-			return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.HTTPEndpoint(), "OTEL_SERVICE_NAME": "renamed"}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := telemetrytest.Start(t)
-			env := tc.env(r)
-			setEnv(t, env)
+			setEnv(t, tc.env(r))
 			sc := traceOne(t, "jobmesh-test")
 			spans := r.Wait(t, 30*time.Second, func(s []telemetrytest.Span) bool { return len(s) > 0 })
 			got := spans[0]
-			want := "jobmesh-test"
-			if env["OTEL_SERVICE_NAME"] != "" {
-				want = env["OTEL_SERVICE_NAME"]
-			}
-			if got.Name != "one" || got.TraceID != sc.TraceID().String() || got.Service != want {
-				t.Errorf("span: got %q trace %s service %q, want \"one\" trace %s service %q", got.Name, got.TraceID, got.Service, sc.TraceID(), want)
+			if got.Name != "one" || got.TraceID != sc.TraceID().String() || got.Service != "jobmesh-test" {
+				t.Errorf("span: got %q trace %s service %q, want \"one\" trace %s service jobmesh-test", got.Name, got.TraceID, got.Service, sc.TraceID())
 			}
 		})
 	}
@@ -119,11 +116,11 @@ func TestStartTracingOff(t *testing.T) {
 // unsampled and parentbased_always_on follows a sampled parent.
 func TestStartTracingSampler(t *testing.T) {
 	r := telemetrytest.Start(t)
-	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.HTTPEndpoint(), "OTEL_TRACES_SAMPLER": "always_off"})
+	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.GRPCEndpoint(), "OTEL_TRACES_SAMPLER": "always_off"})
 	if sc := traceOne(t, "sampled"); sc.IsSampled() {
 		t.Errorf("always_off: root span sampled")
 	}
-	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.HTTPEndpoint(), "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"})
+	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": r.GRPCEndpoint(), "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"})
 	if sc := traceOne(t, "sampled"); sc.IsSampled() {
 		t.Errorf("traceidratio 0: root span sampled")
 	}
