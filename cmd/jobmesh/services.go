@@ -248,7 +248,12 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	authSvc, err := auth.New(auth.Config{SessionTTL: sessionTTL, Logger: p.log}, store)
+	regConn, err := p.dial("--registry-addr", mesh.RegistryAddr)
+	if err != nil {
+		return err
+	}
+	authSvc, err := auth.New(auth.Config{SessionTTL: sessionTTL, Logger: p.log,
+		Groups: auth.ClientResolver{Registry: registryv1.NewRegistryServiceClient(regConn)}}, store)
 	if err != nil {
 		return err
 	}
@@ -263,7 +268,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	guard, err := p.peersGuard(guardDeps{Users: authSvc, Audit: authSvc}, ln.Addr().String(), peerAuth)
+	guard, err := p.peersGuard(guardDeps{Users: authSvc, Audit: authSvc, Registry: regConn}, ln.Addr().String(), peerAuth)
 	if err != nil {
 		return err
 	}
@@ -299,6 +304,9 @@ func (p *process) peersGuard(d guardDeps, self string, own peer) (*auth.Guard, e
 		p    peer
 		conn **grpc.ClientConn
 	}{{peerScheduler, &d.Jobs}, {peerRegistry, &d.Registry}, {peerLogs, &d.Logs}} {
+		if *q.conn != nil { // dialled already by the caller
+			continue
+		}
 		if *q.conn, err = p.dial(flag[q.p], addr[q.p]); err != nil {
 			return nil, err
 		}

@@ -250,6 +250,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Auth comes first: every server's guard asks it who a token belongs to.
 	acfg := cfg.Auth
 	acfg.Logger = log.With("service", "auth")
+	if acfg.Groups == nil {
+		acfg.Groups = auth.ClientResolver{Registry: registryv1.NewRegistryServiceClient(regConn)}
+	}
 	authSvc, err := auth.New(acfg, authDB)
 	if err != nil {
 		return nil, err

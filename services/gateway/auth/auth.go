@@ -59,6 +59,10 @@ type Config struct {
 	HashMemoryKiB uint32
 	// Logger receives the service's logs (never passwords or tokens); nil discards them.
 	Logger *slog.Logger
+	// Groups lists the executor groups, so CreateUser and UpdateUser refuse group ids that do
+	// not exist (ClientResolver asks the registry). Nil leaves them unchecked; every jobmesh
+	// process sets it.
+	Groups GroupLister
 }
 
 // Service serves AuthService: login and sessions, users, API tokens and the audit trail. It is

@@ -61,7 +61,8 @@ func (e *env) createUser(name string, role authv1.Role, groups ...int64) context
 func newEnv(t *testing.T, st dbtest.Store) *env {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
-	svc, err := auth.New(auth.Config{Now: clk.Now, SessionTTL: time.Hour, HashMemoryKiB: 1024}, dbtest.Open(t, st.Config, "auth", auth.MigrationsFS()))
+	svc, err := auth.New(auth.Config{Now: clk.Now, SessionTTL: time.Hour, HashMemoryKiB: 1024, Groups: knownGroups},
+		dbtest.Open(t, st.Config, "auth", auth.MigrationsFS()))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -90,6 +91,14 @@ func newEnv(t *testing.T, st dbtest.Store) *env {
 	e.admin = e.as(e.login("admin", pw))
 	return e
 }
+
+// groupList is an auth.GroupLister over a fixed set of executor groups.
+type groupList map[int64]string
+
+func (g groupList) GroupApps(context.Context) (map[int64]string, error) { return g, nil }
+
+// knownGroups are the executor groups the tests' users may be given.
+var knownGroups = groupList{1: "app-one", 3: "app-three", 7: "app-seven"}
 
 func wantCode(t *testing.T, what string, err error, want codes.Code) {
 	t.Helper()
@@ -138,6 +147,7 @@ func TestGuardedAuthService(t *testing.T) {
 					{"no role", &authv1.CreateUserRequest{Password: "long-enough", User: &authv1.User{Username: "ab"}}, "user.role"},
 					{"short password", &authv1.CreateUserRequest{Password: "short", User: &authv1.User{Username: "ab", Role: authv1.Role_ROLE_VIEWER}}, "password"},
 					{"bad group", &authv1.CreateUserRequest{Password: "long-enough", User: &authv1.User{Username: "ab", Role: authv1.Role_ROLE_VIEWER, GroupIds: []int64{-1}}}, "user.group_ids[0]"},
+					{"unknown group", &authv1.CreateUserRequest{Password: "long-enough", User: &authv1.User{Username: "ab", Role: authv1.Role_ROLE_VIEWER, GroupIds: []int64{1, 99}}}, "user.group_ids[1]"},
 					{"taken name", &authv1.CreateUserRequest{Password: "long-enough", User: &authv1.User{Username: "vera", Role: authv1.Role_ROLE_VIEWER}}, "user.username"},
 				} {
 					_, err := e.c.CreateUser(e.admin, tt.req)
@@ -151,6 +161,10 @@ func TestGuardedAuthService(t *testing.T) {
 					t.Fatalf("ListUsers(VER) = %v, %v; want vera", list, err)
 				}
 				id := list.GetUsers()[0].GetId()
+				_, err = e.c.UpdateUser(e.admin, &authv1.UpdateUserRequest{User: &authv1.User{Id: id, Role: authv1.Role_ROLE_VIEWER, GroupIds: []int64{42}}})
+				if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "user.group_ids[0]") {
+					t.Errorf("UpdateUser to an unknown group: %v, want InvalidArgument naming user.group_ids[0]", err)
+				}
 				up, err := e.c.UpdateUser(e.admin, &authv1.UpdateUserRequest{Password: "a-new-password",
 					User: &authv1.User{Id: id, Role: authv1.Role_ROLE_OPERATOR, GroupIds: []int64{3, 1, 3}}})
 				if err != nil || up.GetUser().GetRole() != authv1.Role_ROLE_OPERATOR || len(up.GetUser().GetGroupIds()) != 2 {
@@ -172,6 +186,29 @@ func TestGuardedAuthService(t *testing.T) {
 				wantCode(t, "deleting the last admin", err, codes.FailedPrecondition)
 				_, err = e.c.UpdateUser(e.admin, &authv1.UpdateUserRequest{User: &authv1.User{Id: me.GetUser().GetId(), Role: authv1.Role_ROLE_VIEWER}})
 				wantCode(t, "demoting the last admin", err, codes.FailedPrecondition)
+			})
+
+			t.Run("changing one's password ends one's other sessions", func(t *testing.T) {
+				here := e.createUser("cora", authv1.Role_ROLE_VIEWER, 1)
+				there := e.as(e.login("cora", "cora-password"))
+				ct, err := e.c.CreateApiToken(here, &authv1.CreateApiTokenRequest{Token: &authv1.ApiToken{Name: "cron"}})
+				if err != nil {
+					t.Fatalf("CreateApiToken: %v", err)
+				}
+				if _, err := e.c.ChangePassword(here, &authv1.ChangePasswordRequest{OldPassword: "cora-password", NewPassword: "cora-new-password"}); err != nil {
+					t.Fatalf("ChangePassword: %v", err)
+				}
+				if _, err := e.c.GetCurrentUser(here, &authv1.GetCurrentUserRequest{}); err != nil {
+					t.Errorf("the session that changed the password: %v, want it kept", err)
+				}
+				_, err = e.c.GetCurrentUser(there, &authv1.GetCurrentUserRequest{})
+				wantCode(t, "cora's other session after she changed her password", err, codes.Unauthenticated)
+				// API tokens are separate credentials: they stay until revoked (docs/auth.md).
+				if _, err := e.c.GetCurrentUser(e.as(ct.GetSecret()), &authv1.GetCurrentUserRequest{}); err != nil {
+					t.Errorf("cora's API token after a password change: %v, want it kept", err)
+				}
+				_, err = e.c.Login(ctx, &authv1.LoginRequest{Username: "cora", Password: "cora-password"})
+				wantCode(t, "login with the old password", err, codes.Unauthenticated)
 			})
 
 			t.Run("api tokens", func(t *testing.T) {

@@ -127,15 +127,20 @@ var rules = map[string]rule{
 	logsv1.LogService_WatchCompletions_FullMethodName:        {access: internal},
 }
 
+// GroupLister lists the executor groups that exist.
+type GroupLister interface {
+	// GroupApps returns the app name of every group, by group id.
+	GroupApps(ctx context.Context) (map[int64]string, error)
+}
+
 // GroupResolver finds the executor group of what a request names, for callers limited to
 // groups. ClientResolver asks the services over gRPC.
 type GroupResolver interface {
+	GroupLister
 	// JobGroup returns the group of a job.
 	JobGroup(ctx context.Context, jobID int64) (int64, error)
 	// RunGroup returns the group of a run (trigger id).
 	RunGroup(ctx context.Context, runID string) (int64, error)
-	// GroupApps returns the app name of every group, by group id.
-	GroupApps(ctx context.Context) (map[int64]string, error)
 }
 
 // checkGroups checks the groups a request of a grouped method touches against a caller limited

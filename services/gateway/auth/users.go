@@ -49,6 +49,23 @@ func checkUser(u *authv1.User, fs *apierr.Fields) {
 	}
 }
 
+// checkGroupsExist adds a violation for every group id of u that names no executor group.
+func (s *Service) checkGroupsExist(ctx context.Context, u *authv1.User, fs *apierr.Fields) error {
+	if s.cfg.Groups == nil || len(u.GetGroupIds()) == 0 {
+		return nil
+	}
+	apps, err := s.cfg.Groups.GroupApps(ctx)
+	if err != nil {
+		return err
+	}
+	for i, g := range u.GetGroupIds() {
+		if _, ok := apps[g]; !ok && g > 0 {
+			fs.Add(fmt.Sprintf("user.group_ids[%d]", i), "no executor group %d", g)
+		}
+	}
+	return nil
+}
+
 func joinGroups(ids []int64) string {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
@@ -99,6 +116,9 @@ func (s *Service) CreateUser(ctx context.Context, req *authv1.CreateUserRequest)
 	if n := len([]rune(req.GetPassword())); n < 8 || n > 128 {
 		fs.Add("password", "want 8-128 characters, got %d", n)
 	}
+	if err := s.checkGroupsExist(ctx, u, &fs); err != nil {
+		return nil, err
+	}
 	if err := fs.Err(); err != nil {
 		return nil, err
 	}
@@ -135,6 +155,9 @@ func (s *Service) UpdateUser(ctx context.Context, req *authv1.UpdateUserRequest)
 		if n := len([]rune(p)); n < 8 || n > 128 {
 			fs.Add("password", "want 8-128 characters, got %d", n)
 		}
+	}
+	if err := s.checkGroupsExist(ctx, u, &fs); err != nil {
+		return nil, err
 	}
 	if err := fs.Err(); err != nil {
 		return nil, err
