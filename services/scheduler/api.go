@@ -618,3 +618,29 @@ func tsMs(ms int64) *timestamppb.Timestamp {
 }
 
 func fieldMask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+
+// checkTriggerAddresses refuses trigger address overrides outside the job's executor group: each
+// must be an address the group routes over now (an online executor of an AUTO group, the list of
+// a MANUAL one) or one of its manual addresses. Otherwise whoever may fire a job could run its
+// handler on another group's machines. The rule holds for every caller, admins included; an
+// admin who wants another machine adds it to the group first (docs/auth.md).
+func (s *Service) checkTriggerAddresses(ctx context.Context, groupID int64, addrs []string) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	g, err := s.groups.group(ctx, groupID)
+	if err != nil {
+		return err
+	}
+	routed, err := s.groups.addresses(ctx, groupID)
+	if err != nil {
+		return err
+	}
+	var bad apierr.Fields
+	for i, a := range addrs {
+		if !slices.Contains(routed, a) && !slices.Contains(g.GetManualAddresses(), a) {
+			bad.Add(fmt.Sprintf("addresses[%d]", i), "%s is not an executor of the job's group %d (%s): want an online executor or a manual address of it", a, groupID, g.GetAppName())
+		}
+	}
+	return bad.Err()
+}

@@ -214,6 +214,9 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkTriggerAddresses(ctx, j.GroupID, req.GetAddresses()); err != nil {
+		return nil, err
+	}
 	f := &fire{job: j, fireMs: s.clk.Now().UnixMilli(), trigType: tt, addresses: req.GetAddresses()}
 	if req.GetParams() != "" {
 		p := req.GetParams()
