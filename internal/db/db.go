@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"go.opentelemetry.io/otel/metric"
 	"modernc.org/sqlite" // the embedded store of jobmesh dev
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -65,7 +66,8 @@ type DB struct {
 	*sql.DB
 	dialect Dialect
 	schema  string
-	rebind  sync.Map // query → rebound query (SQLite)
+	rebind  sync.Map            // query → rebound query (SQLite)
+	metrics metric.Registration // the pool stats callback; nil when not registered
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_]+$`)
@@ -108,7 +110,7 @@ func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("db: ping postgres: %w", err)
 	}
-	return &DB{DB: sdb, dialect: Postgres, schema: cfg.Schema}, nil
+	return withPoolMetrics(&DB{DB: sdb, dialect: Postgres, schema: cfg.Schema}), nil
 }
 
 func openSQLite(ctx context.Context, cfg Config) (*DB, error) {
@@ -129,7 +131,13 @@ func openSQLite(ctx context.Context, cfg Config) (*DB, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("db: open sqlite %s: %w", path, err)
 	}
-	return &DB{DB: sdb, dialect: SQLite, schema: cfg.Schema}, nil
+	return withPoolMetrics(&DB{DB: sdb, dialect: SQLite, schema: cfg.Schema}), nil
+}
+
+// withPoolMetrics registers d's pool metrics; a store works without them.
+func withPoolMetrics(d *DB) *DB {
+	_ = d.observePool() // fails only with a broken MeterProvider, which then reports nothing anyway
+	return d
 }
 
 // Dialect tells which SQL flavour the store speaks.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -45,7 +46,7 @@ func final(st int32) bool { return st > statusRunning }
 // IngestTriggerRecords implements IngestService: each batch is upserted in one transaction and
 // acknowledged after commit.
 func (s *Service) IngestTriggerRecords(stream grpc.BidiStreamingServer[logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]) error {
-	return serveBatches(s, "trigger records", stream, func(ctx context.Context, req *logsv1.IngestTriggerRecordsRequest) (*logsv1.IngestTriggerRecordsResponse, error) {
+	return serveBatches(s, "trigger records", streamRecords, recordsStats, stream, func(ctx context.Context, req *logsv1.IngestTriggerRecordsRequest) (*logsv1.IngestTriggerRecordsResponse, error) {
 		if err := s.writeRecords(ctx, req.GetRecords()); err != nil {
 			return nil, err
 		}
@@ -56,7 +57,7 @@ func (s *Service) IngestTriggerRecords(stream grpc.BidiStreamingServer[logsv1.In
 // IngestResults implements IngestService: a RUNNING result records that an executor accepted
 // the fire; final results for runs that already ended are refused and listed in the ack.
 func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]) error {
-	return serveBatches(s, "results", stream, func(ctx context.Context, req *logsv1.IngestResultsRequest) (*logsv1.IngestResultsResponse, error) {
+	return serveBatches(s, "results", streamResults, resultsStats, stream, func(ctx context.Context, req *logsv1.IngestResultsRequest) (*logsv1.IngestResultsResponse, error) {
 		refused, err := s.writeResults(ctx, req.GetResults())
 		if err != nil {
 			return nil, err
@@ -67,7 +68,7 @@ func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestRes
 
 // IngestLogLines implements IngestService: a line already stored is kept as it is.
 func (s *Service) IngestLogLines(stream grpc.BidiStreamingServer[logsv1.IngestLogLinesRequest, logsv1.IngestLogLinesResponse]) error {
-	return serveBatches(s, "log lines", stream, func(ctx context.Context, req *logsv1.IngestLogLinesRequest) (*logsv1.IngestLogLinesResponse, error) {
+	return serveBatches(s, "log lines", streamLines, linesStats, stream, func(ctx context.Context, req *logsv1.IngestLogLinesRequest) (*logsv1.IngestLogLinesResponse, error) {
 		if err := s.writeLines(ctx, req.GetLines()); err != nil {
 			return nil, err
 		}
@@ -76,8 +77,10 @@ func (s *Service) IngestLogLines(stream grpc.BidiStreamingServer[logsv1.IngestLo
 }
 
 // serveBatches answers each batch of a stream after write commits it; the first error ends the
-// stream with that error's status.
-func serveBatches[Req, Resp any](s *Service, name string, stream grpc.BidiStreamingServer[Req, Resp], write func(context.Context, *Req) (*Resp, error)) error {
+// stream with that error's status. Each batch is measured (label is the stream's
+// jobmesh.ingest.stream value; stats counts its items and finds the oldest one's time).
+func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req) (int, int64), stream grpc.BidiStreamingServer[Req, Resp],
+	write func(context.Context, *Req) (*Resp, error)) error {
 	ctx := stream.Context()
 	for {
 		req, err := stream.Recv()
@@ -93,12 +96,13 @@ func serveBatches[Req, Resp any](s *Service, name string, stream grpc.BidiStream
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		began := time.Now()
 		resp, err := write(ctx, req)
 		<-s.writing
+		n, oldestMs := stats(req)
+		s.metrics.batch(label, n, oldestMs, time.Since(began), s.now(), err)
 		if err != nil {
-			var fe *apierr.FieldError
-			var fs apierr.Fields
-			if errors.As(err, &fe) || errors.As(err, &fs) || ctx.Err() != nil {
+			if isFieldError(err) || ctx.Err() != nil {
 				return err
 			}
 			s.log.ErrorContext(ctx, "ingest batch failed", "stream", name, "error", err)

@@ -139,6 +139,7 @@ type Service struct {
 	// beforeCommit, when set (tests only), runs between a transaction's last write and its
 	// commit: where a crash must lose the batch and its acknowledgement together.
 	beforeCommit func(context.Context, *sql.Tx)
+	metrics      *metrics
 
 	mu      sync.Mutex
 	started bool
@@ -160,7 +161,7 @@ func New(cfg Config, store *db.DB, killer Killer) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub(),
-		writing: make(chan struct{}, cfg.MaxWritingBatches)}, nil
+		writing: make(chan struct{}, cfg.MaxWritingBatches), metrics: newMetrics()}, nil
 }
 
 // Register adds IngestService and LogService to g.
@@ -180,6 +181,7 @@ func (s *Service) Start(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.done = make(chan struct{})
 	s.started = true
+	s.metrics.observe(s)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.retain(ctx) })
 	wg.Go(func() { s.sweep(ctx) })
@@ -219,6 +221,7 @@ func (s *Service) Stop() {
 	if cancel != nil {
 		cancel()
 		<-done
+		s.metrics.stop()
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -55,6 +56,7 @@ type Service struct {
 	started bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+	metrics metric.Registration // the executors-online callback
 }
 
 // New returns a registry over its store and an etcd client.
@@ -83,6 +85,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
+	if s.metrics, err = s.view.observeOnline(); err != nil {
+		s.log.Warn("executors-online metric not registered", "error", err)
+	}
 	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.done = make(chan struct{})
 	s.started = true
@@ -96,12 +101,15 @@ func (s *Service) Start(ctx context.Context) error {
 // Stop ends the watch. It is idempotent.
 func (s *Service) Stop() {
 	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
+	cancel, done, reg := s.cancel, s.done, s.metrics
+	s.cancel, s.metrics = nil, nil
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()
 		<-done
+	}
+	if reg != nil {
+		_ = reg.Unregister()
 	}
 }
 

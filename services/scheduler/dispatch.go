@@ -59,6 +59,7 @@ func (s *Service) submit(f *fire) {
 		p = s.slow
 	}
 	if !p.trySubmit(f) {
+		s.metrics.rejected(p)
 		s.recordFailure(f, 0, 1, "", fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue)))
 		if f.lead != nil {
 			s.settle(f)
@@ -90,6 +91,7 @@ func (s *Service) dispatch(f *fire) []string {
 	} else {
 		addrs, err := s.groups.addresses(ctx, f.job.GroupID)
 		if err != nil {
+			s.metrics.gaveUp(outcomeNoRoute)
 			return []string{s.recordFailure(f, 0, 1, "", "route: "+err.Error())}
 		}
 		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
@@ -98,6 +100,7 @@ func (s *Service) dispatch(f *fire) []string {
 			if dec.Message != "" { // FAILOVER and BUSYOVER say which executors failed their check, and why
 				msg += "\n" + dec.Message
 			}
+			s.metrics.gaveUp(outcomeNoRoute)
 			return []string{s.recordFailure(f, 0, 1, "", msg)}
 		}
 		targets, routeMsg = dec.Targets, dec.Message
@@ -127,7 +130,8 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 		params = *f.params
 	}
 	id := TriggerID(j.ID, f.fireMs, shard, f.attempt)
-	now := s.clk.Now().UnixMilli()
+	sentAt := s.clk.Now()
+	now := sentAt.UnixMilli()
 	tc := map[string]string{}
 	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(tc))
 	trig := &executorv1.Trigger{
@@ -139,17 +143,24 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
 	ack, err := s.execs.run(ctx, t.Address, trig)
+	outcome := outcomeAccepted
 	switch {
 	case err != nil:
+		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %v", routeMsg, t.Address, err)
 	case ack.GetOutcome() == executorv1.RunOutcome_RUN_OUTCOME_REJECTED:
+		outcome = outcomeRejected
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s rejected the fire: %s", routeMsg, t.Address, ack.GetMessage())
 	default:
+		if ack.GetOutcome() == executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE {
+			outcome = outcomeDuplicate
+		}
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %s", routeMsg, t.Address, strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_"))
 	}
+	s.metrics.sent(f.trigType, f.fireMs, sentAt, outcome)
 	s.deliver(rec)
 	return id
 }

@@ -15,7 +15,11 @@ import (
 // ctx ends or a newer leader fences this one off.
 func (s *Service) preReadLoop(ctx context.Context, l *leadership) error {
 	for ctx.Err() == nil {
+		start := time.Now() // a measurement, not scheduling: the wall clock
 		n, err := s.preRead(ctx, l)
+		if err == nil {
+			s.metrics.scanned(time.Since(start), n)
+		}
 		switch {
 		case errors.Is(err, errDeposed):
 			return err

@@ -151,6 +151,7 @@ type Service struct {
 	fast     *pool
 	slow     *pool
 	slowness *slowTracker
+	metrics  *metrics
 	records  *ackstream.Sender[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]
 
 	mu      sync.Mutex
@@ -175,7 +176,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, store: deps.Store, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
 		groups: newRouteView(deps.Registry, cfg.Logger),
-		execs:  newExecutorPool(cfg.ExecutorDialOptions),
+		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
 	s.slowness = newSlowTracker(cfg.Clock)
@@ -212,6 +213,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.started = true
 	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.records.Start(ctx)
+	s.metrics.observe(s)
 	s.fast.start(s.dispatch)
 	s.slow.start(s.dispatch)
 	s.wg.Add(2)
@@ -241,6 +243,7 @@ func (s *Service) Stop() {
 	fcancel()
 	s.records.Stop()
 	s.execs.close()
+	s.metrics.stop()
 }
 
 // GetStatus implements SchedulerService.

@@ -137,6 +137,7 @@ type Executor struct {
 	startTime time.Time
 	out       outbox
 	reg       *registrar
+	metrics   *metrics
 
 	retainStop, retainDone chan struct{} // the run log pruner
 
@@ -161,6 +162,7 @@ func New(cfg Config) (*Executor, error) {
 		recent:     newRecentIDs(recentCap),
 		baseCtx:    context.Background(),
 		out:        nopOutbox{},
+		metrics:    newMetrics(cfg.AppName),
 	}
 	e.Handle(CommandHandler, e.commandHandler)
 	e.Handle(HTTPHandler, e.httpHandler)
@@ -283,6 +285,7 @@ func (e *Executor) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	e.metrics.observe(e)
 	e.log.Info("executor started", "app", e.cfg.AppName, "instance", e.cfg.InstanceID, "listen_addr", e.addr,
 		"advertise_addr", e.advertise, "logsvc_addr", e.cfg.LogsvcAddr, "registered", e.cfg.Etcd != nil)
 	return nil
@@ -383,6 +386,7 @@ func (e *Executor) stop() {
 		close(e.retainStop)
 		<-e.retainDone
 	}
+	e.metrics.stop()
 	e.log.Info("executor stopped", "app", e.cfg.AppName, "instance", e.cfg.InstanceID)
 }
 

@@ -347,6 +347,7 @@ func (e *Executor) execute(w *worker, r *run) {
 	}
 	start := time.Now()
 	r.begin(start)
+	e.metrics.started(r.t.GetTriggerType(), r.t.GetScheduledUnixMs(), start)
 
 	ctx := r.ctx
 	if secs := r.t.GetTimeoutSeconds(); secs > 0 {
@@ -471,6 +472,7 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 		}
 	}
 	r.cancel(context.Canceled)
+	e.metrics.ended(status)
 
 	msg = cleanText(msg)
 	e.out.addResult(&logsv1.RunResult{
