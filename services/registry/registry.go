@@ -42,15 +42,25 @@ func MigrationsFS() fs.FS {
 type Config struct {
 	// Logger receives the registry's logs; nil discards them.
 	Logger *slog.Logger
+	// RevealTokens reports whether a call comes from another jobmesh service (the auth guard's
+	// internal caller), which reads groups' access tokens in clear: the scheduler presents them
+	// to executors. Everyone else, people included, reads them as MaskedToken. Nil reveals them
+	// to no one.
+	RevealTokens func(ctx context.Context) bool
 }
+
+// MaskedToken is what reads return in place of a group's access token. Sent back in an update
+// (as a form that shows the masked value does), it keeps the stored token.
+const MaskedToken = "****"
 
 // Service serves RegistryService.
 type Service struct {
 	registryv1.UnimplementedRegistryServiceServer
 
-	log   *slog.Logger
-	store *db.DB
-	view  *view
+	log    *slog.Logger
+	store  *db.DB
+	view   *view
+	reveal func(context.Context) bool
 
 	mu      sync.Mutex
 	started bool
@@ -68,7 +78,11 @@ func New(cfg Config, store *db.DB, etcd *clientv3.Client) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{log: log, store: store, view: newView(log, etcd, time.Now)}, nil
+	reveal := cfg.RevealTokens
+	if reveal == nil {
+		reveal = func(context.Context) bool { return false }
+	}
+	return &Service{log: log, store: store, view: newView(log, etcd, time.Now), reveal: reveal}, nil
 }
 
 // Register adds RegistryService to g.
@@ -188,6 +202,9 @@ func (s *Service) CreateExecutorGroup(ctx context.Context, req *registryv1.Creat
 	if g.AddressType == registryv1.AddressType_ADDRESS_TYPE_UNSPECIFIED {
 		g.AddressType = registryv1.AddressType_ADDRESS_TYPE_AUTO
 	}
+	if g.AccessToken == MaskedToken {
+		return nil, apierr.Field("access_token", "%q is how reads mask a token; give the token itself", MaskedToken)
+	}
 	if err := validateGroup(g); err != nil {
 		return nil, err
 	}
@@ -233,7 +250,9 @@ func (s *Service) UpdateExecutorGroup(ctx context.Context, req *registryv1.Updat
 		case "manual_addresses":
 			cur.ManualAddresses = in.ManualAddresses
 		case "access_token":
-			cur.AccessToken = in.AccessToken
+			if in.AccessToken != MaskedToken { // the masked value read back: keep the token
+				cur.AccessToken = in.AccessToken
+			}
 		default:
 			return nil, apierr.Field("update_mask", "unknown or read-only field %q", p)
 		}
@@ -279,10 +298,10 @@ func (s *Service) getGroup(ctx context.Context, id int64) (*registryv1.ExecutorG
 }
 
 // resolve fills in the addresses in use now (for AUTO groups, the online executors with their
-// last-seen times) and masks the token.
+// last-seen times) and masks the token unless the caller is a service (Config.RevealTokens).
 func (s *Service) resolve(ctx context.Context, g *registryv1.ExecutorGroup) *registryv1.ExecutorGroup {
-	if g.AccessToken != "" {
-		g.AccessToken = "****"
+	if g.AccessToken != "" && !s.reveal(ctx) {
+		g.AccessToken = MaskedToken
 	}
 	switch g.AddressType {
 	case registryv1.AddressType_ADDRESS_TYPE_MANUAL:

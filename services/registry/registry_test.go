@@ -36,8 +36,14 @@ func serve(t *testing.T, store dbtest.Store) registryv1.RegistryServiceClient {
 // serveWith is serve with the registry's own etcd client and logger (nil discards logs).
 func serveWith(t *testing.T, store dbtest.Store, cli *clientv3.Client, log *slog.Logger) registryv1.RegistryServiceClient {
 	t.Helper()
+	return serveConfig(t, store, cli, registry.Config{Logger: log})
+}
+
+// serveConfig is serveWith with the whole registry configuration.
+func serveConfig(t *testing.T, store dbtest.Store, cli *clientv3.Client, cfg registry.Config) registryv1.RegistryServiceClient {
+	t.Helper()
 	d := dbtest.Open(t, store.Config, "registry", registry.MigrationsFS())
-	svc, err := registry.New(registry.Config{Logger: log}, d, cli)
+	svc, err := registry.New(cfg, d, cli)
 	if err != nil {
 		t.Fatalf("registry.New: %v", err)
 	}

@@ -632,7 +632,7 @@ func (s *Service) checkTriggerAddresses(ctx context.Context, groupID int64, addr
 	if err != nil {
 		return err
 	}
-	routed, err := s.groups.addresses(ctx, groupID)
+	routed, _, err := s.groups.addresses(ctx, groupID)
 	if err != nil {
 		return err
 	}

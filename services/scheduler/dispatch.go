@@ -9,6 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -89,11 +91,12 @@ func (s *Service) dispatch(f *fire) []string {
 		}
 		routeMsg = "addresses given by the trigger request: " + strings.Join(f.addresses, ", ")
 	} else {
-		addrs, err := s.groups.addresses(ctx, f.job.GroupID)
+		addrs, token, err := s.groups.addresses(ctx, f.job.GroupID)
 		if err != nil {
 			s.metrics.gaveUp(outcomeNoRoute)
 			return []string{s.recordFailure(f, 0, 1, "", "route: "+err.Error())}
 		}
+		ctx = withAccessToken(ctx, token) // route probes and Run alike, all to the group's executors
 		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
 		if err != nil {
 			msg := fmt.Sprintf("route %s over group %d: %v", strings.TrimPrefix(f.job.Route.String(), "ROUTE_STRATEGY_"), f.job.GroupID, err)
@@ -113,7 +116,11 @@ func (s *Service) dispatch(f *fire) []string {
 	}
 	ids := make([]string, 0, len(targets))
 	for _, t := range targets {
-		ids = append(ids, s.send(ctx, f, t, routeMsg))
+		tctx := ctx
+		if len(f.addresses) > 0 {
+			tctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
+		}
+		ids = append(ids, s.send(tctx, f, t, routeMsg))
 	}
 	return ids
 }
@@ -145,6 +152,9 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	ack, err := s.execs.run(ctx, t.Address, trig)
 	outcome := outcomeAccepted
 	switch {
+	case status.Code(err) == codes.Unauthenticated:
+		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s %s (Unauthenticated): %s", routeMsg, t.Address, refusal(ctx, j.GroupID), status.Convert(err).Message())
 	case err != nil:
 		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
@@ -163,6 +173,14 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	s.metrics.sent(f.trigType, f.fireMs, sentAt, outcome)
 	s.deliver(rec)
 	return id
+}
+
+// refusal says what an executor that answered Unauthenticated refused.
+func refusal(ctx context.Context, groupID int64) string {
+	if presentsToken(ctx) {
+		return fmt.Sprintf("refused the access token of executor group %d; the group's token must be the one the executor expects", groupID)
+	}
+	return fmt.Sprintf("refused a call without an access token: executor group %d has none, or the address is not one of its executors", groupID)
 }
 
 // record starts the trigger record of one shard of a fire.

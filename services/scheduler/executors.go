@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
@@ -188,21 +189,66 @@ func (v *routeView) apply(ev *registryv1.WatchExecutorsResponse) {
 	}
 }
 
-// addresses returns the sorted addresses a group routes over now.
-func (v *routeView) addresses(ctx context.Context, groupID int64) ([]string, error) {
+// addresses returns the sorted addresses a group routes over now and the access token its
+// executors expect (empty for none).
+func (v *routeView) addresses(ctx context.Context, groupID int64) ([]string, string, error) {
 	g, err := v.group(ctx, groupID)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if g.AddressType == registryv1.AddressType_ADDRESS_TYPE_MANUAL {
-		return g.Addresses, nil
+		return g.Addresses, g.AccessToken, nil
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.sorted[g.AppName], nil
+	return v.sorted[g.AppName], g.AccessToken, nil
 }
 
-// group returns a group from the cache, reading it again when older than groupRefresh.
+// tokenFor returns the access token of a group to present to addr: empty when the group has
+// none or cannot be read, or when addr is not one of the group's executors now (an address it
+// routes over or one of its manual addresses, as checkTriggerAddresses asks of a trigger's
+// addresses). A group's token goes only to its own executors.
+func (v *routeView) tokenFor(ctx context.Context, groupID int64, addr string) string {
+	g, err := v.group(ctx, groupID)
+	if err != nil {
+		return ""
+	}
+	addrs, token, err := v.addresses(ctx, groupID)
+	if err != nil || !slices.Contains(addrs, addr) && !slices.Contains(g.GetManualAddresses(), addr) {
+		return ""
+	}
+	return token
+}
+
+// withAccessToken presents a group's access token on the executor calls made with ctx (Run,
+// Kill, Beat, IdleBeat), as the metadata agents check: "authorization: Bearer <token>"
+// (sdk.Config.AccessToken). An empty token presents nothing.
+func withAccessToken(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// killContext presents, on a Kill of a run of job jobID on addr, the access token of the job's
+// group (see tokenFor); the run of a job deleted meanwhile is killed without one.
+func (s *Service) killContext(ctx context.Context, jobID int64, addr string) context.Context {
+	j, err := s.jobs.get(ctx, s.store, jobID)
+	if err != nil {
+		return ctx
+	}
+	return withAccessToken(ctx, s.groups.tokenFor(ctx, j.GroupID, addr))
+}
+
+// presentsToken reports whether calls made with ctx present an access token.
+func presentsToken(ctx context.Context) bool {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return len(md.Get("authorization")) > 0
+}
+
+// group returns a group from the cache, reading it again when older than groupRefresh, so a
+// changed group (its addresses, its rotated access token) takes effect within groupRefresh.
+// The scheduler calls the registry as a service, so the group's access token comes in clear.
 func (v *routeView) group(ctx context.Context, id int64) (*registryv1.ExecutorGroup, error) {
 	v.mu.RLock()
 	e, ok := v.groups[id]

@@ -75,7 +75,7 @@ func TestRouteViewFollowsTheRegistry(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			got, err := v.addresses(t.Context(), gid)
+			got, _, err := v.addresses(t.Context(), gid)
 			if err == nil && slices.Equal(got, want) {
 				return
 			}

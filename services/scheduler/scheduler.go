@@ -269,6 +269,7 @@ func (s *Service) KillTrigger(ctx context.Context, req *schedulerv1.KillTriggerR
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
 	defer cancel()
+	ctx = s.killContext(ctx, req.GetJobId(), req.GetAddress())
 	resp, err := cli.Kill(ctx, &executorv1.KillRequest{JobId: req.GetJobId(), TriggerId: req.GetTriggerId()})
 	if err != nil {
 		return nil, fmt.Errorf("kill %s on %s: %w", req.GetTriggerId(), req.GetAddress(), err)

@@ -48,7 +48,8 @@ type Config struct {
 	// (glue/). Required.
 	LogDir string
 	// AccessToken, when set, must be presented by every ExecutorService call as the metadata
-	// "authorization: Bearer <token>"; other calls fail with Unauthenticated.
+	// "authorization: Bearer <token>"; other calls fail with Unauthenticated. Give it the
+	// access token of the executor's group: the scheduler presents that (docs/auth.md).
 	AccessToken string
 	// Version is the version the executor reports and registers.
 	Version string

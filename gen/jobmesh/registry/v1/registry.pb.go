@@ -254,8 +254,9 @@ type ExecutorGroup struct {
 	AddressType AddressType `protobuf:"varint,4,opt,name=address_type,json=addressType,proto3,enum=jobmesh.registry.v1.AddressType" json:"address_type,omitempty"`
 	// MANUAL groups: executor addresses ("host:port"), at most 1000.
 	ManualAddresses []string `protobuf:"bytes,5,rep,name=manual_addresses,json=manualAddresses,proto3" json:"manual_addresses,omitempty"`
-	// Token executors of the group expect from the scheduler; empty means none. Write-only: reads
-	// return it masked.
+	// Token executors of the group expect from the scheduler; empty means none, at most 255
+	// characters. Write-only for people: reads return it masked as "****" (only jobmesh services,
+	// calling with the internal token, read it), and "****" sent back in an update keeps it.
 	AccessToken string `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
 	// The addresses in use now, sorted: online executors for AUTO, the manual list for MANUAL.
 	Addresses []string `protobuf:"bytes,7,rep,name=addresses,proto3" json:"addresses,omitempty"`
