@@ -81,14 +81,21 @@ func TestSchedulerRSS(t *testing.T) {
 	n, every := *rssJobs, rssEvery.Milliseconds()
 	start := time.Now().Add(5 * time.Second).UnixMilli()
 	if _, err := store.ExecContext(t.Context(), `INSERT INTO jobs (group_id, name, schedule_type, schedule_expr,
-		misfire_strategy, route_strategy, block_strategy, retry_backoff, glue_type, handler, status, next_fire_ms,
+		misfire_strategy, route_strategy, block_strategy, retry_backoff, glue_type, handler, status,
 		create_ms, update_ms)
-		SELECT $1, 'rss-' || g, 3, $2, 1, 1, 1, 1, 1, 'noop', 2, $3::bigint + (g::bigint * $4::bigint / $5::bigint), 0, 0
-		FROM generate_series(1, $5) g`, st.GroupID, rssEvery.String(), start, every, n); err != nil {
+		SELECT $1, 'rss-' || g, 3, $2, 1, 1, 1, 1, 1, 'noop', 2, 0, 0
+		FROM generate_series(1, $3) g`, st.GroupID, rssEvery.String(), n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.ExecContext(t.Context(), `VACUUM ANALYZE jobs`); err != nil {
+	// Fire times spread evenly over one period (the scheduling state is in job_state).
+	if _, err := store.ExecContext(t.Context(), `INSERT INTO job_state (job_id, next_fire_ms)
+		SELECT id, $1::bigint + (id * $2::bigint / $3::bigint) FROM jobs WHERE name LIKE 'rss-%'`, start, every, n); err != nil {
 		t.Fatal(err)
+	}
+	for _, tbl := range []string{"jobs", "job_state"} {
+		if _, err := store.ExecContext(t.Context(), `VACUUM ANALYZE `+tbl); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Logf("%d jobs stored, FIX_RATE %v: %.0f fires/s", n, *rssEvery, float64(n)/rssEvery.Seconds())
 	time.Sleep(*rssRun) // the measurement's duration

@@ -115,7 +115,8 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 			sch, err := parseSchedule(j)
 			if err == nil {
 				next := max(c.GetEndUnixMs(), s.clk.Now().UnixMilli()) + sch.Interval().Milliseconds()
-				if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET next_fire_ms = $2 WHERE id = $1 AND next_fire_ms IS NULL`), j.ID, next); err != nil {
+				if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE job_state SET next_fire_ms = $2 WHERE job_id = $1 AND next_fire_ms IS NULL
+					AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = $1 AND jobs.status = 2)`), j.ID, next); err != nil {
 					return fmt.Errorf("schedule next FIX_DELAY fire of job %d: %w", j.ID, err)
 				}
 			}

@@ -81,6 +81,7 @@ func (s store) duePending(ctx context.Context, q interface {
 }, horizonMs int64, limit int) ([]*fire, []int64, error) {
 	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
 		p.fire_params, p.due_ms, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
+		LEFT JOIN job_state ON job_state.job_id = jobs.id
 		WHERE p.due_ms <= $1 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read pending fires: %w", err)

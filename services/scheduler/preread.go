@@ -71,16 +71,6 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 			l.owed.restore(marks)
 		}
 	}()
-	flush := make(map[int64]int64, len(marks))
-	for id, ms := range marks {
-		flush[id] = ms
-	}
-	for _, j := range due {
-		delete(flush, j.ID)
-	}
-	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
-		return 0, err
-	}
 	var armed []ringEntry
 	advances := make([]advance, 0, len(due))
 	for _, j := range due {
@@ -88,7 +78,10 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		if err != nil {
 			// Stored schedules were validated; one that no longer parses is stopped, not retried forever.
 			s.log.Error("stopping job with an unreadable schedule", "job_id", j.ID, "error", err)
-			if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET status = 1, next_fire_ms = NULL WHERE id = $1`), j.ID); err != nil {
+			if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET status = 1 WHERE id = $1`), j.ID); err != nil {
+				return 0, fmt.Errorf("pre-read: %w", err)
+			}
+			if err := s.jobs.setNextFire(ctx, tx, j.ID, 0); err != nil {
 				return 0, fmt.Errorf("pre-read: %w", err)
 			}
 			continue
@@ -102,9 +95,30 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 				armedFrom = f.fireMs
 			}
 		}
-		advances = append(advances, advance{id: j.ID, lastMs: last, nextMs: next, armedFromMs: armedFrom})
+		advances = append(advances, advance{id: j.ID, readMs: j.NextFireMs, lastMs: last, nextMs: next, armedFromMs: armedFrom})
 	}
-	if err := s.jobs.advanceAll(ctx, tx, advances); err != nil {
+	advanced, err := s.jobs.advanceAll(ctx, tx, advances)
+	if err != nil {
+		return 0, err
+	}
+	if len(advanced) < len(advances) {
+		// The API moved these jobs' next fire after the scan read it: their fires are not ours.
+		kept := armed[:0]
+		for _, e := range armed {
+			if advanced[e.JobID] {
+				kept = append(kept, e)
+			}
+		}
+		armed = kept
+	}
+	// The advanced jobs got their marks with the advance; the others get theirs here.
+	flush := make(map[int64]int64, len(marks))
+	for id, ms := range marks {
+		if !advanced[id] {
+			flush[id] = ms
+		}
+	}
+	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {

@@ -27,14 +27,20 @@ func BenchmarkPreRead(b *testing.B) {
 	nowMs := now.UnixMilli()
 	// Every job runs FIX_RATE 60s; `due` of them fall inside the window, the rest later.
 	if _, err := d.ExecContext(ctx, `INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
-		block_strategy, retry_backoff, glue_type, handler, status, next_fire_ms, create_ms, update_ms)
-		SELECT 1, 'j' || g, 3, '60s', 1, 1, 1, 1, 1, 'h', 2,
-			CASE WHEN g <= $2 THEN $1::bigint + (g % 4000) ELSE $1::bigint + 30000 + (g % 30000) END, 0, 0
-		FROM generate_series(1, $3) g`, nowMs, due, total); err != nil {
+		block_strategy, retry_backoff, glue_type, handler, status, create_ms, update_ms)
+		SELECT 1, 'j' || g, 3, '60s', 1, 1, 1, 1, 1, 'h', 2, 0, 0
+		FROM generate_series(1, $1) g`, total); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := d.ExecContext(ctx, `VACUUM ANALYZE jobs`); err != nil {
+	if _, err := d.ExecContext(ctx, `INSERT INTO job_state (job_id, next_fire_ms)
+		SELECT id, CASE WHEN id <= $2 THEN $1::bigint + (id % 4000) ELSE $1::bigint + 30000 + (id % 30000) END FROM jobs`,
+		nowMs, due); err != nil {
 		b.Fatal(err)
+	}
+	for _, t := range []string{"jobs", "job_state"} {
+		if _, err := d.ExecContext(ctx, `VACUUM ANALYZE `+t); err != nil {
+			b.Fatal(err)
+		}
 	}
 	clk := clock.NewFake(now)
 	s := &Service{cfg: Config{PreReadWindow: 5 * time.Second, PreReadBatch: due, MisfireThreshold: 5 * time.Second, ReplicaID: "bench"},
@@ -43,7 +49,7 @@ func BenchmarkPreRead(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		// Make the same jobs due again, and start with an empty ring.
-		if _, err := d.ExecContext(ctx, `UPDATE jobs SET next_fire_ms = $1::bigint + (id % 4000), armed_from_ms = NULL WHERE id <= $2`, nowMs, due); err != nil {
+		if _, err := d.ExecContext(ctx, `UPDATE job_state SET next_fire_ms = $1::bigint + (job_id % 4000), armed_from_ms = NULL WHERE job_id <= $2`, nowMs, due); err != nil {
 			b.Fatal(err)
 		}
 		l := &leadership{epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: nowMs}

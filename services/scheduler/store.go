@@ -57,6 +57,10 @@ const jobColumns = `id, group_id, name, author, alarm_emails, schedule_type, sch
 	retry_backoff, retry_interval_ms, glue_type, glue_source, glue_remark, glue_updated_ms, child_job_ids,
 	status, COALESCE(last_fire_ms, 0), COALESCE(next_fire_ms, 0), version, create_ms, update_ms`
 
+// jobsFrom is where jobColumns are read from: a job's definition with its scheduling state
+// (migration 00004 keeps that in the narrow job_state table).
+const jobsFrom = `jobs LEFT JOIN job_state ON job_state.job_id = jobs.id`
+
 type scanner interface{ Scan(dest ...any) error }
 
 // jobFields are the scan destinations of jobColumns.
@@ -89,7 +93,7 @@ type store struct{ db *db.DB }
 func (s store) get(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, id int64) (*jobRow, error) {
-	j, err := scanJob(q.QueryRowContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs WHERE id = $1`), id))
+	j, err := scanJob(q.QueryRowContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id = $1`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("job %d: %w", id, apierr.ErrNotFound)
 	}
@@ -109,13 +113,16 @@ func (s store) insert(ctx context.Context, j *jobRow) (int64, error) {
 	err = tx.QueryRowContext(ctx, s.db.Q(`INSERT INTO jobs (group_id, name, author, alarm_emails, schedule_type, schedule_expr,
 		time_zone, misfire_strategy, route_strategy, handler, params, block_strategy, timeout_seconds, retry_count,
 		retry_backoff, retry_interval_ms, glue_type, glue_source, glue_remark, glue_updated_ms, child_job_ids, status,
-		next_fire_ms, version, create_ms, update_ms)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,1,$24,$24)
+		version, create_ms, update_ms)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,1,$23,$23)
 		RETURNING id`),
 		j.GroupID, j.Name, j.Author, j.AlarmEmails, j.ScheduleType, j.ScheduleExpr, j.TimeZone, j.Misfire, j.Route,
 		j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs, j.GlueType,
-		j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, nullMs(j.NextFireMs), j.CreateMs).Scan(&id)
+		j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, j.CreateMs).Scan(&id)
 	if err != nil {
+		return 0, fmt.Errorf("create job: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO job_state (job_id, next_fire_ms) VALUES ($1, $2)`), id, nullMs(j.NextFireMs)); err != nil {
 		return 0, fmt.Errorf("create job: %w", err)
 	}
 	if isScript(j.GlueType) {
@@ -139,13 +146,12 @@ func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) er
 	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET group_id=$3, name=$4, author=$5, alarm_emails=$6, schedule_type=$7,
 		schedule_expr=$8, time_zone=$9, misfire_strategy=$10, route_strategy=$11, handler=$12, params=$13, block_strategy=$14,
 		timeout_seconds=$15, retry_count=$16, retry_backoff=$17, retry_interval_ms=$18, glue_type=$19, glue_source=$20,
-		glue_remark=$21, glue_updated_ms=$22, child_job_ids=$23, status=$24,
-		next_fire_ms = CASE WHEN $27 THEN $25 ELSE next_fire_ms END, update_ms=$26,
+		glue_remark=$21, glue_updated_ms=$22, child_job_ids=$23, status=$24, update_ms=$25,
 		version = version + 1
 		WHERE id = $1 AND version = $2`),
 		j.ID, j.Version, j.GroupID, j.Name, j.Author, j.AlarmEmails, j.ScheduleType, j.ScheduleExpr, j.TimeZone, j.Misfire,
 		j.Route, j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs,
-		j.GlueType, j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, nullMs(j.NextFireMs), j.UpdateMs, setNext)
+		j.GlueType, j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, j.UpdateMs)
 	if err != nil {
 		return fmt.Errorf("update job %d: %w", j.ID, err)
 	}
@@ -155,12 +161,25 @@ func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) er
 		}
 		return fmt.Errorf("job %d changed since version %d was read: %w", j.ID, j.Version, apierr.ErrConflict)
 	}
+	if setNext {
+		if err := s.setNextFire(ctx, tx, j.ID, j.NextFireMs); err != nil {
+			return err
+		}
+	}
 	if saveGlue {
 		if err := s.saveGlue(ctx, tx, j.ID, j); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+// setNextFire sets a job's next fire (0: none) inside tx.
+func (s store) setNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error {
+	if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE job_state SET next_fire_ms = $2 WHERE job_id = $1`), id, nullMs(ms)); err != nil {
+		return fmt.Errorf("set next fire of job %d: %w", id, err)
+	}
+	return nil
 }
 
 // saveGlue appends a GLUE version and keeps the newest maxGlueVersions.
@@ -179,8 +198,9 @@ func (s store) saveGlue(ctx context.Context, tx *sql.Tx, id int64, j *jobRow) er
 	return nil
 }
 
-// delete removes a job with its GLUE versions and pending fires, and leaves a tombstone so the
-// leader, on whichever replica, disarms the fires it armed for it.
+// delete removes a job with its scheduling state (ON DELETE CASCADE), GLUE versions and pending
+// fires, and leaves a tombstone so the leader, on whichever replica, disarms the fires it armed
+// for it.
 func (s store) delete(ctx context.Context, id, nowMs int64) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -226,7 +246,7 @@ func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) 
 	if err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM jobs WHERE `+where), args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count jobs: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs WHERE `+where+`
+	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE `+where+`
 		AND ($6 = 0 OR id < $6) ORDER BY id DESC LIMIT $7`), append(args, f.BeforeID, f.Limit)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list jobs: %w", err)
@@ -277,16 +297,16 @@ func (s store) fence(ctx context.Context, tx *sql.Tx, epoch int64, holder string
 	return nil
 }
 
-// due reads, inside the fenced tx, running jobs whose next fire is at or before horizonMs.
+// dueQuery reads the running jobs whose next fire is at or before $1, at most $2, soonest first.
+const dueQuery = `SELECT ` + jobColumns + ` FROM job_state JOIN jobs ON jobs.id = job_state.job_id
+	WHERE next_fire_ms <= $1 AND status = 2 ORDER BY next_fire_ms LIMIT $2`
+
+// due reads, inside the fenced tx, running jobs whose next fire is at or before horizonMs, from
+// the partial index job_state_due. It takes no row locks: advanceAll moves a job's fire times
+// only if its next fire is still the one read here, so an API change committed in between
+// (start, stop, a new schedule, a delete) wins and the pre-read leaves that job alone.
 func (s store) due(ctx context.Context, tx *sql.Tx, horizonMs int64, limit int) ([]*jobRow, error) {
-	// FOR UPDATE: an API change to a due job waits for this transaction, so it never interleaves
-	// with the advance (the fence row alone serialises only leaders).
-	lock := ""
-	if s.db.Dialect() == db.Postgres {
-		lock = " FOR UPDATE"
-	}
-	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs
-		WHERE status = 2 AND next_fire_ms <= $1 ORDER BY next_fire_ms LIMIT $2`+lock), horizonMs, limit)
+	rows, err := tx.QueryContext(ctx, s.db.Q(dueQuery), horizonMs, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pre-read: %w", err)
 	}
@@ -304,7 +324,7 @@ func (s store) due(ctx context.Context, tx *sql.Tx, horizonMs int64, limit int) 
 
 // changedSince reads, inside the fenced tx, the jobs changed through the API at or after ms.
 func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64) ([]*jobRow, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM jobs WHERE update_ms >= $1`), ms)
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE update_ms >= $1`), ms)
 	if err != nil {
 		return nil, fmt.Errorf("read changed jobs: %w", err)
 	}
@@ -320,45 +340,63 @@ func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64) ([]*jobRo
 	return out, rows.Err()
 }
 
-// advance is one job's new fire times after a pre-read; 0 means none (NULL). lastMs 0 keeps the
-// stored last fire; armedFromMs is the earliest fire owed.
+// advance is one job's new fire times after a pre-read; 0 means none (NULL). readMs is the next
+// fire the pre-read read (the compare-and-set condition); lastMs 0 keeps the stored last fire;
+// armedFromMs is the earliest fire owed.
 type advance struct {
-	id, lastMs, nextMs, armedFromMs int64
+	id, readMs, lastMs, nextMs, armedFromMs int64
 }
 
-// advanceAll writes the pre-read's advances inside the fenced tx: one statement on Postgres (an
-// UPDATE … FROM unnest of arrays), a prepared statement per job on SQLite.
-func (s store) advanceAll(ctx context.Context, tx *sql.Tx, as []advance) error {
+// advanceAll writes every due job's new fire times in one statement, inside the fenced tx, for
+// the jobs whose next fire is still the one the pre-read read; it returns the ids it advanced.
+func (s store) advanceAll(ctx context.Context, tx *sql.Tx, as []advance) (map[int64]bool, error) {
+	done := make(map[int64]bool, len(as))
 	if len(as) == 0 {
-		return nil
+		return done, nil
 	}
 	if s.db.Dialect() == db.Postgres {
 		n := len(as)
-		ids, lasts, nexts, armed := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		ids, reads, lasts, nexts, armed := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		for i, a := range as {
-			ids[i], lasts[i], nexts[i], armed[i] = a.id, a.lastMs, a.nextMs, a.armedFromMs
+			ids[i], reads[i], lasts[i], nexts[i], armed[i] = a.id, a.readMs, a.lastMs, a.nextMs, a.armedFromMs
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE jobs SET last_fire_ms = COALESCE(NULLIF(u.last, 0), jobs.last_fire_ms),
+		rows, err := tx.QueryContext(ctx, `UPDATE job_state SET last_fire_ms = COALESCE(NULLIF(u.last, 0), job_state.last_fire_ms),
 			next_fire_ms = NULLIF(u.next, 0), armed_from_ms = NULLIF(u.armed, 0)
-			FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, last, next, armed)
-			WHERE jobs.id = u.id`, ids, lasts, nexts, armed)
+			FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) AS u(id, read, last, next, armed)
+			WHERE job_state.job_id = u.id AND job_state.next_fire_ms = u.read
+			RETURNING job_state.job_id`, ids, reads, lasts, nexts, armed)
 		if err != nil {
-			return fmt.Errorf("advance %d jobs: %w", len(as), err)
+			return nil, fmt.Errorf("advance %d jobs: %w", len(as), err)
 		}
-		return nil
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return nil, fmt.Errorf("advance %d jobs: %w", len(as), err)
+			}
+			done[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("advance %d jobs: %w", len(as), err)
+		}
+		return done, nil
 	}
-	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE jobs SET last_fire_ms = COALESCE($2, last_fire_ms), next_fire_ms = $3,
-		armed_from_ms = $4 WHERE id = $1`))
+	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE job_state SET last_fire_ms = COALESCE($3, last_fire_ms), next_fire_ms = $4,
+		armed_from_ms = $5 WHERE job_id = $1 AND next_fire_ms = $2`))
 	if err != nil {
-		return fmt.Errorf("advance jobs: %w", err)
+		return nil, fmt.Errorf("advance jobs: %w", err)
 	}
 	defer stmt.Close()
 	for _, a := range as {
-		if _, err := stmt.ExecContext(ctx, a.id, nullMs(a.lastMs), nullMs(a.nextMs), nullMs(a.armedFromMs)); err != nil {
-			return fmt.Errorf("advance job %d: %w", a.id, err)
+		res, err := stmt.ExecContext(ctx, a.id, a.readMs, nullMs(a.lastMs), nullMs(a.nextMs), nullMs(a.armedFromMs))
+		if err != nil {
+			return nil, fmt.Errorf("advance job %d: %w", a.id, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			done[a.id] = true
 		}
 	}
-	return nil
+	return done, nil
 }
 
 // markArmed sets armed_from_ms per job (0 clears it), inside the fenced tx.
@@ -371,14 +409,14 @@ func (s store) markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64)
 		for id, m := range marks {
 			ids, ms = append(ids, id), append(ms, m)
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE jobs SET armed_from_ms = NULLIF(u.ms, 0)
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, ms) WHERE jobs.id = u.id`, ids, ms)
+		_, err := tx.ExecContext(ctx, `UPDATE job_state SET armed_from_ms = NULLIF(u.ms, 0)
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, ms) WHERE job_state.job_id = u.id`, ids, ms)
 		if err != nil {
 			return fmt.Errorf("mark armed fires of %d jobs: %w", len(marks), err)
 		}
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE jobs SET armed_from_ms = $2 WHERE id = $1`))
+	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE job_state SET armed_from_ms = $2 WHERE job_id = $1`))
 	if err != nil {
 		return fmt.Errorf("mark armed fires: %w", err)
 	}
@@ -399,7 +437,8 @@ type armedJob struct {
 
 // armed reads every job a leader marked as owing fires.
 func (s store) armed(ctx context.Context) ([]armedJob, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+`, armed_from_ms FROM jobs WHERE armed_from_ms IS NOT NULL`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+`, armed_from_ms FROM job_state JOIN jobs ON jobs.id = job_state.job_id
+		WHERE armed_from_ms IS NOT NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("read armed jobs: %w", err)
 	}

@@ -43,25 +43,27 @@ func TestFenceRefusesAnOlderEpoch(t *testing.T) {
 }
 
 // TestDueScanUsesTheDueIndex: the pre-read's cost must follow the due jobs, not all jobs, so
-// Postgres must answer it from the partial index jobs_due.
+// Postgres must answer it from the partial index job_state_due.
 func TestDueScanUsesTheDueIndex(t *testing.T) {
 	t.Parallel()
 	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
 	ctx := context.Background()
 	// 20,000 stopped jobs and 200 running ones, then fresh statistics.
 	_, err := d.ExecContext(ctx, `INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
-		block_strategy, retry_backoff, glue_type, status, next_fire_ms, create_ms, update_ms)
-		SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, CASE WHEN g % 100 = 0 THEN 2 ELSE 1 END,
-			CASE WHEN g % 100 = 0 THEN 1000000 + g ELSE NULL END, 0, 0
+		block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
+		SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, CASE WHEN g % 100 = 0 THEN 2 ELSE 1 END, 0, 0
 		FROM generate_series(1, 20000) g`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.ExecContext(ctx, `ANALYZE jobs`); err != nil {
+	if _, err := d.ExecContext(ctx, `INSERT INTO job_state (job_id, next_fire_ms)
+		SELECT id, CASE WHEN status = 2 THEN 1000000 + id END FROM jobs`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := d.QueryContext(ctx, `EXPLAIN SELECT `+jobColumns+` FROM jobs
-		WHERE status = 2 AND next_fire_ms <= $1 ORDER BY next_fire_ms LIMIT $2 FOR UPDATE`, 1005000, 5000)
+	if _, err := d.ExecContext(ctx, `ANALYZE jobs; ANALYZE job_state`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := d.QueryContext(ctx, `EXPLAIN `+dueQuery, 1005000, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +76,89 @@ func TestDueScanUsesTheDueIndex(t *testing.T) {
 		}
 		plan = append(plan, line)
 	}
-	if got := strings.Join(plan, "\n"); !strings.Contains(got, "jobs_due") || strings.Contains(got, "Seq Scan") {
-		t.Errorf("due scan plan:\n%s\nwant an index scan of jobs_due and no sequential scan", got)
+	if got := strings.Join(plan, "\n"); !strings.Contains(got, "job_state_due") || strings.Contains(got, "Seq Scan") {
+		t.Errorf("due scan plan:\n%s\nwant an index scan of job_state_due and no sequential scan", got)
+	}
+}
+
+// TestAdvanceLeavesJobsTheAPIMoved: the pre-read takes no row locks, so a start, stop or new
+// schedule committed between its due scan and its advance must win: advanceAll moves only the
+// jobs whose next fire is still the one read, and says which.
+func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
+			s := store{d}
+			ctx := context.Background()
+			var ids []int64
+			for i := range 3 {
+				j := &jobRow{GroupID: 1, Name: "j", ScheduleType: 3, ScheduleExpr: "1s", Misfire: 1, Route: 1, Block: 1,
+					RetryBackoff: 1, GlueType: 1, Handler: "h", Status: 2, NextFireMs: 1000 + int64(i)}
+				id, err := s.insert(ctx, j)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			tx, err := d.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			due, err := s.due(ctx, tx, 5000, 10)
+			if err != nil || len(due) != 3 {
+				t.Fatalf("due = %d jobs, %v; want 3", len(due), err)
+			}
+			// The API reschedules the second job and stops the third, on another connection,
+			// before the pre-read advances (SQLite has one writer: there the change goes first).
+			moved := func() {
+				for i, next := range map[int]int64{1: 9000, 2: 0} {
+					atx, err := d.BeginTx(ctx, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := s.setNextFire(ctx, atx, ids[i], next); err != nil {
+						t.Fatal(err)
+					}
+					if err := atx.Commit(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var as []advance
+			for _, j := range due {
+				as = append(as, advance{id: j.ID, readMs: j.NextFireMs, lastMs: j.NextFireMs, nextMs: j.NextFireMs + 60000, armedFromMs: j.NextFireMs})
+			}
+			if d.Dialect() == db.Postgres {
+				moved()
+			} else {
+				tx.Rollback()
+				moved()
+				if tx, err = d.BeginTx(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done, err := s.advanceAll(ctx, tx, as)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if !done[ids[0]] || done[ids[1]] || done[ids[2]] || len(done) != 1 {
+				t.Errorf("advanced %v, want only job %d", done, ids[0])
+			}
+			for i, want := range []int64{61000, 9000, 0} {
+				j, err := s.get(ctx, d, ids[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j.NextFireMs != want {
+					t.Errorf("job %d next fire = %d, want %d", ids[i], j.NextFireMs, want)
+				}
+			}
+		})
 	}
 }
