@@ -306,7 +306,9 @@ type agentProc struct {
 	out  string
 }
 
-func startAgent(t *testing.T, bin, addr, logsvcAddr, logDir string) *agentProc {
+// startAgent runs jobmesh-agent as app "killed", instance "k1", with flags appended after the
+// defaults (a repeated flag takes its last value), and returns once it answers Beat.
+func startAgent(t *testing.T, bin, addr, logsvcAddr, logDir string, flags ...string) *agentProc {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "agent.log")
 	f, err := os.Create(out)
@@ -314,8 +316,9 @@ func startAgent(t *testing.T, bin, addr, logsvcAddr, logDir string) *agentProc {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command(bin, "--app-name", "killed", "--instance-id", "k1", "--listen-addr", addr,
-		"--logsvc-addr", logsvcAddr, "--log-dir", logDir, "--log-level", "debug")
+	args := append([]string{"--app-name", "killed", "--instance-id", "k1", "--listen-addr", addr,
+		"--logsvc-addr", logsvcAddr, "--log-dir", logDir, "--log-level", "debug"}, flags...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
