@@ -21,7 +21,8 @@ import (
 
 // TestClusterOfServiceCommands runs the cluster layout: `jobmesh registry`, `jobmesh logsvc`,
 // `jobmesh gateway` and two `jobmesh scheduler` replicas, each with only its flags, on one etcd
-// and one Postgres database, plus an SDK executor. A job created through the gateway's REST
+// and one Postgres database, plus an SDK executor that demands its group's access token (the
+// scheduler reads it from the registry as a service). A job created through the gateway's REST
 // API fires on the executor and its successful run and output come back through the gateway;
 // every command stops cleanly when its context ends.
 func TestClusterOfServiceCommands(t *testing.T) {
@@ -48,6 +49,7 @@ func TestClusterOfServiceCommands(t *testing.T) {
 		internal = "internal-secret-internal-secret-0123"
 		agentTok = "agent-secret-agent-secret-agent-0123"
 		password = "cluster-admin-password"
+		groupTok = "cluster-group-access-token"
 	)
 	common := []string{"--internal-token", internal, "--log-level", "warn"}
 	procs := []struct {
@@ -124,7 +126,7 @@ func TestClusterOfServiceCommands(t *testing.T) {
 		} `json:"group"`
 	}
 	if code := rest(t, tok, "POST", base+"/api/v1/executor-groups", map[string]any{"app_name": "cluster-app", "title": "Cluster",
-		"address_type": "ADDRESS_TYPE_AUTO"}, &group); code != 200 {
+		"address_type": "ADDRESS_TYPE_AUTO", "access_token": groupTok}, &group); code != 200 {
 		t.Fatalf("create group = %d", code)
 	}
 
@@ -134,7 +136,7 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	}
 	defer agentEtcd.Close()
 	ex, err := sdk.New(sdk.Config{AppName: "cluster-app", InstanceID: "e1", ListenAddr: "127.0.0.1:0", Etcd: agentEtcd,
-		LogsvcAddr: logs, LogsvcToken: agentTok, LogDir: t.TempDir(), RegistrationTTL: 2 * time.Second,
+		LogsvcAddr: logs, LogsvcToken: agentTok, LogDir: t.TempDir(), RegistrationTTL: 2 * time.Second, AccessToken: groupTok,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -105,7 +105,8 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	reg, err := registry.New(registry.Config{Logger: p.log}, store, etcd)
+	// Only services (the scheduler) read executor groups' access tokens in clear.
+	reg, err := registry.New(registry.Config{Logger: p.log, RevealTokens: auth.IsInternalCaller}, store, etcd)
 	if err != nil {
 		return err
 	}

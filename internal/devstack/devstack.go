@@ -288,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	reg, err := registry.New(registry.Config{Logger: log.With("service", "registry"), RevealTokens: isService}, regDB, regEtcd)
+	reg, err := registry.New(registry.Config{Logger: log.With("service", "registry"), RevealTokens: auth.IsInternalCaller}, regDB, regEtcd)
 	if err != nil {
 		return nil, err
 	}
@@ -463,11 +463,4 @@ func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int
 		return 0, fmt.Errorf("devstack: create group: %w", err)
 	}
 	return cr.GetGroup().GetId(), nil
-}
-
-// isService reports whether a call came with the internal token: only services read executor
-// groups' access tokens in clear (the scheduler presents them to executors), never people.
-func isService(ctx context.Context) bool {
-	c, ok := auth.CallerFrom(ctx)
-	return ok && c.Kind == auth.KindInternal
 }

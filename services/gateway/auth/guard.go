@@ -62,6 +62,13 @@ func CallerFrom(ctx context.Context) (*Caller, bool) {
 	return c, ok
 }
 
+// IsInternalCaller reports whether the guard found the call to come with the internal token: a
+// jobmesh service, never a person (registry.Config.RevealTokens uses it).
+func IsInternalCaller(ctx context.Context) bool {
+	c, ok := CallerFrom(ctx)
+	return ok && c.Kind == KindInternal
+}
+
 // Authenticator turns a user's bearer token into the user: *Service in the process that owns the
 // auth store, RemoteUsers elsewhere.
 type Authenticator interface {
