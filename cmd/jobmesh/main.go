@@ -140,11 +140,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	alarms.add(f)
 	f.str(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&logFormat, "log-format", "text", "text or json")
+	f.str(&cfg.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint of every service (e.g. 127.0.0.1:9464); empty serves none")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if f.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", f.Args())
+	}
+	if cfg.MetricsAddr != "" {
+		if err := checkAddr("--metrics-addr", cfg.MetricsAddr); err != nil {
+			return err
+		}
 	}
 	log, err := telemetry.NewLogger(telemetry.Config{Level: logLevel, Format: logFormat, Output: stderr})
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 )
 
 // meshConfig is what every service process of a cluster shares: where its peers listen, the
-// secret the services present to each other, and how it logs.
+// secret the services present to each other, how it logs and where it serves its metrics.
 type meshConfig struct {
 	// SchedulerAddr, RegistryAddr, LogsAddr and AuthAddr are the peers' gRPC addresses. Each
 	// command says which it needs; AuthAddr empty means the process accepts internal callers only.
@@ -39,6 +39,9 @@ type meshConfig struct {
 	InternalToken string
 	// LogLevel and LogFormat shape the process's logs on stderr.
 	LogLevel, LogFormat string
+	// MetricsAddr is where the process serves Prometheus /metrics; empty serves none
+	// (docs/observability.md).
+	MetricsAddr string
 }
 
 // peer names one of the peer address flags.
@@ -73,6 +76,7 @@ func (m *meshConfig) addFlags(f *flags, required []peer, optional ...peer) {
 	f.str(&m.InternalToken, "internal-token", "", "secret the services present to each other, the same in every process (required)")
 	f.str(&m.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&m.LogFormat, "log-format", "text", "text or json")
+	f.str(&m.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
 }
 
 func containsPeer(ps []peer, p peer) bool {
@@ -106,6 +110,9 @@ func (m *meshConfig) validate(required []peer) []error {
 	if len(m.InternalToken) < auth.MinSecretLen {
 		errs = append(errs, fmt.Errorf("--internal-token: required, at least %d characters", auth.MinSecretLen))
 	}
+	if m.MetricsAddr != "" {
+		errs = append(errs, checkAddr("--metrics-addr", m.MetricsAddr))
+	}
 	return errs
 }
 
@@ -136,7 +143,7 @@ type process struct {
 	closers []func()
 }
 
-// newProcess starts logging and tracing for service. The caller must call close.
+// newProcess starts logging, tracing and metrics for service. The caller must call close.
 func newProcess(ctx context.Context, service string, mesh meshConfig, stderr io.Writer) (*process, error) {
 	log, err := telemetry.NewLogger(telemetry.Config{Service: service, Level: mesh.LogLevel, Format: mesh.LogFormat, Output: stderr})
 	if err != nil {
@@ -154,6 +161,21 @@ func newProcess(ctx context.Context, service string, mesh meshConfig, stderr io.
 			log.Warn("flushing traces", "error", err)
 		}
 	})
+	metrics, err := telemetry.StartMetrics(ctx, "jobmesh-"+service, mesh.MetricsAddr)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	p.onClose(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := metrics.Shutdown(sctx); err != nil {
+			log.Warn("stopping metrics", "error", err)
+		}
+	})
+	if a := metrics.Addr(); a != "" {
+		log.Info("serving metrics", "metrics_url", "http://"+a+"/metrics")
+	}
 	return p, nil
 }
 

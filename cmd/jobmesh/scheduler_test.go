@@ -42,6 +42,17 @@ func TestParseSchedulerFlags(t *testing.T) {
 		}
 	})
 
+	t.Run("metrics address", func(t *testing.T) {
+		c, err := parseSchedulerFlags(append(slices.Clone(full), "--metrics-addr", "0.0.0.0:9464"), io.Discard)
+		if err != nil || c.MetricsAddr != "0.0.0.0:9464" {
+			t.Errorf("metrics addr = %q (error %v), want 0.0.0.0:9464", c.MetricsAddr, err)
+		}
+		_, err = parseSchedulerFlags(append(slices.Clone(full), "--metrics-addr", "9464"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+			t.Errorf("error = %v, want one naming --metrics-addr", err)
+		}
+	})
+
 	t.Run("environment twins, and the command line wins", func(t *testing.T) {
 		t.Setenv("JOBMESH_REPLICA_ID", "from-env")
 		t.Setenv("JOBMESH_SESSION_TTL", "2s")

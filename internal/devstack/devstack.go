@@ -31,6 +31,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 	"github.com/jobmesh/jobmesh/services/gateway"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/logsvc"
@@ -82,6 +83,10 @@ type Config struct {
 	AlarmChannels []logsvc.AlarmChannel
 	// AgentHandlers are registered on the local agent before it starts, by handler name.
 	AgentHandlers map[string]sdk.HandlerFunc
+	// MetricsAddr, when set, serves every service's metrics on one Prometheus endpoint,
+	// http://MetricsAddr/metrics: Start installs the process's global MeterProvider
+	// (telemetry.StartMetrics), so set it for one stack per process only.
+	MetricsAddr string
 }
 
 func (c *Config) setDefaults() {
@@ -114,6 +119,8 @@ type Stack struct {
 	InternalToken, AgentToken string
 	// GroupID is the executor group of the local agent.
 	GroupID int64
+	// MetricsAddr is the actual address of the /metrics endpoint; empty without one.
+	MetricsAddr string
 
 	log     *slog.Logger
 	closers []func() // in shutdown order
@@ -141,6 +148,20 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}()
 	log := cfg.Logger
+
+	// Metrics first, so every service's instruments report to the process's provider.
+	if cfg.MetricsAddr != "" {
+		m, err := telemetry.StartMetrics(ctx, "jobmesh", cfg.MetricsAddr)
+		if err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		undo = append(undo, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = m.Shutdown(sctx)
+		})
+		st.MetricsAddr = m.Addr()
+	}
 
 	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd})
 	if err != nil {
@@ -413,6 +434,10 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	if cfg.NoScheduler {
 		sched += "   (external replicas, not started here)"
 	}
+	metrics := "off   (--metrics-addr serves Prometheus /metrics)"
+	if s.MetricsAddr != "" {
+		metrics = "http://" + s.MetricsAddr + "/metrics"
+	}
 	login := "as \"admin\" with the password printed at this data directory's first start"
 	switch {
 	case s.AdminPassword != "" && cfg.AdminPassword == "":
@@ -429,13 +454,14 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   auth gRPC         %s
   local agent gRPC  %s   (app %q, executor group id %d)
   etcd              %s
+  metrics           %s
   store             %s
   data directory    %s
 Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
 Press Ctrl-C to stop.
-`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, store, cfg.DataDir, login, s.HTTPAddr)
+`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, metrics, store, cfg.DataDir, login, s.HTTPAddr)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).

@@ -93,9 +93,9 @@ func (mt *metrics) observe(s *Service) {
 		metric.WithDescription("Fires waiting in a trigger pool's queue."))
 	queueCap, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.pool.queue.limit", metric.WithUnit("{fire}"),
 		metric.WithDescription("Capacity of a trigger pool's queue; a fire beyond it is rejected."))
-	leader, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader", metric.WithUnit("1"),
+	leader, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader",
 		metric.WithDescription("1 while this replica is the elected leader, 0 otherwise."))
-	epoch, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader.epoch", metric.WithUnit("1"),
+	epoch, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader.epoch",
 		metric.WithDescription("Epoch (etcd election revision) of this replica's leadership; reported only while it leads."))
 	replica := metric.WithAttributeSet(attribute.NewSet(mt.replica))
 	pools := []*pool{s.fast, s.slow}

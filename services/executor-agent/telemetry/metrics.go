@@ -32,12 +32,19 @@ var LatencyBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0
 // ingest batch or a pre-read may hold).
 var SizeBuckets = []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
 
-// OTLPMetricsConfigured reports whether the environment names an OTLP metrics endpoint
-// (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) and neither
-// OTEL_SDK_DISABLED=true nor OTEL_METRICS_EXPORTER=none turns it off.
+// OTLPMetricsConfigured reports whether metrics are pushed over OTLP: when the environment names
+// an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT), or
+// OTEL_METRICS_EXPORTER=otlp asks for the default one (localhost), unless OTEL_SDK_DISABLED=true
+// or OTEL_METRICS_EXPORTER=none (or prometheus: the endpoint alone) turns the push off.
 func OTLPMetricsConfigured() bool {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(os.Getenv("OTEL_METRICS_EXPORTER"), "none") {
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
 		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER"))) {
+	case "none", "prometheus":
+		return false
+	case "otlp":
+		return true
 	}
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != ""
 }
@@ -58,13 +65,19 @@ type Metrics struct {
 
 // StartMetrics installs the process's global MeterProvider with the resource service.name =
 // service. With addr set it serves Prometheus text format on http://addr/metrics (port 0 picks
-// one; Addr tells which); with an OTLP endpoint in the environment it also pushes every
+// one; Addr tells which); when OTLPMetricsConfigured it also pushes every
 // OTEL_METRIC_EXPORT_INTERVAL (default 60 s) over OTLP, gRPC unless
-// OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL is http/protobuf. With neither, metrics are off: nothing
+// OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL is http/protobuf (as traces do), to the endpoint,
+// headers and TLS the other OTEL_EXPORTER_OTLP_[METRICS_]* variables give. With neither, metrics are off: nothing
 // is installed and instruments stay no-ops. Call it once per process, before the services are
 // created, and Shutdown at exit.
 func StartMetrics(ctx context.Context, service, addr string) (*Metrics, error) {
 	m := &Metrics{}
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER"))); v {
+	case "", "otlp", "none", "prometheus":
+	default:
+		return nil, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: want otlp, prometheus or none", os.Getenv("OTEL_METRICS_EXPORTER"))
+	}
 	push := OTLPMetricsConfigured()
 	if addr == "" && !push {
 		return m, nil
@@ -116,13 +129,13 @@ func otlpMetricExporter(ctx context.Context) (sdkmetric.Exporter, error) {
 		exp sdkmetric.Exporter
 		err error
 	)
-	switch proto {
+	switch strings.ToLower(strings.TrimSpace(proto)) {
 	case "", "grpc":
 		exp, err = otlpmetricgrpc.New(ctx)
 	case "http/protobuf":
 		exp, err = otlpmetrichttp.New(ctx)
 	default:
-		return nil, fmt.Errorf("%s %q: want grpc or http/protobuf", env, proto)
+		return nil, fmt.Errorf("%s=%q: want grpc or http/protobuf", env, proto)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("otlp metric exporter: %w", err)
@@ -144,7 +157,7 @@ func serviceResource(service string) (*resource.Resource, error) {
 func (m *Metrics) serve(ctx context.Context, addr string) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics listener: %w", err)
+		return fmt.Errorf("metrics endpoint: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.handler)

@@ -38,6 +38,7 @@ func scrape(t *testing.T, addr string) string {
 func TestPrometheusEndpoint(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "")
+	t.Setenv("OTEL_METRICS_EXPORTER", "")
 	m, err := StartMetrics(context.Background(), "telemetry-test", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("StartMetrics: %v", err)
@@ -91,6 +92,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 func TestMetricsOff(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "")
+	t.Setenv("OTEL_METRICS_EXPORTER", "")
 	before := otel.GetMeterProvider()
 	m, err := StartMetrics(context.Background(), "off", "")
 	if err != nil {
@@ -125,6 +127,7 @@ func TestOTLPPush(t *testing.T) {
 	}))
 	defer recv.Close()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_METRICS_EXPORTER", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", recv.URL+"/v1/metrics")
 	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
 
@@ -170,6 +173,15 @@ func TestOTLPPush(t *testing.T) {
 		t.Fatalf("nothing pushed to the OTLP endpoint by Shutdown")
 	}
 
+	t.Setenv("OTEL_METRICS_EXPORTER", "statsd")
+	if _, err := StartMetrics(context.Background(), "bad", ""); err == nil || !strings.Contains(err.Error(), "OTEL_METRICS_EXPORTER") {
+		t.Errorf("StartMetrics with OTEL_METRICS_EXPORTER=statsd = %v, want an error naming it", err)
+	}
+	t.Setenv("OTEL_METRICS_EXPORTER", "none")
+	if OTLPMetricsConfigured() {
+		t.Errorf("OTLPMetricsConfigured() with OTEL_METRICS_EXPORTER=none = true, want false")
+	}
+	t.Setenv("OTEL_METRICS_EXPORTER", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "carrier-pigeon")
 	if _, err := StartMetrics(context.Background(), "bad", ""); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") {
 		t.Errorf("StartMetrics with a bad protocol = %v, want an error naming OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", err)

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -71,6 +72,20 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			log.Warn("flushing traces", "error", err)
 		}
 	}()
+	metrics, err := telemetry.StartMetrics(ctx, "jobmesh-agent", cfg.metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := metrics.Shutdown(sctx); err != nil {
+			log.Warn("stopping metrics", "error", err)
+		}
+	}()
+	if a := metrics.Addr(); a != "" {
+		log.Info("serving metrics", "metrics_url", "http://"+a+"/metrics")
+	}
 
 	var etcd *clientv3.Client
 	if len(cfg.etcdEndpoints) > 0 {
@@ -134,6 +149,7 @@ type config struct {
 	capacity                                       int
 	labels                                         map[string]string
 	logLevel, logFormat                            string
+	metricsAddr                                    string
 }
 
 // envName is a flag's environment twin: --log-dir → JOBMESH_LOG_DIR.
@@ -168,6 +184,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&labels, "labels", "", "comma-separated key=value labels to register")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y.")
 		fs.PrintDefaults()
@@ -233,6 +250,11 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if _, err := telemetry.ParseLevel(c.logLevel); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level (%s): %w", envName("log-level"), err))
+	}
+	if c.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.metricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr (%s): %q: %w", envName("metrics-addr"), c.metricsAddr, err))
+		}
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format (%s): %q: want text or json", envName("log-format"), c.logFormat))

@@ -63,6 +63,17 @@ func TestParseConfig(t *testing.T) {
 			args:    []string{"--app-name", "a", "--log-dir", "d", "--labels", "novalue"},
 			wantErr: []string{"--labels (JOBMESH_LABELS)"},
 		},
+		{
+			name:  "metrics endpoint",
+			args:  []string{"--app-name", "a", "--log-dir", "d"},
+			env:   map[string]string{"JOBMESH_METRICS_ADDR": "0.0.0.0:9464"},
+			check: func(c config) bool { return c.metricsAddr == "0.0.0.0:9464" },
+		},
+		{
+			name:    "bad metrics address is named",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--metrics-addr", "9464"},
+			wantErr: []string{"--metrics-addr (JOBMESH_METRICS_ADDR)"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
