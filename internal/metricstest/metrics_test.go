@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ const wait = 60 * time.Second
 // jobmesh-agent process with its own, fires a 1 s job on each executor, and checks that the
 // main series are there and move between two scrapes: fires by outcome, lateness at dispatch
 // and at the executor, pre-read, ring, pools, leadership, executors online, logsvc ingest,
-// connection pools, and the agent's runs and spool.
+// connection pools, and the agent's runs and spool; and that an app whose executor left shows 0.
 func TestMetricsEndpointsMove(t *testing.T) {
 	dbURL := dbtest.NewPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -58,7 +59,7 @@ func TestMetricsEndpointsMove(t *testing.T) {
 
 	// A real agent process of its own app, with its own endpoint.
 	agentAddr, agentMetrics := freeAddr(t), freeAddr(t)
-	startAgent(t, "--app-name", "metrics-agent", "--instance-id", "a1", "--listen-addr", agentAddr,
+	stopAgent := startAgent(t, "--app-name", "metrics-agent", "--instance-id", "a1", "--listen-addr", agentAddr,
 		"--etcd-endpoints", st.EtcdEndpoint, "--logsvc-addr", st.LogsAddr, "--logsvc-token", st.AgentToken,
 		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics, "--registration-ttl", "2s")
 
@@ -129,6 +130,12 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	a2.want(t, "agent's undelivered items", series{"jobmesh_executor_delivery_pending", nil}, atLeast(0))
 	a2.want(t, "agent's service name", series{"target_info", map[string]string{"service_name": "jobmesh-agent"}}, equal(1))
 	a2.want(t, "Go runtime", series{"go_goroutines", nil}, atLeast(1))
+
+	// An app whose last executor left is reported as 0, not dropped.
+	stopAgent()
+	dev.waitFor("the agent's app at 0 executors online after it stopped", func(s scrape) bool {
+		return s.value(series{"jobmesh_registry_executors_online", map[string]string{"jobmesh_executor_app": "metrics-agent"}}) == 0
+	})
 }
 
 // series names one metric family and the labels its series must carry (others may follow).
@@ -298,9 +305,9 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startAgent builds jobmesh-agent and runs it with args until the test ends; it is ready once
-// its metrics endpoint answers.
-func startAgent(t *testing.T, args ...string) {
+// startAgent builds jobmesh-agent and runs it with args until the test ends or the returned
+// function stops it (SIGINT: it deregisters and exits).
+func startAgent(t *testing.T, args ...string) (stop func()) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "jobmesh-agent")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/jobmesh-agent")
@@ -322,7 +329,7 @@ func startAgent(t *testing.T, args ...string) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(os.Interrupt) // this test's own process, by pid
 		select {
 		case <-done:
@@ -330,9 +337,13 @@ func startAgent(t *testing.T, args ...string) {
 			_ = cmd.Process.Kill()
 			<-done
 		}
+	})
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("jobmesh-agent output (pid %d):\n%s", cmd.Process.Pid, b)
 		}
 	})
+	return stop
 }
