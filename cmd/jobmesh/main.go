@@ -126,6 +126,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.str(&cfg.DataDir, "data-dir", ".data/dev", "directory for etcd, the SQLite stores and agent logs")
 	f.str(&cfg.DatabaseURL, "database-url", "", "Postgres URL; empty means SQLite under --data-dir")
 	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "gateway address: web UI and REST")
+	f.str(&cfg.TraceURLTemplate, "trace-url-template", "", `link of a run's trace id in the web UI, "{trace_id}" replaced by it (e.g. Grafana's Tempo explorer); empty shows the id only`)
 	f.str(&cfg.SchedulerAddr, "scheduler-addr", "127.0.0.1:9010", "scheduler gRPC address")
 	f.str(&cfg.RegistryAddr, "registry-addr", "127.0.0.1:9011", "registry gRPC address")
 	f.str(&cfg.LogsAddr, "logs-addr", "127.0.0.1:9012", "logsvc gRPC address")

@@ -227,6 +227,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.str(&databaseURL, "database-url", "", "Postgres URL (schema auth) (required)")
 	f.str(&adminPassword, "admin-password", "", "first admin's password on a fresh store; empty means random, printed once")
 	f.dur(&sessionTTL, "login-ttl", 12*time.Hour, "how long a login session lasts")
+	var traceURL string
+	f.str(&traceURL, "trace-url-template", "", `link of a run's trace id in the web UI, "{trace_id}" replaced by it (e.g. Grafana's Tempo explorer); empty shows the id only`)
 	mesh.addFlags(f, gatewayPeers)
 	if err := f.parse(args); err != nil {
 		return err
@@ -279,7 +281,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,
-		AuthAddr: ln.Addr().String(), Logger: p.log,
+		AuthAddr: ln.Addr().String(), Logger: p.log, TraceURLTemplate: traceURL,
 	})
 	if err != nil {
 		return err

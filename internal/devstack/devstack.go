@@ -87,6 +87,8 @@ type Config struct {
 	// http://MetricsAddr/metrics: Start installs the process's global MeterProvider
 	// (telemetry.StartMetrics), so set it for one stack per process only.
 	MetricsAddr string
+	// TraceURLTemplate links trace ids in the web UI (gateway.Config.TraceURLTemplate).
+	TraceURLTemplate string
 }
 
 func (c *Config) setDefaults() {
@@ -403,7 +405,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Gateway.
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
-		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"),
+		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -25,7 +26,7 @@ import (
 // A served service passes WithAuthorizer(guard)...; only tests of one service alone leave it out.
 func New(log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
 	base := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))), // health checks are not traced
 		grpc.ChainUnaryInterceptor(unaryRecover(log)),
 		grpc.ChainStreamInterceptor(streamRecover(log)),
 	}

@@ -6,12 +6,14 @@ package gateway
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -46,6 +48,10 @@ type Config struct {
 	SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr string
 	// Logger receives the gateway's logs; nil discards them.
 	Logger *slog.Logger
+	// TraceURLTemplate turns a run's trace id into a link in the web UI: an http(s) URL in
+	// which every "{trace_id}" is replaced by the id, e.g. a Grafana explore URL on Tempo.
+	// Empty shows the id without a link.
+	TraceURLTemplate string
 }
 
 func (c Config) validate() error {
@@ -59,8 +65,19 @@ func (c Config) validate() error {
 	case c.LogsAddr == "":
 		return errors.New("gateway: logs addr: required")
 	}
+	if t := c.TraceURLTemplate; t != "" {
+		if u, err := url.Parse(strings.ReplaceAll(t, traceIDPlaceholder, "0")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("gateway: trace url template %q: want an http or https URL", t)
+		}
+		if !strings.Contains(t, traceIDPlaceholder) {
+			return fmt.Errorf("gateway: trace url template %q: want %s in it", t, traceIDPlaceholder)
+		}
+	}
 	return nil
 }
+
+// traceIDPlaceholder is what TraceURLTemplate's trace id replaces.
+const traceIDPlaceholder = "{trace_id}"
 
 // Gateway serves HTTP.
 type Gateway struct {
@@ -150,6 +167,15 @@ func (g *Gateway) handler() (http.Handler, error) {
 	root.HandleFunc("GET /api/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.JSON)
+	})
+	// What the web UI needs to know of the gateway's configuration.
+	uiConfig, err := json.Marshal(map[string]string{"trace_url_template": g.cfg.TraceURLTemplate})
+	if err != nil {
+		return nil, err
+	}
+	root.HandleFunc("GET /api/ui-config", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(uiConfig)
 	})
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

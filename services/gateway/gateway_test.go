@@ -66,3 +66,40 @@ func TestConfigNamesTheMissingField(t *testing.T) {
 		t.Errorf("New without a logs address = %v, want an error naming it", err)
 	}
 }
+
+// TestTraceURLTemplate: the web UI reads the configured template from /api/ui-config; a template
+// that is not an http(s) URL with {trace_id} in it is refused by name.
+func TestTraceURLTemplate(t *testing.T) {
+	t.Parallel()
+	down := "127.0.0.1:1"
+	cfg := gateway.Config{ListenAddr: "127.0.0.1:0", SchedulerAddr: down, RegistryAddr: down, LogsAddr: down}
+	for _, bad := range []string{"grafana:3000/explore?q={trace_id}", "http://grafana:3000/explore", "ftp://grafana/{trace_id}"} {
+		c := cfg
+		c.TraceURLTemplate = bad
+		if _, err := gateway.New(c); err == nil || !strings.Contains(err.Error(), "trace url template") {
+			t.Errorf("template %q: got %v, want an error naming the trace url template", bad, err)
+		}
+	}
+	for _, tpl := range []string{"", "http://localhost:3000/explore?left=%7B%22datasource%22:%22tempo%22,%22queries%22:%5B%7B%22query%22:%22{trace_id}%22%7D%5D%7D"} {
+		c := cfg
+		c.TraceURLTemplate = tpl
+		g, err := gateway.New(c)
+		if err != nil {
+			t.Fatalf("template %q: %v", tpl, err)
+		}
+		if err := g.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + g.Addr() + "/api/ui-config")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]string
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		g.Stop()
+		if err != nil || resp.StatusCode != 200 || got["trace_url_template"] != tpl {
+			t.Errorf("GET /api/ui-config = %d %v (%v), want trace_url_template %q", resp.StatusCode, got, err, tpl)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func final(st int32) bool { return st > statusRunning }
 // IngestTriggerRecords implements IngestService: each batch is upserted in one transaction and
 // acknowledged after commit.
 func (s *Service) IngestTriggerRecords(stream grpc.BidiStreamingServer[logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]) error {
-	return serveBatches(s, "trigger records", streamRecords, recordsStats, stream, func(ctx context.Context, req *logsv1.IngestTriggerRecordsRequest) (*logsv1.IngestTriggerRecordsResponse, error) {
+	return serveBatches(s, "trigger records", streamRecords, recordsStats, stream, recordItems, func(ctx context.Context, req *logsv1.IngestTriggerRecordsRequest) (*logsv1.IngestTriggerRecordsResponse, error) {
 		if err := s.writeRecords(ctx, req.GetRecords()); err != nil {
 			return nil, err
 		}
@@ -57,7 +57,7 @@ func (s *Service) IngestTriggerRecords(stream grpc.BidiStreamingServer[logsv1.In
 // IngestResults implements IngestService: a RUNNING result records that an executor accepted
 // the fire; final results for runs that already ended are refused and listed in the ack.
 func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]) error {
-	return serveBatches(s, "results", streamResults, resultsStats, stream, func(ctx context.Context, req *logsv1.IngestResultsRequest) (*logsv1.IngestResultsResponse, error) {
+	return serveBatches(s, "results", streamResults, resultsStats, stream, resultItems, func(ctx context.Context, req *logsv1.IngestResultsRequest) (*logsv1.IngestResultsResponse, error) {
 		refused, err := s.writeResults(ctx, req.GetResults())
 		if err != nil {
 			return nil, err
@@ -68,7 +68,7 @@ func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestRes
 
 // IngestLogLines implements IngestService: a line already stored is kept as it is.
 func (s *Service) IngestLogLines(stream grpc.BidiStreamingServer[logsv1.IngestLogLinesRequest, logsv1.IngestLogLinesResponse]) error {
-	return serveBatches(s, "log lines", streamLines, linesStats, stream, func(ctx context.Context, req *logsv1.IngestLogLinesRequest) (*logsv1.IngestLogLinesResponse, error) {
+	return serveBatches(s, "log lines", streamLines, linesStats, stream, nil, func(ctx context.Context, req *logsv1.IngestLogLinesRequest) (*logsv1.IngestLogLinesResponse, error) {
 		if err := s.writeLines(ctx, req.GetLines()); err != nil {
 			return nil, err
 		}
@@ -78,9 +78,10 @@ func (s *Service) IngestLogLines(stream grpc.BidiStreamingServer[logsv1.IngestLo
 
 // serveBatches answers each batch of a stream after write commits it; the first error ends the
 // stream with that error's status. Each batch is measured (label is the stream's
-// jobmesh.ingest.stream value; stats counts its items and finds the oldest one's time).
+// jobmesh.ingest.stream value; stats counts its items and finds the oldest one's time) and
+// traced (traced lists its traced items; nil for a stream that is not traced).
 func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req) (int, int64), stream grpc.BidiStreamingServer[Req, Resp],
-	write func(context.Context, *Req) (*Resp, error)) error {
+	traced func(*Req, *Resp) ingestBatch, write func(context.Context, *Req) (*Resp, error)) error {
 	ctx := stream.Context()
 	for {
 		req, err := stream.Recv()
@@ -90,6 +91,7 @@ func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req
 		if err != nil {
 			return err
 		}
+		start := time.Now()
 		// Wait for a write slot before reading on: a slow store stops this stream's reads.
 		select {
 		case s.writing <- struct{}{}:
@@ -102,15 +104,22 @@ func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req
 		n, oldestMs := stats(req)
 		s.metrics.batch(label, n, oldestMs, time.Since(began), s.now(), err)
 		if err != nil {
+			bctx := ctx
+			if traced != nil {
+				bctx = traceBatch(ctx, traced(req, resp), start, err)
+			}
 			if isFieldError(err) || ctx.Err() != nil {
 				return err
 			}
-			s.log.ErrorContext(ctx, "ingest batch failed", "stream", name, "error", err)
+			s.log.ErrorContext(bctx, "ingest batch failed", "stream", name, "error", err)
 			// Nothing of the batch was committed and it is safe to resend: say so.
 			return fmt.Errorf("%w: logs store: batch %s not stored, resend it: %v", apierr.ErrUnavailable, name, err)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
+		}
+		if traced != nil { // after the ack: spans cost the sender nothing
+			traceBatch(ctx, traced(req, resp), start, nil)
 		}
 	}
 }
@@ -188,7 +197,7 @@ func (s *Service) writeRecords(ctx context.Context, recs []*logsv1.TriggerRecord
 				}
 				args = append(args, id, r.GetJobId(), r.GetGroupId(), int32(r.GetTriggerType()), r.GetScheduledUnixMs(), r.GetTriggerUnixMs(),
 					clean(r.GetExecutorAddress()), clean(r.GetHandler()), clean(r.GetParams()), r.GetShardIndex(), total, r.GetAttempt(),
-					r.GetRetriesLeft(), int32(r.GetRouteStrategy()), clip(r.GetTriggerMessage()), clean(r.GetTraceId()), int32(r.GetTriggerOutcome()))
+					r.GetRetriesLeft(), int32(r.GetRouteStrategy()), clip(r.GetTriggerMessage()), traceIDOf(r.GetTraceId(), r.GetTraceparent()), int32(r.GetTriggerOutcome()))
 			}
 			// A new row takes the record's outcome as RUNNING; an existing row keeps its status
 			// and outcome here, so RETURNING shows them as they were before this record.
@@ -394,7 +403,7 @@ func (s *Service) writeResults(ctx context.Context, results []*logsv1.RunResult)
 					sched = end
 				}
 				args = append(args, id, r.GetJobId(), int32(r.GetStatus()), clip(r.GetMessage()), r.GetStartUnixMs(), end,
-					clean(r.GetExecutorAddress()), clean(r.GetTraceId()), sched)
+					clean(r.GetExecutorAddress()), traceIDOf(r.GetTraceId(), r.GetTraceparent()), sched)
 			}
 			// Only a RUNNING run takes a result: RETURNING lists exactly the results applied.
 			q := `INSERT INTO runs (trigger_id, job_id, status, handle_message, start_ms, end_ms, executor_address, trace_id, scheduled_ms)
@@ -464,7 +473,7 @@ func (s *Service) writeStarts(ctx context.Context, tx *sql.Tx, ids []string, byI
 			if sched == 0 {
 				sched = now
 			}
-			args = append(args, id, r.GetJobId(), r.GetStartUnixMs(), clean(r.GetExecutorAddress()), clean(r.GetTraceId()), sched)
+			args = append(args, id, r.GetJobId(), r.GetStartUnixMs(), clean(r.GetExecutorAddress()), traceIDOf(r.GetTraceId(), r.GetTraceparent()), sched)
 		}
 		q := `INSERT INTO runs (trigger_id, job_id, start_ms, executor_address, trace_id, scheduled_ms, status)
 			VALUES ` + s.values(len(chunk), 6, fmt.Sprintf(", %d", statusRunning)) + `

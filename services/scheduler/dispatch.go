@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -62,7 +61,9 @@ func (s *Service) submit(f *fire) {
 	}
 	if !p.trySubmit(f) {
 		s.metrics.rejected(p)
-		s.recordFailure(f, 0, 1, "", fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue)))
+		ctx, span := s.startFire(f)
+		msg := fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue))
+		endFire(span, []string{s.recordFailure(ctx, f, 0, 1, "", msg)}, nil, 1, msg)
 		if f.lead != nil {
 			s.settle(f)
 		}
@@ -70,7 +71,10 @@ func (s *Service) submit(f *fire) {
 }
 
 // dispatch routes a fire and sends Run to each chosen executor, then records the outcome.
-func (s *Service) dispatch(f *fire) []string {
+func (s *Service) dispatch(f *fire) []string { return s.dispatchLinked(f, trace.Link{}) }
+
+// dispatchLinked is dispatch for a fire caused by a traced operation: its root span links to it.
+func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 	if f.lead != nil {
 		if !f.lead.begin() {
 			return nil // leadership lost: the fire stays owed and the next leader sends it
@@ -80,8 +84,14 @@ func (s *Service) dispatch(f *fire) []string {
 	}
 	start := time.Now()
 	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DispatchTimeout)
+	ctx, span := s.startFire(f, cause)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
 	defer cancel()
+	fail := func(msg string) []string {
+		ids := []string{s.recordFailure(ctx, f, 0, 1, "", msg)}
+		endFire(span, ids, nil, 1, msg)
+		return ids
+	}
 
 	var targets []route.Target
 	var routeMsg string
@@ -94,7 +104,7 @@ func (s *Service) dispatch(f *fire) []string {
 		addrs, token, err := s.groups.addresses(ctx, f.job.GroupID)
 		if err != nil {
 			s.metrics.gaveUp(outcomeNoRoute)
-			return []string{s.recordFailure(f, 0, 1, "", "route: "+err.Error())}
+			return fail("route: " + err.Error())
 		}
 		ctx = withAccessToken(ctx, token) // route probes and Run alike, all to the group's executors
 		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
@@ -104,7 +114,7 @@ func (s *Service) dispatch(f *fire) []string {
 				msg += "\n" + dec.Message
 			}
 			s.metrics.gaveUp(outcomeNoRoute)
-			return []string{s.recordFailure(f, 0, 1, "", msg)}
+			return fail(msg)
 		}
 		targets, routeMsg = dec.Targets, dec.Message
 	}
@@ -115,18 +125,29 @@ func (s *Service) dispatch(f *fire) []string {
 		targets = targets[:1]
 	}
 	ids := make([]string, 0, len(targets))
+	addrs := make([]string, 0, len(targets))
+	var failed int
+	var failMsg string
 	for _, t := range targets {
 		tctx := ctx
 		if len(f.addresses) > 0 {
 			tctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
 		}
-		ids = append(ids, s.send(tctx, f, t, routeMsg))
+		id, msg := s.send(tctx, f, t, routeMsg)
+		ids, addrs = append(ids, id), append(addrs, t.Address)
+		if msg != "" {
+			if failed++; failed == 1 {
+				failMsg = msg
+			}
+		}
 	}
+	endFire(span, ids, addrs, failed, failMsg)
 	return ids
 }
 
-// send delivers one shard of a fire to one executor and records what happened.
-func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string) string {
+// send delivers one shard of a fire to one executor and records what happened; failure says
+// why the fire did not get there (empty when it did).
+func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string) (id, failure string) {
 	shard, total := int32(t.ShardIndex), int32(t.ShardTotal)
 	if total == 0 {
 		total = 1
@@ -136,11 +157,11 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	if f.params != nil {
 		params = *f.params
 	}
-	id := TriggerID(j.ID, f.fireMs, shard, f.attempt)
+	id = TriggerID(j.ID, f.fireMs, shard, f.attempt)
+	ctx, span := startDispatch(ctx, id, t)
+	traceID, tc := traceOf(ctx)
 	sentAt := s.clk.Now()
 	now := sentAt.UnixMilli()
-	tc := map[string]string{}
-	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(tc))
 	trig := &executorv1.Trigger{
 		TriggerId: id, JobId: j.ID, GroupId: j.GroupID, Handler: j.Handler, Params: params,
 		BlockStrategy: j.Block, TimeoutSeconds: j.TimeoutSeconds, GlueType: j.GlueType, GlueSource: j.GlueSource,
@@ -149,30 +170,36 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	}
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
+	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
 	ack, err := s.execs.run(ctx, t.Address, trig)
 	outcome := outcomeAccepted
+	answer := strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_")
 	switch {
 	case status.Code(err) == codes.Unauthenticated:
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s %s (Unauthenticated): %s", routeMsg, t.Address, refusal(ctx, j.GroupID), status.Convert(err).Message())
+		failure, answer = fmt.Sprintf("executor %s %s", t.Address, refusal(ctx, j.GroupID)), "UNAUTHENTICATED"
 	case err != nil:
 		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %v", routeMsg, t.Address, err)
+		failure, answer = fmt.Sprintf("executor %s: %v", t.Address, err), "ERROR"
 	case ack.GetOutcome() == executorv1.RunOutcome_RUN_OUTCOME_REJECTED:
 		outcome = outcomeRejected
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s rejected the fire: %s", routeMsg, t.Address, ack.GetMessage())
+		failure = fmt.Sprintf("executor %s rejected the fire: %s", t.Address, ack.GetMessage())
 	default:
 		if ack.GetOutcome() == executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE {
 			outcome = outcomeDuplicate
 		}
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
-		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %s", routeMsg, t.Address, strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_"))
+		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %s", routeMsg, t.Address, answer)
 	}
 	s.metrics.sent(f.trigType, f.fireMs, sentAt, outcome)
-	s.deliver(rec)
-	return id
+	endDispatch(span, answer, failure != "", failure)
+	s.deliver(ctx, rec)
+	return id, failure
 }
 
 // refusal says what an executor that answered Unauthenticated refused.
@@ -198,7 +225,7 @@ func (s *Service) record(f *fire, id string, shard, total int32, addr, params st
 }
 
 // recordFailure records a fire that reached no executor; it counts toward retry.
-func (s *Service) recordFailure(f *fire, shard, total int32, addr, msg string) string {
+func (s *Service) recordFailure(ctx context.Context, f *fire, shard, total int32, addr, msg string) string {
 	params := f.job.Params
 	if f.params != nil {
 		params = *f.params
@@ -210,14 +237,16 @@ func (s *Service) recordFailure(f *fire, shard, total int32, addr, msg string) s
 	rec := s.record(f, id, shard, total, addr, params)
 	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 	rec.TriggerMessage = msg
-	s.log.Warn("trigger failed", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
-	s.deliver(rec)
+	traceID, tc := traceOf(ctx)
+	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
+	s.log.WarnContext(ctx, "trigger failed", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
+	s.deliver(ctx, rec)
 	return id
 }
 
-func (s *Service) deliver(rec *logsv1.TriggerRecord) {
+func (s *Service) deliver(ctx context.Context, rec *logsv1.TriggerRecord) {
 	if err := s.records.Send(rec); err != nil {
-		s.log.Error("trigger record not queued for logsvc", "trigger_id", rec.TriggerId, "error", err)
+		s.log.ErrorContext(ctx, "trigger record not queued for logsvc", "trigger_id", rec.TriggerId, "error", err)
 	}
 }
 
@@ -251,7 +280,7 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 		p := req.GetParams()
 		f.params = &p
 	}
-	return &schedulerv1.TriggerJobResponse{TriggerIds: s.dispatch(f)}, nil
+	return &schedulerv1.TriggerJobResponse{TriggerIds: s.dispatchLinked(f, trace.LinkFromContext(ctx))}, nil
 }
 
 // pool is a trigger pool: a bounded queue and a fixed set of workers.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,6 +33,7 @@ func newExecutorPool(opts []grpc.DialOption) *executorPool {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler())) // the Run client span, and W3C context in metadata
 	return &executorPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 

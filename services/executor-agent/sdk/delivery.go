@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -103,6 +104,7 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 	if cfg.LogsvcToken != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(cfg.LogsvcToken)))
 	}
+	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 	sp, replay, err := spool.Open(spool.Config{Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("SpoolDir: %w", err)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
@@ -262,6 +263,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}()
 
 	e.srv = grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recoverUnary(e.log), authUnary(e.cfg.AccessToken)),
 		grpc.MaxRecvMsgSize(64<<20),
 	)

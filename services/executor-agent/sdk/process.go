@@ -19,7 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
@@ -180,13 +182,16 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 	case <-readDone:
 	case <-t.C:
 		// A process that left the group (setsid) still holds the output open: stop reading it.
-		e.log.Warn("a process outside the fire's process group keeps its output open; no longer reading it", "trigger_id", job.TriggerID)
+		e.log.WarnContext(ctx, "a process outside the fire's process group keeps its output open; no longer reading it", "trigger_id", job.TriggerID)
 		pr.Close()
 		<-readDone
 	}
 	t.Stop()
 	pr.Close()
 
+	if cmd.ProcessState != nil {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("process.exit.code", cmd.ProcessState.ExitCode()))
+	}
 	if cancelled {
 		return context.Cause(ctx)
 	}
@@ -238,14 +243,14 @@ func processEnv(ctx context.Context, job *Job) []string {
 		"JOBMESH_SHARD_TOTAL="+strconv.Itoa(job.ShardTotal),
 		"JOBMESH_PARAMS="+job.Params,
 	)
-	if job.TraceContext["traceparent"] != "" {
-		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(ctx, carrier)
-		if tp := carrier["traceparent"]; tp != "" {
-			env = append(env, "TRACEPARENT="+tp)
-			if ts := carrier["tracestate"]; ts != "" {
-				env = append(env, "TRACESTATE="+ts)
-			}
+	// The run span's context (the scheduler's when this process does not trace): the script's
+	// own spans join the fire's trace.
+	carrier := propagation.MapCarrier{}
+	w3c.Inject(ctx, carrier)
+	if tp := carrier["traceparent"]; tp != "" {
+		env = append(env, "TRACEPARENT="+tp)
+		if ts := carrier["tracestate"]; ts != "" {
+			env = append(env, "TRACESTATE="+ts)
 		}
 	}
 	return env

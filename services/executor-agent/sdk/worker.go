@@ -156,9 +156,10 @@ func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
 	e.recent.add(id, r.logPath)
 	// Tell logsvc at once that the fire reached this executor. Queued under e.mu, before any
 	// worker, kill or stop can see the run, so its final result is always queued after this.
+	tp := t.GetTraceContext()["traceparent"]
 	e.out.addStart(&logsv1.RunResult{
 		TriggerId: id, JobId: t.GetJobId(), Status: logsv1.RunStatus_RUN_STATUS_RUNNING,
-		StartUnixMs: time.Now().UnixMilli(), ExecutorAddress: e.advertise,
+		StartUnixMs: time.Now().UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceIDOf(tp), Traceparent: tp,
 	})
 	w.signal()
 	e.mu.Unlock()
@@ -356,17 +357,16 @@ func (e *Executor) execute(w *worker, r *run) {
 			&stopCause{status: logsv1.RunStatus_RUN_STATUS_TIMEOUT, msg: fmt.Sprintf("timed out after %ds", secs)})
 		defer cancel()
 	}
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(r.t.GetTraceContext()))
-	ctx, span := tracer.Start(ctx, "jobmesh.run", trace.WithAttributes(
+	ctx = w3c.Extract(ctx, propagation.MapCarrier(r.t.GetTraceContext()))
+	ctx, span := tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start), trace.WithAttributes(
 		attribute.Int64("jobmesh.job_id", r.t.GetJobId()),
 		attribute.String("jobmesh.trigger_id", r.t.GetTriggerId()),
 		attribute.String("jobmesh.handler", r.t.GetHandler()),
-		attribute.String("jobmesh.glue_type", r.t.GetGlueType().String()),
+		attribute.String("jobmesh.glue_type", strings.TrimPrefix(r.t.GetGlueType().String(), "GLUE_TYPE_")),
+		attribute.Int("jobmesh.attempt", int(r.t.GetAttempt())),
+		attribute.Int("jobmesh.shard_index", int(r.t.GetShardIndex())),
 	))
-	var traceID string
-	if sc := span.SpanContext(); sc.HasTraceID() {
-		traceID = sc.TraceID().String()
-	}
+	traceparent := traceparentOf(ctx)
 
 	var err error
 	if w.bean != nil && w.bean.init != nil && !w.inited {
@@ -382,16 +382,18 @@ func (e *Executor) execute(w *worker, r *run) {
 		err = safeCall(func() error { return r.fn(ctx, r.job) })
 		var pe *panicError
 		if errors.As(err, &pe) {
-			e.log.Error("handler panicked", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "panic", pe.value, "stack", pe.stack)
+			e.log.ErrorContext(ctx, "handler panicked", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "panic", pe.value, "stack", pe.stack)
 			r.logText("panic: " + fmt.Sprint(pe.value) + "\n" + pe.stack)
 		}
 	}
 	status, msg := outcome(ctx, err)
+	span.SetAttributes(attribute.String("jobmesh.run_status", strings.TrimPrefix(status.String(), "RUN_STATUS_")))
 	if status != logsv1.RunStatus_RUN_STATUS_SUCCESS {
 		span.SetStatus(codes.Error, msg)
 	}
-	span.End()
-	e.finish(r, status, msg, start, time.Now(), traceID)
+	end := time.Now()
+	span.End(trace.WithTimestamp(end))
+	e.finish(r, status, msg, start, end, traceparent)
 }
 
 // outcome turns a handler's return into a status: success, the cause of a cancellation
@@ -449,8 +451,9 @@ func (e *Executor) finishUnstarted(r *run, cause *stopCause) {
 	e.finish(r, cause.status, cause.msg, now, now, "")
 }
 
-// finish records a fire's result once: later calls are ignored.
-func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, end time.Time, traceID string) {
+// finish records a fire's result once: later calls are ignored. traceparent is the run span's;
+// empty means the fire's own (from the scheduler).
+func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, end time.Time, traceparent string) {
 	r.mu.Lock()
 	if r.finished {
 		r.mu.Unlock()
@@ -475,9 +478,13 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 	e.metrics.ended(status)
 
 	msg = cleanText(msg)
+	if traceparent == "" {
+		traceparent = r.t.GetTraceContext()["traceparent"]
+	}
 	e.out.addResult(&logsv1.RunResult{
 		TriggerId: r.t.GetTriggerId(), JobId: r.t.GetJobId(), Status: status, Message: msg,
-		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceID,
+		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise,
+		TraceId: traceIDOf(traceparent), Traceparent: traceparent,
 	})
 	// Only now is the fire no longer active, so a Log call that says its end implies the result
 	// is in the spool.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -110,7 +111,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if cfg.handlerAddr != "" {
-		conn, err := grpc.NewClient(cfg.handlerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// The stats handler puts the run's trace context in the Handle call's metadata.
+		conn, err := grpc.NewClient(cfg.handlerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 		if err != nil {
 			return fmt.Errorf("--handler-addr: %w", err)
 		}

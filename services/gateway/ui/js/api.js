@@ -84,3 +84,15 @@ export async function* stream(path, signal) {
     reader.cancel().catch(() => {});
   }
 }
+
+// uiConfig is the gateway's configuration for the UI ({trace_url_template}), read once.
+let uiConfigP;
+export function uiConfig() {
+  uiConfigP ??= fetch("/api/ui-config").then((r) => (r.ok ? r.json() : {})).catch(() => ({}));
+  return uiConfigP;
+}
+
+// traceURL is the link of a trace id through the configured template; empty without one.
+export function traceURL(template, traceID) {
+  return template && traceID ? template.replaceAll("{trace_id}", encodeURIComponent(traceID)) : "";
+}

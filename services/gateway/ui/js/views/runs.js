@@ -1,6 +1,6 @@
 // Runs: the log list with filters, a run's detail with its live output (the NDJSON tail stream),
 // kill, and clearing old runs.
-import { api, query, stream } from "../api.js";
+import { api, query, stream, uiConfig, traceURL } from "../api.js";
 import { h, short, fmtTime, fmtDuration, toast, modal, confirmDialog, field, select, badge, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
@@ -153,6 +153,7 @@ export async function renderDetail(root, ctx) {
       throw e;
     }
     if (!job) job = await api(`/jobs/${run.job_id}`).then((r) => r.job).catch(() => null);
+    const traceHref = traceURL((await uiConfig()).trace_url_template, run.trace_id);
     setStatus(run.status);
     const kv = (k, v) => [h("dt", { text: k }), h("dd", {}, v ?? "—")];
     info.replaceChildren(h("dl", { class: "kv" },
@@ -170,7 +171,9 @@ export async function renderDetail(root, ctx) {
       kv(t("Ended"), fmtTime(run.end_time)),
       kv(t("Duration"), fmtDuration(run.start_time, run.end_time)),
       kv(t("Alarm"), short(run.alarm_status, "ALARM_STATUS_") || "—"),
-      kv(t("Trace id"), h("span", { class: "mono", text: run.trace_id || "—" }))),
+      kv(t("Trace id"), traceHref
+        ? h("a", { class: "mono", id: "trace-link", href: traceHref, target: "_blank", rel: "noopener", text: run.trace_id })
+        : h("span", { class: "mono", text: run.trace_id || "—" }))),
     h("div", { class: "messages" },
       h("div", {}, h("h3", { text: t("Trigger message") }), h("pre", { class: "msg", id: "trigger-message", text: run.trigger_message || "—" })),
       h("div", {}, h("h3", { text: t("Handle message") }), h("pre", { class: "msg", id: "handle-message", text: run.handle_message || "—" }))));
