@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -493,7 +494,11 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 		delete(e.active, r.t.GetTriggerId())
 	}
 	e.mu.Unlock()
-	e.log.Debug("fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
+	lctx := context.Background() // the run's trace ids on the line
+	if traceparent != "" && e.log.Enabled(lctx, slog.LevelDebug) {
+		lctx = w3c.Extract(lctx, propagation.MapCarrier{"traceparent": traceparent})
+	}
+	e.log.DebugContext(lctx, "fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
 	if e.cfg.OnResult != nil {
 		e.cfg.OnResult(Result{
 			TriggerID: r.t.GetTriggerId(), JobID: r.t.GetJobId(), Status: Status(strings.TrimPrefix(status.String(), "RUN_STATUS_")),
