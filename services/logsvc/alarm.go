@@ -28,8 +28,9 @@ type JobInfo struct {
 type Jobs interface {
 	// Job returns the job; an error when it cannot be read (a deleted job is an error too).
 	Job(ctx context.Context, id int64) (JobInfo, error)
-	// CountJobs counts the jobs defined, for the dashboard.
-	CountJobs(ctx context.Context) (int64, error)
+	// CountJobs counts the jobs defined in the groups (all jobs when groups is empty), for the
+	// dashboard.
+	CountJobs(ctx context.Context, groups []int64) (int64, error)
 }
 
 // SchedulerJobs reads jobs through the scheduler's JobService.
@@ -62,13 +63,20 @@ func (j SchedulerJobs) Job(ctx context.Context, id int64) (JobInfo, error) {
 	return JobInfo{Name: resp.GetJob().GetName(), AlarmEmails: resp.GetJob().GetAlarmEmails()}, nil
 }
 
-// CountJobs implements Jobs.
-func (j SchedulerJobs) CountJobs(ctx context.Context) (int64, error) {
-	resp, err := j.Client.ListJobs(ctx, &schedulerv1.ListJobsRequest{PageSize: 1})
-	if err != nil {
-		return 0, err
+// CountJobs implements Jobs: one ListJobs per group (one in all without groups).
+func (j SchedulerJobs) CountJobs(ctx context.Context, groups []int64) (int64, error) {
+	if len(groups) == 0 {
+		groups = []int64{0}
 	}
-	return resp.GetTotalSize(), nil
+	var n int64
+	for _, g := range groups {
+		resp, err := j.Client.ListJobs(ctx, &schedulerv1.ListJobsRequest{GroupId: g, PageSize: 1})
+		if err != nil {
+			return 0, err
+		}
+		n += resp.GetTotalSize()
+	}
+	return n, nil
 }
 
 // Alarm is one failed run to tell people about.

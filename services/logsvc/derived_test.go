@@ -312,7 +312,7 @@ func (f fakeJobs) Job(_ context.Context, id int64) (JobInfo, error) {
 	return j, nil
 }
 
-func (f fakeJobs) CountJobs(context.Context) (int64, error) { return int64(len(f)), nil }
+func (f fakeJobs) CountJobs(context.Context, []int64) (int64, error) { return int64(len(f)), nil }
 
 func TestAlarms(t *testing.T) {
 	t.Parallel()
@@ -484,11 +484,11 @@ func TestReportKeptAsRunsComplete(t *testing.T) {
 				t.Errorf("report after clearing runs: got %v, want %v", got, want)
 			}
 			var success, fail int64
-			if err := e.db.QueryRowContext(ctx, e.db.Q(`SELECT success, fail FROM report_jobs WHERE job_id = $1 AND day = $2`), 150, day/dayMs).Scan(&success, &fail); err != nil {
-				t.Fatalf("read report_jobs: %v", err)
+			if err := e.db.QueryRowContext(ctx, e.db.Q(`SELECT success, fail FROM report_group_jobs WHERE job_id = $1 AND day = $2`), 150, day/dayMs).Scan(&success, &fail); err != nil {
+				t.Fatalf("read report_group_jobs: %v", err)
 			}
 			if success != 2 || fail != 1 {
-				t.Errorf("report_jobs row: got %d/%d, want 2/1", success, fail)
+				t.Errorf("report_group_jobs row: got %d/%d, want 2/1", success, fail)
 			}
 			dash, err := e.logs.GetDashboard(ctx, &logsv1.GetDashboardRequest{})
 			if err != nil {

@@ -302,28 +302,28 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 			return fmt.Errorf("lock completions: %w", err)
 		}
 	}
-	counts := reportCounts{}
+	counts := newReportCounts(now)
 	for _, chunk := range chunks(ids, rowsPerStatement) {
-		q := `INSERT INTO completions (trigger_id, job_id, status, trigger_outcome, attempt, shard_index, shard_total,
+		q := `INSERT INTO completions (trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
 				scheduled_ms, end_ms, trigger_type, params, created_ms)
-			SELECT trigger_id, job_id, status, trigger_outcome, attempt, shard_index, shard_total,
+			SELECT trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
 				scheduled_ms, end_ms, trigger_type, params, CAST(` + s.ph(1) + ` AS BIGINT)
 			FROM runs WHERE trigger_id IN ` + s.in(len(chunk), 2) + `
 			ORDER BY trigger_id
 			ON CONFLICT (trigger_id) DO NOTHING
-			RETURNING scheduled_ms, job_id, status`
+			RETURNING scheduled_ms, group_id, job_id, status`
 		rows, err := tx.QueryContext(ctx, q, append([]any{now}, anys(chunk)...)...)
 		if err != nil {
 			return fmt.Errorf("insert completions: %w", err)
 		}
 		for rows.Next() {
-			var sched, job int64
+			var sched, group, job int64
 			var st int32
-			if err := rows.Scan(&sched, &job, &st); err != nil {
+			if err := rows.Scan(&sched, &group, &job, &st); err != nil {
 				rows.Close()
 				return fmt.Errorf("insert completions: %w", err)
 			}
-			counts.add(sched, job, st)
+			counts.add(sched, group, job, st)
 		}
 		if err := rows.Close(); err != nil {
 			return fmt.Errorf("insert completions: %w", err)

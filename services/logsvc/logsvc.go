@@ -193,7 +193,8 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// sweep looks for lost runs and runs without a record every SweepInterval until ctx ends.
+// sweep looks for lost runs and runs without a record, and prunes old per-minute counts, every
+// SweepInterval until ctx ends.
 func (s *Service) sweep(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -208,6 +209,9 @@ func (s *Service) sweep(ctx context.Context) {
 		}
 		if _, err := s.sweepUnrecorded(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("missing-record sweep failed", "error", err)
+		}
+		if err := s.pruneMinutes(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("pruning per-minute counts failed", "error", err)
 		}
 	}
 }

@@ -14,85 +14,195 @@ import (
 )
 
 // Reports are kept as runs complete: complete() counts every completion it publishes into
-// report_days and report_jobs in the same transaction, so a report reads a few counter rows
-// instead of scanning runs. A run's day is the UTC day of its scheduled time. Running runs are
-// a live state, not an event: they are counted through runs_running, a partial index that holds
-// only running rows.
+// report_group_days, report_group_jobs and report_minutes in the same transaction, so a report
+// reads a few counter rows instead of scanning runs. A run's day (minute) is the UTC day
+// (minute) of its scheduled time, and every counter carries the run's executor group, so a
+// report can be limited to the groups a caller may see. Running runs are a live state, not an
+// event: they are counted through runs_running, a partial index that holds only running rows.
 
-// reportKey is one counter row: a day, and a job (0 for report_days).
-type reportKey struct{ day, job int64 }
+const (
+	minuteMs = int64(time.Minute / time.Millisecond)
+	// minuteKeep is how long per-minute counters are kept: the dashboard shows the last hour.
+	minuteKeep = dayMs
+	// dashboardMinutes is how many minutes the dashboard's fires-per-minute chart shows.
+	dashboardMinutes = 60
+	// maxRunningJobIDs caps the job ids CountRunningRuns lists per executor.
+	maxRunningJobIDs = 100
+)
+
+// counter says which table a reportKey counts in.
+type counter int8
+
+const (
+	perDay    counter = iota // report_group_days
+	perJob                   // report_group_jobs
+	perMinute                // report_minutes
+)
+
+// reportKey is one counter row: a day (a minute for perMinute), a group, and a job (0 unless
+// perJob).
+type reportKey struct {
+	kind           counter
+	at, group, job int64
+}
 
 // reportCounts accumulates the completions of one transaction.
-type reportCounts map[reportKey]*[2]int64 // success, fail
+type reportCounts struct {
+	// oldestMinute is the first minute still counted per minute: older runs only count per day.
+	oldestMinute int64
+	rows         map[reportKey]*[2]int64 // success, fail
+}
 
-func (c reportCounts) add(schedMs, job int64, st int32) {
+func newReportCounts(nowMs int64) reportCounts {
+	return reportCounts{oldestMinute: (nowMs - minuteKeep) / minuteMs, rows: map[reportKey]*[2]int64{}}
+}
+
+func (c reportCounts) add(schedMs, group, job int64, st int32) {
 	i := 1
 	if st == int32(logsv1.RunStatus_RUN_STATUS_SUCCESS) {
 		i = 0
 	}
-	for _, k := range []reportKey{{schedMs / dayMs, 0}, {schedMs / dayMs, job}} {
-		if c[k] == nil {
-			c[k] = new([2]int64)
-		}
-		c[k][i]++
+	day := schedMs / dayMs
+	keys := []reportKey{{perDay, day, group, 0}, {perJob, day, group, job}}
+	if m := schedMs / minuteMs; m >= c.oldestMinute {
+		keys = append(keys, reportKey{perMinute, m, group, 0})
 	}
+	for _, k := range keys {
+		if c.rows[k] == nil {
+			c.rows[k] = new([2]int64)
+		}
+		c.rows[k][i]++
+	}
+}
+
+// counterTables are the upserts of each kind of counter row.
+var counterTables = [...]struct {
+	table    string
+	cols     int // columns of a row
+	insert   string
+	conflict string
+}{
+	perDay: {"report_group_days", 4, `INSERT INTO report_group_days (day, group_id, success, fail) VALUES `,
+		` ON CONFLICT (day, group_id) DO UPDATE SET success = report_group_days.success + excluded.success, fail = report_group_days.fail + excluded.fail`},
+	perJob: {"report_group_jobs", 5, `INSERT INTO report_group_jobs (day, group_id, job_id, success, fail) VALUES `,
+		` ON CONFLICT (day, group_id, job_id) DO UPDATE SET success = report_group_jobs.success + excluded.success, fail = report_group_jobs.fail + excluded.fail`},
+	perMinute: {"report_minutes", 4, `INSERT INTO report_minutes (minute, group_id, success, fail) VALUES `,
+		` ON CONFLICT (minute, group_id) DO UPDATE SET success = report_minutes.success + excluded.success, fail = report_minutes.fail + excluded.fail`},
 }
 
 // bumpReports adds counts to the report tables. Rows are written in key order; on Postgres the
 // caller holds the completions lock, so counter rows never deadlock.
 func (s *Service) bumpReports(ctx context.Context, tx *sql.Tx, counts reportCounts) error {
-	if len(counts) == 0 {
+	if len(counts.rows) == 0 {
 		return nil
 	}
-	keys := slices.SortedFunc(maps.Keys(counts), func(a, b reportKey) int {
-		return cmp.Or(cmp.Compare(a.day, b.day), cmp.Compare(a.job, b.job))
+	keys := slices.SortedFunc(maps.Keys(counts.rows), func(a, b reportKey) int {
+		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.at, b.at), cmp.Compare(a.group, b.group), cmp.Compare(a.job, b.job))
 	})
-	var days, jobs []any
+	var args [len(counterTables)][]any
 	for _, k := range keys {
-		c := counts[k]
-		if k.job == 0 {
-			days = append(days, k.day, c[0], c[1])
+		c := counts.rows[k]
+		if k.kind == perJob {
+			args[k.kind] = append(args[k.kind], k.at, k.group, k.job, c[0], c[1])
+		} else {
+			args[k.kind] = append(args[k.kind], k.at, k.group, c[0], c[1])
 		}
 	}
-	for _, k := range keys {
-		if c := counts[k]; k.job != 0 {
-			jobs = append(jobs, k.day, k.job, c[0], c[1])
-		}
-	}
-	for _, chunk := range chunks(days, 3*rowsPerStatement) {
-		q := `INSERT INTO report_days (day, success, fail) VALUES ` + s.values(len(chunk)/3, 3, "") + `
-			ON CONFLICT (day) DO UPDATE SET success = report_days.success + excluded.success, fail = report_days.fail + excluded.fail`
-		if _, err := tx.ExecContext(ctx, q, chunk...); err != nil {
-			return fmt.Errorf("count runs per day: %w", err)
-		}
-	}
-	for _, chunk := range chunks(jobs, 4*rowsPerStatement) {
-		q := `INSERT INTO report_jobs (day, job_id, success, fail) VALUES ` + s.values(len(chunk)/4, 4, "") + `
-			ON CONFLICT (day, job_id) DO UPDATE SET success = report_jobs.success + excluded.success, fail = report_jobs.fail + excluded.fail`
-		if _, err := tx.ExecContext(ctx, q, chunk...); err != nil {
-			return fmt.Errorf("count runs per job: %w", err)
+	for kind, t := range counterTables {
+		width := t.cols
+		for _, chunk := range chunks(args[kind], width*rowsPerStatement) {
+			q := t.insert + s.values(len(chunk)/width, width, "") + t.conflict
+			if _, err := tx.ExecContext(ctx, q, chunk...); err != nil {
+				return fmt.Errorf("count runs in %s: %w", t.table, err)
+			}
 		}
 	}
 	return nil
 }
 
-// runningByDay counts running runs per day in [fromDay, toDay).
-func (s *Service) runningByDay(ctx context.Context, fromDay, toDay int64) (map[int64]int64, error) {
+// pruneMinutes deletes the per-minute counters older than minuteKeep.
+func (s *Service) pruneMinutes(ctx context.Context) error {
+	cutoff := (s.now().UnixMilli() - minuteKeep) / minuteMs
+	if _, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM report_minutes WHERE minute < $1`), cutoff); err != nil {
+		return fmt.Errorf("prune per-minute counts: %w", err)
+	}
+	return nil
+}
+
+// groupFilter is an optional "AND group_id IN (...)" of a dynamic statement whose placeholders
+// before it number first-1.
+func (s *Service) groupFilter(groups []int64, first int) (string, []any) {
+	if len(groups) == 0 {
+		return "", nil
+	}
+	return ` AND group_id IN ` + s.in(len(groups), first), anys(groups)
+}
+
+// checkGroupIDs validates the group filter of a report, the dashboard or a running count.
+func checkGroupIDs(groups []int64, bad *apierr.Fields) {
+	if len(groups) > 1000 {
+		bad.Add("group_ids", "at most 1000, got %d", len(groups))
+		return
+	}
+	for i, g := range groups {
+		if g <= 0 {
+			bad.Add(fmt.Sprintf("group_ids[%d]", i), "want a positive group id, got %d", g)
+		}
+	}
+}
+
+// sumRows reads (key, success, fail) rows into a map by key, adding rows of the same key.
+func sumRows(rows *sql.Rows, err error) (map[int64]*[2]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]*[2]int64{}
+	for rows.Next() {
+		var k, ok, fail int64
+		if err := rows.Scan(&k, &ok, &fail); err != nil {
+			return nil, err
+		}
+		if out[k] == nil {
+			out[k] = new([2]int64)
+		}
+		out[k][0] += ok
+		out[k][1] += fail
+	}
+	return out, rows.Err()
+}
+
+// finishedBy counts finished runs per day or minute in [from, to) of the groups (all when
+// empty), from the counters of table (report_group_days or report_minutes, keyed by col).
+func (s *Service) finishedBy(ctx context.Context, table, col string, from, to int64, groups []int64) (map[int64]*[2]int64, error) {
+	filter, gargs := s.groupFilter(groups, 3)
+	q := fmt.Sprintf(`SELECT %[2]s, success, fail FROM %[1]s WHERE %[2]s >= %[3]s AND %[2]s < %[4]s`, table, col, s.ph(1), s.ph(2)) + filter
+	out, err := sumRows(s.store.QueryContext(ctx, q, append([]any{from, to}, gargs...)...))
+	if err != nil {
+		return nil, fmt.Errorf("count finished runs: %w", err)
+	}
+	return out, nil
+}
+
+// runningBy counts running runs of the groups (all when empty) per unit (dayMs or minuteMs) of
+// their scheduled time in [from, to) units.
+func (s *Service) runningBy(ctx context.Context, unit, from, to int64, groups []int64) (map[int64]int64, error) {
+	filter, gargs := s.groupFilter(groups, 3)
 	// The literal status keeps the predicate provably inside runs_running's.
-	rows, err := s.store.QueryContext(ctx, s.store.Q(fmt.Sprintf(`SELECT scheduled_ms / 86400000, COUNT(*) FROM runs
-		WHERE status = %d AND scheduled_ms >= $1 AND scheduled_ms < $2 GROUP BY scheduled_ms / 86400000`, statusRunning)),
-		fromDay*dayMs, toDay*dayMs)
+	q := fmt.Sprintf(`SELECT scheduled_ms / %d, COUNT(*) FROM runs WHERE status = %d AND scheduled_ms >= %s AND scheduled_ms < %s%s GROUP BY scheduled_ms / %d`,
+		unit, statusRunning, s.ph(1), s.ph(2), filter, unit)
+	rows, err := s.store.QueryContext(ctx, q, append([]any{from * unit, to * unit}, gargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("count running runs: %w", err)
 	}
 	defer rows.Close()
 	out := map[int64]int64{}
 	for rows.Next() {
-		var day, n int64
-		if err := rows.Scan(&day, &n); err != nil {
+		var at, n int64
+		if err := rows.Scan(&at, &n); err != nil {
 			return nil, fmt.Errorf("count running runs: %w", err)
 		}
-		out[day] = n
+		out[at] = n
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("count running runs: %w", err)
@@ -101,7 +211,8 @@ func (s *Service) runningByDay(ctx context.Context, fromDay, toDay int64) (map[i
 }
 
 // GetReport implements LogService: counts by UTC day of the scheduled time, and each job's
-// success rate over the range, read from the counters kept as runs complete.
+// success rate over the range, read from the counters kept as runs complete; only the runs of
+// group_ids when given.
 func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (*logsv1.GetReportResponse, error) {
 	var bad apierr.Fields
 	start, err := time.Parse(time.DateOnly, req.GetStartDate())
@@ -122,44 +233,32 @@ func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (
 			bad.Add("end_date", "at most %d days after start_date, got %d", maxReportDays, days)
 		}
 	}
+	checkGroupIDs(req.GetGroupIds(), &bad)
 	if err := bad.Err(); err != nil {
 		return nil, err
 	}
+	groups := req.GetGroupIds()
 	from, to := start.UnixMilli()/dayMs, end.UnixMilli()/dayMs+1
-	running, err := s.runningByDay(ctx, from, to)
+	running, err := s.runningBy(ctx, dayMs, from, to, groups)
 	if err != nil {
 		return nil, err
 	}
-	counts := map[int64]*logsv1.DayReport{}
-	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT day, success, fail FROM report_days WHERE day >= $1 AND day < $2`), from, to)
+	finished, err := s.finishedBy(ctx, "report_group_days", "day", from, to, groups)
 	if err != nil {
-		return nil, fmt.Errorf("report: %w", err)
-	}
-	for rows.Next() {
-		var day int64
-		d := &logsv1.DayReport{}
-		if err := rows.Scan(&day, &d.Success, &d.Fail); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("report: %w", err)
-		}
-		counts[day] = d
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("report: %w", err)
+		return nil, err
 	}
 	resp := &logsv1.GetReportResponse{}
 	for day := from; day < to; day++ {
-		d := counts[day]
-		if d == nil {
-			d = &logsv1.DayReport{}
+		d := &logsv1.DayReport{Date: time.UnixMilli(day * dayMs).UTC().Format(time.DateOnly), Running: running[day]}
+		if c := finished[day]; c != nil {
+			d.Success, d.Fail = c[0], c[1]
 		}
-		d.Running = running[day]
-		d.Date = time.UnixMilli(day * dayMs).UTC().Format(time.DateOnly)
 		resp.Days = append(resp.Days, d)
 	}
-	rows, err = s.store.QueryContext(ctx, s.store.Q(`SELECT job_id, SUM(success), SUM(fail) FROM report_jobs
-		WHERE day >= $1 AND day < $2 GROUP BY job_id ORDER BY job_id`), from, to)
+	filter, gargs := s.groupFilter(groups, 3)
+	q := `SELECT job_id, SUM(success), SUM(fail) FROM report_group_jobs WHERE day >= ` + s.ph(1) + ` AND day < ` + s.ph(2) + filter +
+		` GROUP BY job_id ORDER BY job_id`
+	rows, err := s.store.QueryContext(ctx, q, append([]any{from, to}, gargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("report per job: %w", err)
 	}
@@ -183,21 +282,33 @@ func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (
 // GetDashboard implements LogService: today is the current UTC day. Run counts come from the
 // report counters plus the running runs, so they stay cheap on a large table; runs cleared or
 // pruned still count, as in XXL-JOB's report. Jobs come from the scheduler and executors from
-// the registry's live view, when the service was given them.
-func (s *Service) GetDashboard(ctx context.Context, _ *logsv1.GetDashboardRequest) (*logsv1.GetDashboardResponse, error) {
+// the registry's live view, when the service was given them. With group_ids, runs and jobs are
+// those of the groups.
+func (s *Service) GetDashboard(ctx context.Context, req *logsv1.GetDashboardRequest) (*logsv1.GetDashboardResponse, error) {
+	var bad apierr.Fields
+	checkGroupIDs(req.GetGroupIds(), &bad)
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	groups := req.GetGroupIds()
 	resp := &logsv1.GetDashboardResponse{}
-	today := s.now().UnixMilli() / dayMs
+	nowMs := s.now().UnixMilli()
+	today := nowMs / dayMs
+
+	filter, gargs := s.groupFilter(groups, 3)
 	var finished, successToday, failToday int64
-	err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT COALESCE(SUM(success + fail), 0),
-			COALESCE(SUM(CASE WHEN day = $1 THEN success ELSE 0 END), 0),
-			COALESCE(SUM(CASE WHEN day = $1 THEN fail ELSE 0 END), 0)
-		FROM report_days`), today).Scan(&finished, &successToday, &failToday)
+	err := s.store.QueryRowContext(ctx, `SELECT COALESCE(SUM(success + fail), 0),
+			COALESCE(SUM(CASE WHEN day = `+s.ph(1)+` THEN success ELSE 0 END), 0),
+			COALESCE(SUM(CASE WHEN day = `+s.ph(2)+` THEN fail ELSE 0 END), 0)
+		FROM report_group_days WHERE 1 = 1`+filter, append([]any{today, today}, gargs...)...).Scan(&finished, &successToday, &failToday)
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	err = s.store.QueryRowContext(ctx, s.store.Q(fmt.Sprintf(`SELECT COUNT(*),
-			COALESCE(SUM(CASE WHEN scheduled_ms >= $1 AND scheduled_ms < $2 THEN 1 ELSE 0 END), 0)
-		FROM runs WHERE status = %d`, statusRunning)), today*dayMs, (today+1)*dayMs).Scan(&resp.RunningCount, &resp.RunsToday)
+	// The literal status keeps the predicate provably inside runs_running's.
+	err = s.store.QueryRowContext(ctx, fmt.Sprintf(`SELECT COUNT(*),
+			COALESCE(SUM(CASE WHEN scheduled_ms >= %s AND scheduled_ms < %s THEN 1 ELSE 0 END), 0)
+		FROM runs WHERE status = %d%s`, s.ph(1), s.ph(2), statusRunning, filter),
+		append([]any{today * dayMs, (today + 1) * dayMs}, gargs...)...).Scan(&resp.RunningCount, &resp.RunsToday)
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
@@ -206,15 +317,74 @@ func (s *Service) GetDashboard(ctx context.Context, _ *logsv1.GetDashboardReques
 	if n := successToday + failToday; n > 0 {
 		resp.SuccessRateToday = float64(successToday) / float64(n)
 	}
+
+	lastMinute := nowMs / minuteMs
+	firstMinute := lastMinute - dashboardMinutes + 1
+	perMinute, err := s.finishedBy(ctx, "report_minutes", "minute", firstMinute, lastMinute+1, groups)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	runningPerMinute, err := s.runningBy(ctx, minuteMs, firstMinute, lastMinute+1, groups)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	for m := firstMinute; m <= lastMinute; m++ {
+		r := &logsv1.MinuteReport{StartTime: ts(m * minuteMs), Running: runningPerMinute[m]}
+		if c := perMinute[m]; c != nil {
+			r.Success, r.Fail = c[0], c[1]
+		}
+		resp.Minutes = append(resp.Minutes, r)
+	}
+
 	if s.cfg.Jobs != nil {
-		n, err := s.cfg.Jobs.CountJobs(ctx)
+		n, err := s.cfg.Jobs.CountJobs(ctx, groups)
 		if err != nil {
 			s.log.WarnContext(ctx, "dashboard: cannot count jobs", "error", err)
 		}
 		resp.JobCount = n
 	}
-	if s.cfg.Executors != nil {
+	if s.cfg.Executors != nil && len(groups) == 0 {
 		resp.ExecutorCount = int64(s.cfg.Executors.ExecutorCount())
+	}
+	return resp, nil
+}
+
+// CountRunningRuns implements LogService: the running runs (runs_running) grouped by executor
+// address; only the runs of group_ids when given.
+func (s *Service) CountRunningRuns(ctx context.Context, req *logsv1.CountRunningRunsRequest) (*logsv1.CountRunningRunsResponse, error) {
+	var bad apierr.Fields
+	checkGroupIDs(req.GetGroupIds(), &bad)
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	filter, gargs := s.groupFilter(req.GetGroupIds(), 1)
+	// The literal status keeps the predicate provably inside runs_running's.
+	q := fmt.Sprintf(`SELECT executor_address, job_id, COUNT(*) FROM runs WHERE status = %d AND executor_address <> ''%s
+		GROUP BY executor_address, job_id ORDER BY executor_address, job_id`, statusRunning, filter)
+	rows, err := s.store.QueryContext(ctx, q, gargs...)
+	if err != nil {
+		return nil, fmt.Errorf("count running runs: %w", err)
+	}
+	defer rows.Close()
+	resp := &logsv1.CountRunningRunsResponse{}
+	var cur *logsv1.ExecutorRuns
+	for rows.Next() {
+		var addr string
+		var job, n int64
+		if err := rows.Scan(&addr, &job, &n); err != nil {
+			return nil, fmt.Errorf("count running runs: %w", err)
+		}
+		if cur == nil || cur.ExecutorAddress != addr {
+			cur = &logsv1.ExecutorRuns{ExecutorAddress: addr}
+			resp.Executors = append(resp.Executors, cur)
+		}
+		cur.Running += n
+		if len(cur.JobIds) < maxRunningJobIDs {
+			cur.JobIds = append(cur.JobIds, job)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count running runs: %w", err)
 	}
 	return resp, nil
 }

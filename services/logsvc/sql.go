@@ -82,8 +82,8 @@ func chunks[T any](xs []T, n int) [][]T {
 	return out
 }
 
-// anys converts strings into query arguments.
-func anys(xs []string) []any {
+// anys converts values into query arguments.
+func anys[T any](xs []T) []any {
 	out := make([]any, len(xs))
 	for i, x := range xs {
 		out[i] = x

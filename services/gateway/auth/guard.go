@@ -214,6 +214,26 @@ func scope(c *Caller, p *int64, field string) error {
 	}
 }
 
+// scopeAll limits a filter of several groups (reports, the dashboard, running counts) for a
+// caller limited to groups: every group named must be the caller's, and an empty filter (all
+// groups) becomes the caller's groups.
+func scopeAll(c *Caller, p *[]int64) error {
+	if len(*p) == 0 {
+		gs := c.User.GetGroupIds()
+		if len(gs) == 0 {
+			return status.Error(codes.PermissionDenied, "you may act on no executor group")
+		}
+		*p = slices.Clone(gs)
+		return nil
+	}
+	for _, id := range *p {
+		if err := allowed(c, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Finish implements grpcserver.Authorizer: it trims listings to the caller's groups and writes
 // the audit trail of successful changes.
 func (g *Guard) Finish(ctx context.Context, method string, req, resp any, err error) (any, error) {

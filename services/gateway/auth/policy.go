@@ -121,8 +121,9 @@ var rules = map[string]rule{
 	logsv1.LogService_TailRun_FullMethodName:                 readGrouped,
 	logsv1.LogService_KillRun_FullMethodName:                 writeGrouped,
 	logsv1.LogService_ClearRuns_FullMethodName:               writeGrouped,
-	logsv1.LogService_GetReport_FullMethodName:               {access: read},
-	logsv1.LogService_GetDashboard_FullMethodName:            {access: read},
+	logsv1.LogService_GetReport_FullMethodName:               readGrouped,
+	logsv1.LogService_GetDashboard_FullMethodName:            readGrouped,
+	logsv1.LogService_CountRunningRuns_FullMethodName:        readGrouped,
 	logsv1.LogService_LookupTriggers_FullMethodName:          {access: internal},
 	logsv1.LogService_WatchCompletions_FullMethodName:        {access: internal},
 }
@@ -206,6 +207,12 @@ func (g *Guard) checkGroups(ctx context.Context, c *Caller, req any) error {
 			return job(r.JobId)
 		}
 		return scope(c, &r.GroupId, "group_id")
+	case *logsv1.GetReportRequest:
+		return scopeAll(c, &r.GroupIds)
+	case *logsv1.GetDashboardRequest:
+		return scopeAll(c, &r.GroupIds)
+	case *logsv1.CountRunningRunsRequest:
+		return scopeAll(c, &r.GroupIds)
 	case *logsv1.GetRunRequest:
 		return run(r.GetId())
 	case *logsv1.ListRunLinesRequest:

@@ -1,11 +1,13 @@
 package auth
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -106,5 +108,48 @@ func TestAuditDetailHoldsNoSecrets(t *testing.T) {
 		if strings.Contains(detail, secret) {
 			t.Errorf("describe(%T) detail = %q, holds a secret", tt.req, detail)
 		}
+	}
+}
+
+// TestReportsScopedToGroups: reports, the dashboard and running counts of a caller limited to
+// groups cover its groups when it names none, and may name only its own.
+func TestReportsScopedToGroups(t *testing.T) {
+	t.Parallel()
+	g := &Guard{}
+	op := &Caller{Kind: KindUser, User: &authv1.User{Role: authv1.Role_ROLE_OPERATOR, GroupIds: []int64{1, 3}}}
+	none := &Caller{Kind: KindUser, User: &authv1.User{Role: authv1.Role_ROLE_VIEWER}}
+	for _, tt := range []struct {
+		name   string
+		caller *Caller
+		req    interface{ GetGroupIds() []int64 }
+		want   string // the groups after the check, or the error code
+	}{
+		{"dashboard, no filter", op, &logsv1.GetDashboardRequest{}, "[1 3]"},
+		{"dashboard, one of its groups", op, &logsv1.GetDashboardRequest{GroupIds: []int64{3}}, "[3]"},
+		{"dashboard, another group", op, &logsv1.GetDashboardRequest{GroupIds: []int64{1, 2}}, "PermissionDenied"},
+		{"report, no filter", op, &logsv1.GetReportRequest{StartDate: "2030-01-01", EndDate: "2030-01-01"}, "[1 3]"},
+		{"report, another group", op, &logsv1.GetReportRequest{GroupIds: []int64{2}}, "PermissionDenied"},
+		{"running runs, no filter", op, &logsv1.CountRunningRunsRequest{}, "[1 3]"},
+		{"running runs, another group", op, &logsv1.CountRunningRunsRequest{GroupIds: []int64{4}}, "PermissionDenied"},
+		{"a caller with no group", none, &logsv1.GetDashboardRequest{}, "PermissionDenied"},
+	} {
+		got := ""
+		if err := g.checkGroups(t.Context(), tt.caller, tt.req); err != nil {
+			got = status.Code(err).String()
+		} else {
+			got = fmt.Sprint(tt.req.GetGroupIds())
+		}
+		if got != tt.want {
+			t.Errorf("%s: got %s, want %s", tt.name, got, tt.want)
+		}
+	}
+	// The caller's own list is copied, not shared with the request.
+	req := &logsv1.GetDashboardRequest{}
+	if err := g.checkGroups(t.Context(), op, req); err != nil {
+		t.Fatal(err)
+	}
+	req.GroupIds[0] = 99
+	if op.User.GetGroupIds()[0] != 1 {
+		t.Error("the request shares the caller's group list")
 	}
 }

@@ -1871,7 +1871,10 @@ type GetReportRequest struct {
 	// First day, "YYYY-MM-DD".
 	StartDate string `protobuf:"bytes,1,opt,name=start_date,json=startDate,proto3" json:"start_date,omitempty"`
 	// Last day, "YYYY-MM-DD", inclusive; at most 366 days after start_date.
-	EndDate       string `protobuf:"bytes,2,opt,name=end_date,json=endDate,proto3" json:"end_date,omitempty"`
+	EndDate string `protobuf:"bytes,2,opt,name=end_date,json=endDate,proto3" json:"end_date,omitempty"`
+	// Count only the runs of these executor groups; empty means all. For a caller limited to
+	// executor groups it must be a subset of them; left empty, it becomes all of them.
+	GroupIds      []int64 `protobuf:"varint,3,rep,packed,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1918,6 +1921,13 @@ func (x *GetReportRequest) GetEndDate() string {
 		return x.EndDate
 	}
 	return ""
+}
+
+func (x *GetReportRequest) GetGroupIds() []int64 {
+	if x != nil {
+		return x.GroupIds
+	}
+	return nil
 }
 
 // DayReport counts one day's runs by status.
@@ -2121,9 +2131,12 @@ func (x *GetReportResponse) GetJobs() []*JobReport {
 	return nil
 }
 
-// GetDashboardRequest is empty.
+// GetDashboardRequest says whose runs to count.
 type GetDashboardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Count only the runs and jobs of these executor groups; empty means all. For a caller limited
+	// to executor groups it must be a subset of them; left empty, it becomes all of them.
+	GroupIds      []int64 `protobuf:"varint,1,rep,packed,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2158,6 +2171,86 @@ func (*GetDashboardRequest) Descriptor() ([]byte, []int) {
 	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{26}
 }
 
+func (x *GetDashboardRequest) GetGroupIds() []int64 {
+	if x != nil {
+		return x.GroupIds
+	}
+	return nil
+}
+
+// MinuteReport counts the runs scheduled in one minute by status.
+type MinuteReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Start of the minute.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Runs still running.
+	Running int64 `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"`
+	// Runs that succeeded.
+	Success int64 `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	// Runs that failed, timed out or were killed.
+	Fail          int64 `protobuf:"varint,4,opt,name=fail,proto3" json:"fail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MinuteReport) Reset() {
+	*x = MinuteReport{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MinuteReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MinuteReport) ProtoMessage() {}
+
+func (x *MinuteReport) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MinuteReport.ProtoReflect.Descriptor instead.
+func (*MinuteReport) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MinuteReport) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *MinuteReport) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *MinuteReport) GetSuccess() int64 {
+	if x != nil {
+		return x.Success
+	}
+	return 0
+}
+
+func (x *MinuteReport) GetFail() int64 {
+	if x != nil {
+		return x.Fail
+	}
+	return 0
+}
+
 // GetDashboardResponse carries the dashboard totals.
 type GetDashboardResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2167,19 +2260,23 @@ type GetDashboardResponse struct {
 	RunsToday int64 `protobuf:"varint,2,opt,name=runs_today,json=runsToday,proto3" json:"runs_today,omitempty"`
 	// Share of today's finished runs that succeeded, 0–1.
 	SuccessRateToday float64 `protobuf:"fixed64,3,opt,name=success_rate_today,json=successRateToday,proto3" json:"success_rate_today,omitempty"`
-	// Jobs defined in the scheduler; 0 when logsvc cannot ask it.
+	// Jobs defined in the scheduler (in group_ids, when given); 0 when logsvc cannot ask it.
 	JobCount int64 `protobuf:"varint,4,opt,name=job_count,json=jobCount,proto3" json:"job_count,omitempty"`
-	// Executors online in the registry's live view; 0 when logsvc does not follow it.
+	// Executors online in the registry's live view; 0 when logsvc does not follow it, and when
+	// group_ids is given (the registry's ListExecutors lists a caller's groups' executors).
 	ExecutorCount int64 `protobuf:"varint,5,opt,name=executor_count,json=executorCount,proto3" json:"executor_count,omitempty"`
 	// Runs running now.
-	RunningCount  int64 `protobuf:"varint,6,opt,name=running_count,json=runningCount,proto3" json:"running_count,omitempty"`
+	RunningCount int64 `protobuf:"varint,6,opt,name=running_count,json=runningCount,proto3" json:"running_count,omitempty"`
+	// Fires per minute of scheduled time over the last hour, by status: 60 minutes, oldest first,
+	// the last one the current minute.
+	Minutes       []*MinuteReport `protobuf:"bytes,7,rep,name=minutes,proto3" json:"minutes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetDashboardResponse) Reset() {
 	*x = GetDashboardResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2288,7 @@ func (x *GetDashboardResponse) String() string {
 func (*GetDashboardResponse) ProtoMessage() {}
 
 func (x *GetDashboardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2301,7 @@ func (x *GetDashboardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDashboardResponse.ProtoReflect.Descriptor instead.
 func (*GetDashboardResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetDashboardResponse) GetRunCount() int64 {
@@ -2249,6 +2346,170 @@ func (x *GetDashboardResponse) GetRunningCount() int64 {
 	return 0
 }
 
+func (x *GetDashboardResponse) GetMinutes() []*MinuteReport {
+	if x != nil {
+		return x.Minutes
+	}
+	return nil
+}
+
+// CountRunningRunsRequest says whose runs to count.
+type CountRunningRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Count only the runs of these executor groups; empty means all. For a caller limited to
+	// executor groups it must be a subset of them; left empty, it becomes all of them.
+	GroupIds      []int64 `protobuf:"varint,1,rep,packed,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountRunningRunsRequest) Reset() {
+	*x = CountRunningRunsRequest{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountRunningRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountRunningRunsRequest) ProtoMessage() {}
+
+func (x *CountRunningRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountRunningRunsRequest.ProtoReflect.Descriptor instead.
+func (*CountRunningRunsRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CountRunningRunsRequest) GetGroupIds() []int64 {
+	if x != nil {
+		return x.GroupIds
+	}
+	return nil
+}
+
+// ExecutorRuns counts the runs running on one executor address.
+type ExecutorRuns struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The executor's address ("host:port").
+	ExecutorAddress string `protobuf:"bytes,1,opt,name=executor_address,json=executorAddress,proto3" json:"executor_address,omitempty"`
+	// Runs running there now (shards and retries count each).
+	Running int64 `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"`
+	// The jobs of those runs, ascending, at most 100.
+	JobIds        []int64 `protobuf:"varint,3,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorRuns) Reset() {
+	*x = ExecutorRuns{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorRuns) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorRuns) ProtoMessage() {}
+
+func (x *ExecutorRuns) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorRuns.ProtoReflect.Descriptor instead.
+func (*ExecutorRuns) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ExecutorRuns) GetExecutorAddress() string {
+	if x != nil {
+		return x.ExecutorAddress
+	}
+	return ""
+}
+
+func (x *ExecutorRuns) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ExecutorRuns) GetJobIds() []int64 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+// CountRunningRunsResponse lists the executor addresses with running runs.
+type CountRunningRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per address with at least one running run, by address.
+	Executors     []*ExecutorRuns `protobuf:"bytes,1,rep,name=executors,proto3" json:"executors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountRunningRunsResponse) Reset() {
+	*x = CountRunningRunsResponse{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountRunningRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountRunningRunsResponse) ProtoMessage() {}
+
+func (x *CountRunningRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountRunningRunsResponse.ProtoReflect.Descriptor instead.
+func (*CountRunningRunsResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CountRunningRunsResponse) GetExecutors() []*ExecutorRuns {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
 // LookupTriggersRequest lists trigger ids.
 type LookupTriggersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2260,7 +2521,7 @@ type LookupTriggersRequest struct {
 
 func (x *LookupTriggersRequest) Reset() {
 	*x = LookupTriggersRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2533,7 @@ func (x *LookupTriggersRequest) String() string {
 func (*LookupTriggersRequest) ProtoMessage() {}
 
 func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2546,7 @@ func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupTriggersRequest.ProtoReflect.Descriptor instead.
 func (*LookupTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LookupTriggersRequest) GetTriggerIds() []string {
@@ -2306,7 +2567,7 @@ type LookupTriggersResponse struct {
 
 func (x *LookupTriggersResponse) Reset() {
 	*x = LookupTriggersResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2579,7 @@ func (x *LookupTriggersResponse) String() string {
 func (*LookupTriggersResponse) ProtoMessage() {}
 
 func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2592,7 @@ func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupTriggersResponse.ProtoReflect.Descriptor instead.
 func (*LookupTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LookupTriggersResponse) GetKnownTriggerIds() []string {
@@ -2352,7 +2613,7 @@ type WatchCompletionsRequest struct {
 
 func (x *WatchCompletionsRequest) Reset() {
 	*x = WatchCompletionsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2625,7 @@ func (x *WatchCompletionsRequest) String() string {
 func (*WatchCompletionsRequest) ProtoMessage() {}
 
 func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2638,7 @@ func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchCompletionsRequest) GetAfterCursor() int64 {
@@ -2420,7 +2681,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2693,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2706,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Completion) GetCursor() int64 {
@@ -2543,7 +2804,7 @@ type WatchCompletionsResponse struct {
 
 func (x *WatchCompletionsResponse) Reset() {
 	*x = WatchCompletionsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2816,7 @@ func (x *WatchCompletionsResponse) String() string {
 func (*WatchCompletionsResponse) ProtoMessage() {}
 
 func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2829,7 @@ func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{32}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchCompletionsResponse) GetCompletions() []*Completion {
@@ -2712,11 +2973,12 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\vkeep_newest\x18\x04 \x01(\x05R\n" +
 	"keepNewest\"-\n" +
 	"\x11ClearRunsResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x03R\adeleted\"L\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\"i\n" +
 	"\x10GetReportRequest\x12\x1d\n" +
 	"\n" +
 	"start_date\x18\x01 \x01(\tR\tstartDate\x12\x19\n" +
-	"\bend_date\x18\x02 \x01(\tR\aendDate\"g\n" +
+	"\bend_date\x18\x02 \x01(\tR\aendDate\x12\x1b\n" +
+	"\tgroup_ids\x18\x03 \x03(\x03R\bgroupIds\"g\n" +
 	"\tDayReport\x12\x12\n" +
 	"\x04date\x18\x01 \x01(\tR\x04date\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x03R\arunning\x12\x18\n" +
@@ -2729,8 +2991,15 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\"s\n" +
 	"\x11GetReportResponse\x12.\n" +
 	"\x04days\x18\x01 \x03(\v2\x1a.jobmesh.logs.v1.DayReportR\x04days\x12.\n" +
-	"\x04jobs\x18\x02 \x03(\v2\x1a.jobmesh.logs.v1.JobReportR\x04jobs\"\x15\n" +
-	"\x13GetDashboardRequest\"\xe9\x01\n" +
+	"\x04jobs\x18\x02 \x03(\v2\x1a.jobmesh.logs.v1.JobReportR\x04jobs\"2\n" +
+	"\x13GetDashboardRequest\x12\x1b\n" +
+	"\tgroup_ids\x18\x01 \x03(\x03R\bgroupIds\"\x91\x01\n" +
+	"\fMinuteReport\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\x03R\arunning\x12\x18\n" +
+	"\asuccess\x18\x03 \x01(\x03R\asuccess\x12\x12\n" +
+	"\x04fail\x18\x04 \x01(\x03R\x04fail\"\xa2\x02\n" +
 	"\x14GetDashboardResponse\x12\x1b\n" +
 	"\trun_count\x18\x01 \x01(\x03R\brunCount\x12\x1d\n" +
 	"\n" +
@@ -2738,7 +3007,16 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x12success_rate_today\x18\x03 \x01(\x01R\x10successRateToday\x12\x1b\n" +
 	"\tjob_count\x18\x04 \x01(\x03R\bjobCount\x12%\n" +
 	"\x0eexecutor_count\x18\x05 \x01(\x03R\rexecutorCount\x12#\n" +
-	"\rrunning_count\x18\x06 \x01(\x03R\frunningCount\"8\n" +
+	"\rrunning_count\x18\x06 \x01(\x03R\frunningCount\x127\n" +
+	"\aminutes\x18\a \x03(\v2\x1d.jobmesh.logs.v1.MinuteReportR\aminutes\"6\n" +
+	"\x17CountRunningRunsRequest\x12\x1b\n" +
+	"\tgroup_ids\x18\x01 \x03(\x03R\bgroupIds\"l\n" +
+	"\fExecutorRuns\x12)\n" +
+	"\x10executor_address\x18\x01 \x01(\tR\x0fexecutorAddress\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\x03R\arunning\x12\x17\n" +
+	"\ajob_ids\x18\x03 \x03(\x03R\x06jobIds\"W\n" +
+	"\x18CountRunningRunsResponse\x12;\n" +
+	"\texecutors\x18\x01 \x03(\v2\x1d.jobmesh.logs.v1.ExecutorRunsR\texecutors\"8\n" +
 	"\x15LookupTriggersRequest\x12\x1f\n" +
 	"\vtrigger_ids\x18\x01 \x03(\tR\n" +
 	"triggerIds\"D\n" +
@@ -2786,7 +3064,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\rIngestService\x12w\n" +
 	"\x14IngestTriggerRecords\x12,.jobmesh.logs.v1.IngestTriggerRecordsRequest\x1a-.jobmesh.logs.v1.IngestTriggerRecordsResponse(\x010\x01\x12b\n" +
 	"\rIngestResults\x12%.jobmesh.logs.v1.IngestResultsRequest\x1a&.jobmesh.logs.v1.IngestResultsResponse(\x010\x01\x12e\n" +
-	"\x0eIngestLogLines\x12&.jobmesh.logs.v1.IngestLogLinesRequest\x1a'.jobmesh.logs.v1.IngestLogLinesResponse(\x010\x012\xe4\b\n" +
+	"\x0eIngestLogLines\x12&.jobmesh.logs.v1.IngestLogLinesRequest\x1a'.jobmesh.logs.v1.IngestLogLinesResponse(\x010\x012\xf1\t\n" +
 	"\n" +
 	"LogService\x12e\n" +
 	"\bListRuns\x12 .jobmesh.logs.v1.ListRunsRequest\x1a!.jobmesh.logs.v1.ListRunsResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/api/v1/logs\x12d\n" +
@@ -2796,7 +3074,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\aKillRun\x12\x1f.jobmesh.logs.v1.KillRunRequest\x1a .jobmesh.logs.v1.KillRunResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/logs/{id}:kill\x12q\n" +
 	"\tClearRuns\x12!.jobmesh.logs.v1.ClearRunsRequest\x1a\".jobmesh.logs.v1.ClearRunsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/api/v1/logs:clear\x12k\n" +
 	"\tGetReport\x12!.jobmesh.logs.v1.GetReportRequest\x1a\".jobmesh.logs.v1.GetReportResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/reports\x12v\n" +
-	"\fGetDashboard\x12$.jobmesh.logs.v1.GetDashboardRequest\x1a%.jobmesh.logs.v1.GetDashboardResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/dashboard\x12a\n" +
+	"\fGetDashboard\x12$.jobmesh.logs.v1.GetDashboardRequest\x1a%.jobmesh.logs.v1.GetDashboardResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/dashboard\x12\x8a\x01\n" +
+	"\x10CountRunningRuns\x12(.jobmesh.logs.v1.CountRunningRunsRequest\x1a).jobmesh.logs.v1.CountRunningRunsResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/logs:countRunning\x12a\n" +
 	"\x0eLookupTriggers\x12&.jobmesh.logs.v1.LookupTriggersRequest\x1a'.jobmesh.logs.v1.LookupTriggersResponse\x12i\n" +
 	"\x10WatchCompletions\x12(.jobmesh.logs.v1.WatchCompletionsRequest\x1a).jobmesh.logs.v1.WatchCompletionsResponse0\x01B7Z5github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1;logsv1b\x06proto3"
 
@@ -2813,7 +3092,7 @@ func file_jobmesh_logs_v1_logs_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_logs_v1_logs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(RunStatus)(0),                       // 0: jobmesh.logs.v1.RunStatus
 	(TriggerOutcome)(0),                  // 1: jobmesh.logs.v1.TriggerOutcome
@@ -2845,80 +3124,89 @@ var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(*JobReport)(nil),                    // 27: jobmesh.logs.v1.JobReport
 	(*GetReportResponse)(nil),            // 28: jobmesh.logs.v1.GetReportResponse
 	(*GetDashboardRequest)(nil),          // 29: jobmesh.logs.v1.GetDashboardRequest
-	(*GetDashboardResponse)(nil),         // 30: jobmesh.logs.v1.GetDashboardResponse
-	(*LookupTriggersRequest)(nil),        // 31: jobmesh.logs.v1.LookupTriggersRequest
-	(*LookupTriggersResponse)(nil),       // 32: jobmesh.logs.v1.LookupTriggersResponse
-	(*WatchCompletionsRequest)(nil),      // 33: jobmesh.logs.v1.WatchCompletionsRequest
-	(*Completion)(nil),                   // 34: jobmesh.logs.v1.Completion
-	(*WatchCompletionsResponse)(nil),     // 35: jobmesh.logs.v1.WatchCompletionsResponse
-	(v1.TriggerType)(0),                  // 36: jobmesh.scheduler.v1.TriggerType
-	(v1.RouteStrategy)(0),                // 37: jobmesh.scheduler.v1.RouteStrategy
-	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
+	(*MinuteReport)(nil),                 // 30: jobmesh.logs.v1.MinuteReport
+	(*GetDashboardResponse)(nil),         // 31: jobmesh.logs.v1.GetDashboardResponse
+	(*CountRunningRunsRequest)(nil),      // 32: jobmesh.logs.v1.CountRunningRunsRequest
+	(*ExecutorRuns)(nil),                 // 33: jobmesh.logs.v1.ExecutorRuns
+	(*CountRunningRunsResponse)(nil),     // 34: jobmesh.logs.v1.CountRunningRunsResponse
+	(*LookupTriggersRequest)(nil),        // 35: jobmesh.logs.v1.LookupTriggersRequest
+	(*LookupTriggersResponse)(nil),       // 36: jobmesh.logs.v1.LookupTriggersResponse
+	(*WatchCompletionsRequest)(nil),      // 37: jobmesh.logs.v1.WatchCompletionsRequest
+	(*Completion)(nil),                   // 38: jobmesh.logs.v1.Completion
+	(*WatchCompletionsResponse)(nil),     // 39: jobmesh.logs.v1.WatchCompletionsResponse
+	(v1.TriggerType)(0),                  // 40: jobmesh.scheduler.v1.TriggerType
+	(v1.RouteStrategy)(0),                // 41: jobmesh.scheduler.v1.RouteStrategy
+	(*timestamppb.Timestamp)(nil),        // 42: google.protobuf.Timestamp
 }
 var file_jobmesh_logs_v1_logs_proto_depIdxs = []int32{
-	36, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	37, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	40, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	41, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 2: jobmesh.logs.v1.TriggerRecord.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 3: jobmesh.logs.v1.RunResult.status:type_name -> jobmesh.logs.v1.RunStatus
 	3,  // 4: jobmesh.logs.v1.IngestTriggerRecordsRequest.records:type_name -> jobmesh.logs.v1.TriggerRecord
 	4,  // 5: jobmesh.logs.v1.IngestResultsRequest.results:type_name -> jobmesh.logs.v1.RunResult
 	5,  // 6: jobmesh.logs.v1.IngestLogLinesRequest.lines:type_name -> jobmesh.logs.v1.LogLine
-	36, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	38, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	38, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
-	37, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	40, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	42, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	42, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
+	41, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 11: jobmesh.logs.v1.Run.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 12: jobmesh.logs.v1.Run.status:type_name -> jobmesh.logs.v1.RunStatus
-	38, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	38, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	42, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	42, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 15: jobmesh.logs.v1.Run.alarm_status:type_name -> jobmesh.logs.v1.AlarmStatus
 	0,  // 16: jobmesh.logs.v1.ListRunsRequest.status:type_name -> jobmesh.logs.v1.RunStatus
-	36, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	38, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	38, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	40, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	42, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	42, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
 	12, // 20: jobmesh.logs.v1.ListRunsResponse.runs:type_name -> jobmesh.logs.v1.Run
 	12, // 21: jobmesh.logs.v1.GetRunResponse.run:type_name -> jobmesh.logs.v1.Run
 	5,  // 22: jobmesh.logs.v1.ListRunLinesResponse.lines:type_name -> jobmesh.logs.v1.LogLine
 	5,  // 23: jobmesh.logs.v1.TailRunResponse.lines:type_name -> jobmesh.logs.v1.LogLine
 	0,  // 24: jobmesh.logs.v1.TailRunResponse.status:type_name -> jobmesh.logs.v1.RunStatus
-	38, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
+	42, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
 	26, // 26: jobmesh.logs.v1.GetReportResponse.days:type_name -> jobmesh.logs.v1.DayReport
 	27, // 27: jobmesh.logs.v1.GetReportResponse.jobs:type_name -> jobmesh.logs.v1.JobReport
-	0,  // 28: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
-	1,  // 29: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
-	36, // 30: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	34, // 31: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
-	6,  // 32: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
-	8,  // 33: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
-	10, // 34: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
-	13, // 35: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
-	15, // 36: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
-	17, // 37: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
-	19, // 38: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
-	21, // 39: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
-	23, // 40: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
-	25, // 41: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
-	29, // 42: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
-	31, // 43: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
-	33, // 44: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
-	7,  // 45: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
-	9,  // 46: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
-	11, // 47: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
-	14, // 48: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
-	16, // 49: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
-	18, // 50: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
-	20, // 51: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
-	22, // 52: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
-	24, // 53: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
-	28, // 54: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
-	30, // 55: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
-	32, // 56: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
-	35, // 57: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
-	45, // [45:58] is the sub-list for method output_type
-	32, // [32:45] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	42, // 28: jobmesh.logs.v1.MinuteReport.start_time:type_name -> google.protobuf.Timestamp
+	30, // 29: jobmesh.logs.v1.GetDashboardResponse.minutes:type_name -> jobmesh.logs.v1.MinuteReport
+	33, // 30: jobmesh.logs.v1.CountRunningRunsResponse.executors:type_name -> jobmesh.logs.v1.ExecutorRuns
+	0,  // 31: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
+	1,  // 32: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
+	40, // 33: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	38, // 34: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
+	6,  // 35: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
+	8,  // 36: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
+	10, // 37: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
+	13, // 38: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
+	15, // 39: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
+	17, // 40: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
+	19, // 41: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
+	21, // 42: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
+	23, // 43: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
+	25, // 44: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
+	29, // 45: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
+	32, // 46: jobmesh.logs.v1.LogService.CountRunningRuns:input_type -> jobmesh.logs.v1.CountRunningRunsRequest
+	35, // 47: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
+	37, // 48: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
+	7,  // 49: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
+	9,  // 50: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
+	11, // 51: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
+	14, // 52: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
+	16, // 53: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
+	18, // 54: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
+	20, // 55: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
+	22, // 56: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
+	24, // 57: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
+	28, // 58: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
+	31, // 59: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
+	34, // 60: jobmesh.logs.v1.LogService.CountRunningRuns:output_type -> jobmesh.logs.v1.CountRunningRunsResponse
+	36, // 61: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
+	39, // 62: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
+	49, // [49:63] is the sub-list for method output_type
+	35, // [35:49] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_logs_v1_logs_proto_init() }
@@ -2932,7 +3220,7 @@ func file_jobmesh_logs_v1_logs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_logs_v1_logs_proto_rawDesc), len(file_jobmesh_logs_v1_logs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

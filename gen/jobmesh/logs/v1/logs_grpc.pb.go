@@ -209,6 +209,7 @@ const (
 	LogService_ClearRuns_FullMethodName        = "/jobmesh.logs.v1.LogService/ClearRuns"
 	LogService_GetReport_FullMethodName        = "/jobmesh.logs.v1.LogService/GetReport"
 	LogService_GetDashboard_FullMethodName     = "/jobmesh.logs.v1.LogService/GetDashboard"
+	LogService_CountRunningRuns_FullMethodName = "/jobmesh.logs.v1.LogService/CountRunningRuns"
 	LogService_LookupTriggers_FullMethodName   = "/jobmesh.logs.v1.LogService/LookupTriggers"
 	LogService_WatchCompletions_FullMethodName = "/jobmesh.logs.v1.LogService/WatchCompletions"
 )
@@ -235,6 +236,9 @@ type LogServiceClient interface {
 	GetReport(ctx context.Context, in *GetReportRequest, opts ...grpc.CallOption) (*GetReportResponse, error)
 	// GetDashboard returns the totals the dashboard shows.
 	GetDashboard(ctx context.Context, in *GetDashboardRequest, opts ...grpc.CallOption) (*GetDashboardResponse, error)
+	// CountRunningRuns counts the runs running now per executor address: the executors page's
+	// "running jobs".
+	CountRunningRuns(ctx context.Context, in *CountRunningRunsRequest, opts ...grpc.CallOption) (*CountRunningRunsResponse, error)
 	// LookupTriggers says which of the given trigger ids logsvc knows: a trigger record, a start or
 	// a result of them arrived. A new scheduler leader asks before re-firing what the old one armed.
 	LookupTriggers(ctx context.Context, in *LookupTriggersRequest, opts ...grpc.CallOption) (*LookupTriggersResponse, error)
@@ -341,6 +345,16 @@ func (c *logServiceClient) GetDashboard(ctx context.Context, in *GetDashboardReq
 	return out, nil
 }
 
+func (c *logServiceClient) CountRunningRuns(ctx context.Context, in *CountRunningRunsRequest, opts ...grpc.CallOption) (*CountRunningRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountRunningRunsResponse)
+	err := c.cc.Invoke(ctx, LogService_CountRunningRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *logServiceClient) LookupTriggers(ctx context.Context, in *LookupTriggersRequest, opts ...grpc.CallOption) (*LookupTriggersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LookupTriggersResponse)
@@ -392,6 +406,9 @@ type LogServiceServer interface {
 	GetReport(context.Context, *GetReportRequest) (*GetReportResponse, error)
 	// GetDashboard returns the totals the dashboard shows.
 	GetDashboard(context.Context, *GetDashboardRequest) (*GetDashboardResponse, error)
+	// CountRunningRuns counts the runs running now per executor address: the executors page's
+	// "running jobs".
+	CountRunningRuns(context.Context, *CountRunningRunsRequest) (*CountRunningRunsResponse, error)
 	// LookupTriggers says which of the given trigger ids logsvc knows: a trigger record, a start or
 	// a result of them arrived. A new scheduler leader asks before re-firing what the old one armed.
 	LookupTriggers(context.Context, *LookupTriggersRequest) (*LookupTriggersResponse, error)
@@ -432,6 +449,9 @@ func (UnimplementedLogServiceServer) GetReport(context.Context, *GetReportReques
 }
 func (UnimplementedLogServiceServer) GetDashboard(context.Context, *GetDashboardRequest) (*GetDashboardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDashboard not implemented")
+}
+func (UnimplementedLogServiceServer) CountRunningRuns(context.Context, *CountRunningRunsRequest) (*CountRunningRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountRunningRuns not implemented")
 }
 func (UnimplementedLogServiceServer) LookupTriggers(context.Context, *LookupTriggersRequest) (*LookupTriggersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LookupTriggers not implemented")
@@ -597,6 +617,24 @@ func _LogService_GetDashboard_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LogService_CountRunningRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountRunningRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServiceServer).CountRunningRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LogService_CountRunningRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServiceServer).CountRunningRuns(ctx, req.(*CountRunningRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LogService_LookupTriggers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LookupTriggersRequest)
 	if err := dec(in); err != nil {
@@ -660,6 +698,10 @@ var LogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetDashboard",
 			Handler:    _LogService_GetDashboard_Handler,
+		},
+		{
+			MethodName: "CountRunningRuns",
+			Handler:    _LogService_CountRunningRuns_Handler,
 		},
 		{
 			MethodName: "LookupTriggers",
