@@ -178,7 +178,7 @@ try {
     await jobRow("e2e-cron").getByRole("button", { name: "Start" }).waitFor();
   });
 
-  await step("run a long job once with a parameter, follow its live log and kill it", async () => {
+  await step("run a long job once with a parameter, see it on its executor, follow its live log and kill it", async () => {
     await createJob({ name: "e2e-long", type: "SCHEDULE_TYPE_NONE", source: 'echo "long job started with $1"\nsleep 300\necho "never printed"\n' });
     await page.locator("#fire-preview li", { hasText: "Never fires on its own" }).waitFor();
     await page.click("#save-job");
@@ -190,6 +190,16 @@ try {
     await jobRow("e2e-long").getByRole("link", { name: "Runs" }).click();
     const running = page.locator("#runs-table tr[data-status=RUNNING]").first();
     await running.waitFor();
+    const longID = await running.getAttribute("data-run");
+    // The executors page shows it among the local agent's running jobs, linked to its runs.
+    await go("executors");
+    const busy = page.locator("#executors-table td.running-jobs a");
+    await busy.waitFor();
+    const busyText = (await busy.textContent()).trim();
+    check(/^1 \(jobs #\d+\)$/.test(busyText), `the agent should run one job, the cell says "${busyText}"`);
+    await busy.click();
+    await page.locator(`#runs-table tr[data-run="${longID}"][data-status=RUNNING]`).waitFor();
+    check(await page.locator("#runs-table tr[data-run]").count() === 1, "the executor's running runs should be the long one only");
     await running.getByRole("link", { name: "Log" }).click();
     await page.locator("#run-log", { hasText: "long job started with p1" }).waitFor();
     await page.locator("#run-status[data-status=RUNNING]").waitFor();

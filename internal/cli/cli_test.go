@@ -109,8 +109,10 @@ func TestClient(t *testing.T) {
 	if out := s.ok("", "runs", "list", "--job", created.ID); !strings.Contains(out, ids[0]) || !strings.Contains(out, "success") {
 		t.Errorf("runs list:\n%s", out)
 	}
-	if out := s.ok("", "executors", "list"); !strings.Contains(out, st.AgentAddr) {
-		t.Errorf("executors list lacks the local agent %s:\n%s", st.AgentAddr, out)
+	if out := s.ok("", "executors", "list"); !strings.Contains(out, st.AgentAddr+" ") || !strings.Contains(out, "RUNNING") {
+		t.Errorf("executors list lacks the local agent %s or the RUNNING column:\n%s", st.AgentAddr, out)
+	} else if f := strings.Fields(out[strings.Index(out, st.AgentAddr):]); f[1] != "0" {
+		t.Errorf("executors list: the agent runs %s runs, want 0 (the run ended):\n%s", f[1], out)
 	}
 	if out := s.ok("", "jobs", "stop", created.ID, "-o", "json"); !strings.Contains(out, "JOB_STATUS_STOPPED") {
 		t.Errorf("jobs stop -o json:\n%s", out)
@@ -126,6 +128,7 @@ func TestClient(t *testing.T) {
 		{[]string{"jobs", "list", "--status", "sleepy"}, cli.ExitUsage},
 		{[]string{"jobs", "get", "999999"}, cli.ExitNotFound},
 		{[]string{"jobs", "trigger", created.ID, "--address", "not an address"}, cli.ExitInvalid},
+		{[]string{"jobs", "trigger", created.ID, "--address", "127.0.0.1:1"}, cli.ExitInvalid}, // not in the job's group
 	} {
 		if code, out, errOut := s.run("", c.args...); code != c.want {
 			t.Errorf("jobmesh %s = exit %d (%s%s), want %d", strings.Join(c.args, " "), code, out, errOut, c.want)

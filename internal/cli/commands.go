@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -526,11 +527,26 @@ func executorsList(fs *flag.FlagSet) func(context.Context, *client, []string) er
 		if c.output == "json" {
 			return c.printJSON(resp)
 		}
+		// RUNNING: the runs logsvc holds as running there; "?" when logsvc cannot say.
+		running := map[string]string{}
+		if ls, err := c.logs(); err == nil {
+			if counts, err := ls.CountRunningRuns(ctx, &logsv1.CountRunningRunsRequest{}); err == nil {
+				for _, x := range counts.GetExecutors() {
+					running[x.GetExecutorAddress()] = strconv.FormatInt(x.GetRunning(), 10)
+				}
+			} else {
+				running = nil
+			}
+		}
 		rows := make([][]string, 0, len(resp.GetExecutors()))
 		for _, e := range resp.GetExecutors() {
-			rows = append(rows, []string{e.GetAppName(), e.GetInstanceId(), e.GetAddress(), e.GetVersion(),
+			n := "?"
+			if running != nil {
+				n = cmp.Or(running[e.GetAddress()], "0")
+			}
+			rows = append(rows, []string{e.GetAppName(), e.GetInstanceId(), e.GetAddress(), n, e.GetVersion(),
 				ts(e.GetStartTime()), ts(e.GetLastSeenTime())})
 		}
-		return c.table([]string{"APP", "INSTANCE", "ADDRESS", "VERSION", "STARTED", "LAST SEEN"}, rows)
+		return c.table([]string{"APP", "INSTANCE", "ADDRESS", "RUNNING", "VERSION", "STARTED", "LAST SEEN"}, rows)
 	}
 }

@@ -1,6 +1,6 @@
 // Executor groups (create, edit, delete; AUTO or MANUAL addresses) and the live executors, polled,
-// with the ones that left shown offline with when they were last seen.
-import { api } from "../api.js";
+// with the runs each is running and the ones that left shown offline with when they were last seen.
+import { api, query } from "../api.js";
 import { h, short, fmtTime, toast, modal, confirmDialog, field, select, badge } from "../dom.js";
 import { t } from "../i18n.js";
 
@@ -19,7 +19,10 @@ export async function render(root, ctx) {
     execBox);
 
   async function load() {
-    const [{ groups = [] }, { executors = [] }] = await Promise.all([api("/executor-groups"), api("/executors")]);
+    const [{ groups = [] }, { executors = [] }, running] = await Promise.all([api("/executor-groups"), api("/executors"),
+      api("/logs:countRunning").catch(() => null)]);
+    // Runs running now per address (logsvc's RUNNING runs, limited to the caller's groups).
+    const busy = new Map((running?.executors || []).map((x) => [x.executor_address, x]));
     const now = Date.now();
     const live = new Set();
     for (const e of executors) {
@@ -49,18 +52,28 @@ export async function render(root, ctx) {
       }) : h("tr", {}, h("td", { colspan: 7, class: "empty", text: t("No executor groups.") })))));
     const all = [...seen.values()].sort((a, b) => (b.online - a.online) || a.app_name.localeCompare(b.app_name) || a.instance_id.localeCompare(b.instance_id));
     execBox.replaceChildren(h("table", { class: "data", id: "executors-table" },
-      h("thead", {}, h("tr", {}, [t("State"), t("App name"), t("Instance"), t("Address"), t("Version"), t("Capacity"), t("Started"), t("Last seen"), t("Labels")].map((c) => h("th", { text: c })))),
+      h("thead", {}, h("tr", {}, [t("State"), t("App name"), t("Instance"), t("Address"), t("Running jobs"), t("Version"), t("Capacity"), t("Started"), t("Last seen"), t("Labels")].map((c) => h("th", { text: c })))),
       h("tbody", {}, all.length ? all.map((e) => h("tr", { "data-executor": e.instance_id },
         h("td", {}, badge(e.online ? t("ONLINE") : t("OFFLINE"), e.online ? "SUCCESS" : "FAIL")),
         h("td", { class: "mono", text: e.app_name }), h("td", { class: "mono", text: e.instance_id }), h("td", { class: "mono", text: e.address }),
+        h("td", { class: "running-jobs" }, runningCell(e, busy.get(e.address), groups)),
         h("td", { text: e.version || "—" }), h("td", { text: e.capacity || "—" }), h("td", { text: fmtTime(e.start_time) }),
         h("td", { text: fmtTime(e.last_seen_time) }),
         h("td", { class: "small", text: Object.entries(e.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—" })))
-        : h("tr", {}, h("td", { colspan: 9, class: "empty", text: t("No executor has registered.") })))));
+        : h("tr", {}, h("td", { colspan: 10, class: "empty", text: t("No executor has registered.") })))));
   }
   await load();
   const timer = setInterval(() => { if (!document.hidden && !document.querySelector("dialog[open]")) load().catch(() => {}); }, 5000);
   ctx.onCleanup(() => clearInterval(timer));
+}
+
+// runningCell shows how many runs an executor is running and of which jobs, linked to those runs.
+function runningCell(e, busy, groups) {
+  if (!e.online || !busy || Number(busy.running) === 0) return h("span", { class: "muted", text: "0" });
+  const group = groups.find((g) => g.app_name === e.app_name);
+  const href = "#/runs" + query({ group_id: group?.id, executor_address: e.address, status: "RUN_STATUS_RUNNING" });
+  const jobs = (busy.job_ids || []).map((id) => "#" + id).join(", ");
+  return h("a", { href, title: t("Runs running on this executor") }, t("{n} (jobs {jobs})", { n: busy.running, jobs }));
 }
 
 async function editGroup(g, reload) {
