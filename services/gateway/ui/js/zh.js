@@ -156,7 +156,6 @@ export const zh = {
   "ONLINE": "在线",
   "Online addresses": "在线机器地址",
   "Open GLUE editor": "打开 GLUE IDE",
-  "Other addresses": "其他地址",
   "Output": "执行日志",
   "Page size": "每页条数",
   "Page {n}": "第 {n} 页",

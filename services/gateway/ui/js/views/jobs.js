@@ -87,22 +87,21 @@ function more(...items) {
   return d;
 }
 
-// runOnce asks for a parameter and an address override and fires the job.
+// runOnce asks for a parameter and an address override and fires the job. The override may only
+// name the job's group's executors (online, or its manual addresses): the scheduler refuses others.
 async function runOnce(j, groups) {
   const g = groups.find((x) => String(x.id) === String(j.group_id));
   const params = h("textarea", { name: "params", rows: 3 });
   params.value = j.params || "";
-  const addrs = (g?.addresses || []).map((a) => h("label", { class: "check" }, h("input", { type: "checkbox", name: "address", value: a }), " ", a));
-  const extra = h("input", { name: "addresses", placeholder: "host:port, host:port" });
+  const own = [...new Set([...(g?.addresses || []), ...(g?.manual_addresses || [])])];
+  const addrs = own.map((a) => h("label", { class: "check" }, h("input", { type: "checkbox", name: "address", value: a }), " ", a));
   const v = await modal(t("Run {name} once", { name: j.name }), h("div", { class: "form-grid" },
     field(t("Parameter (for this run only)"), params),
-    field(t("Executors (none ticked: route as usual)"), addrs.length ? h("div", { class: "checks" }, addrs) : h("span", { class: "muted", text: t("No executor online.") })),
-    field(t("Other addresses"), extra)), [
+    field(t("Executors (none ticked: route as usual)"), addrs.length ? h("div", { class: "checks" }, addrs) : h("span", { class: "muted", text: t("No executor online.") }))), [
     { label: t("Cancel"), value: null },
     {
       label: t("Run"), primary: true, value: "ok", onclick: async () => {
-        const addresses = [...addrs.map((l) => l.querySelector("input")).filter((i) => i.checked).map((i) => i.value),
-          ...extra.value.split(",").map((s) => s.trim()).filter(Boolean)];
+        const addresses = addrs.map((l) => l.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
         const r = await api(`/jobs/${j.id}:trigger`, { method: "POST", body: { params: params.value, addresses } });
         runOnce.last = r.trigger_ids || [];
       },
