@@ -237,7 +237,10 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 			"schedule":       map[string]any{"type": "SCHEDULE_TYPE_NONE"},
 		})
 		call(t, "POST", base+"/jobs/"+id+":trigger", map[string]any{}, nil)
-		runs := waitRouted(t, base, id, func(rs []routedRun) bool { return len(rs) == 1 && rs[0].Status == "RUN_STATUS_SUCCESS" })
+		// The result may arrive before the trigger record: wait for both.
+		runs := waitRouted(t, base, id, func(rs []routedRun) bool {
+			return len(rs) == 1 && rs[0].Status == "RUN_STATUS_SUCCESS" && rs[0].TriggerOutcome != "" && rs[0].TriggerOutcome != "TRIGGER_OUTCOME_UNSPECIFIED"
+		})
 		r := runs[0]
 		if r.ExecutorAddr != addrs[1] || !strings.Contains(r.TriggerMessage, "beat "+dead+": failed") ||
 			!strings.Contains(r.TriggerMessage, "beat "+addrs[1]+": ok; chose "+addrs[1]) {
