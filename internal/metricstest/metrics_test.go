@@ -15,6 +15,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,6 +133,32 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	a2.want(t, "agent's undelivered items", series{"jobmesh_executor_delivery_pending", nil}, atLeast(0))
 	a2.want(t, "agent's service name", series{"target_info", map[string]string{"service_name": "jobmesh-agent"}}, equal(1))
 	a2.want(t, "Go runtime", series{"go_goroutines", nil}, atLeast(1))
+
+	// The Grafana dashboard shows only series the processes really export.
+	labels := map[string]bool{}
+	for _, sc := range []scrape{d2, a2} {
+		for _, f := range sc {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = true
+				}
+			}
+		}
+	}
+	for _, name := range dashboardMetrics(t) {
+		if labels[name] {
+			continue // a label the query groups or filters by
+		}
+		family := name // a histogram's series are named after its family
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if f := strings.TrimSuffix(name, suffix); f != name && (d2[f] != nil || a2[f] != nil) {
+				family = f
+			}
+		}
+		if d2[family] == nil && a2[family] == nil {
+			t.Errorf("deploy/grafana/dashboards/jobmesh.json queries %s, which no endpoint exports", name)
+		}
+	}
 
 	// An app whose last executor left is reported as 0, not dropped.
 	stopAgent()
@@ -346,4 +375,46 @@ func startAgent(t *testing.T, args ...string) (stop func()) {
 		}
 	})
 	return stop
+}
+
+// dashboardMetrics returns the jobmesh_* and db_client_* names in the provisioned Grafana
+// dashboard's queries: metrics, histogram series (_bucket…) and labels.
+func dashboardMetrics(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/grafana/dashboards/jobmesh.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	names := map[string]bool{}
+	re := regexp.MustCompile(`\b(?:jobmesh|db_client)_[a-z0-9_]+`)
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("dashboard panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			for _, n := range re.FindAllString(q.Expr, -1) {
+				names[n] = true
+			}
+		}
+	}
+	var out []string
+	for n := range names {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	if len(out) < 10 {
+		t.Errorf("dashboard queries only %v", out)
+	}
+	return out
 }

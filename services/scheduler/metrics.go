@@ -80,6 +80,15 @@ func newMetrics(replicaID string) *metrics {
 	for _, p := range []string{"fast", "slow"} {
 		mt.byPool[p] = metric.WithAttributeSet(attribute.NewSet(attribute.String("jobmesh.pool.name", p)))
 	}
+	// Every outcome and pool series exists from the start at 0, so rates and failure panels
+	// read 0 rather than "no data" until the first failure.
+	ctx := context.Background()
+	for _, o := range fireOutcomes {
+		mt.fires.Add(ctx, 0, mt.byOutcome[o]...)
+	}
+	for _, p := range mt.byPool {
+		mt.rejections.Add(ctx, 0, p)
+	}
 	return mt
 }
 
