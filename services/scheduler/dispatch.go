@@ -61,7 +61,7 @@ func (s *Service) submit(f *fire) {
 	}
 	if !p.trySubmit(f) {
 		s.metrics.rejected(p)
-		ctx, span := s.startFire(f)
+		ctx, span := s.startFire(f, trace.Link{})
 		msg := fmt.Sprintf("trigger pool %q full (%d queued): fire rejected", p.name, cap(p.queue))
 		endFire(span, []string{s.recordFailure(ctx, f, 0, 1, "", msg)}, nil, 1, msg)
 		if f.lead != nil {

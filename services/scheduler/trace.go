@@ -26,11 +26,17 @@ var tracer = otel.Tracer("github.com/jobmesh/jobmesh/services/scheduler")
 // global propagator the process installed.
 var w3c propagation.TraceContext
 
-// startFire starts the root span of one fire; links name what caused it (the API call of a
-// manual trigger). Attributes are computed only when the span records, so an untraced
+// startFire starts the root span of one fire, linked to cause when it is valid (the API call of
+// a manual trigger). Attributes are computed only when the span records, so an untraced
 // scheduler pays for no formatting.
-func (s *Service) startFire(f *fire, links ...trace.Link) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(context.Background(), "jobmesh.fire", trace.WithNewRoot(), trace.WithLinks(links...))
+func (s *Service) startFire(f *fire, cause trace.Link) (context.Context, trace.Span) {
+	var ctx context.Context
+	var span trace.Span
+	if cause.SpanContext.IsValid() {
+		ctx, span = tracer.Start(context.Background(), "jobmesh.fire", trace.WithNewRoot(), trace.WithLinks(cause))
+	} else {
+		ctx, span = tracer.Start(context.Background(), "jobmesh.fire", trace.WithNewRoot())
+	}
 	if span.IsRecording() {
 		j := f.job
 		sched := time.UnixMilli(f.fireMs)
