@@ -14,23 +14,26 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 )
 
-// begin marks the fire started and opens its local log file. Without a file the fire still
-// runs and its lines still go to logsvc.
+// begin marks the fire started.
 func (r *run) begin(now time.Time) {
-	var f *os.File
-	err := os.MkdirAll(filepath.Dir(r.logPath), 0o700)
-	if err == nil {
-		f, err = os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	}
-	if err != nil {
-		r.e.log.Error("cannot open run log file; output goes to logsvc only", "trigger_id", r.t.GetTriggerId(), "error", err)
-	}
 	r.mu.Lock()
 	r.started = now
-	if f != nil {
-		r.file = f
-	}
 	r.mu.Unlock()
+}
+
+// openFile opens the fire's local log file at its first line (the caller holds r.mu). Creating
+// a file per fire up front cost more than a no-op handler's whole run; a fire that writes
+// nothing has no file, and reading its log finds no lines.
+func (r *run) openFile() {
+	r.opened = true
+	err := os.MkdirAll(filepath.Dir(r.logPath), 0o700)
+	if err == nil {
+		r.file, err = os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	if err != nil {
+		r.file = nil
+		r.e.log.Error("cannot open run log file; output goes to logsvc only", "trigger_id", r.t.GetTriggerId(), "error", err)
+	}
 }
 
 // logText appends text to the fire's log, one line per newline.
@@ -52,6 +55,9 @@ func (r *run) logLine(text string) {
 		return
 	}
 	r.lineNo++
+	if !r.opened {
+		r.openFile()
+	}
 	if r.file != nil {
 		buf := make([]byte, 0, len(text)+1)
 		buf = append(buf, text...)

@@ -88,7 +88,8 @@ type run struct {
 	mu       sync.Mutex
 	started  time.Time
 	lineNo   int64
-	file     *os.File
+	file     *os.File // opened at the first line: a fire without output costs no file
+	opened   bool     // the file was opened, or opening it failed
 	finished bool
 }
 
