@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobmesh/jobmesh/internal/cluster"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/devstack"
@@ -59,7 +58,7 @@ func TestSchedulerRSS(t *testing.T) {
 		t.Fatalf("devstack.Start: %v", err)
 	}
 	t.Cleanup(st.Stop)
-	c := &cluster{t: t, bin: bin, logDir: logDir, token: st.InternalToken, args: []string{
+	c := &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, args: []string{
 		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--log-level", "warn",
 		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr,
@@ -71,7 +70,7 @@ func TestSchedulerRSS(t *testing.T) {
 	})
 	r := c.start("rss")
 	c.waitLeader()
-	idle := rss(t, r.cmd.Process.Pid)
+	idle := rss(t, r.proc)
 
 	store, err := db.Open(t.Context(), db.Config{URL: dbURL, Schema: "scheduler"})
 	if err != nil {
@@ -99,26 +98,17 @@ func TestSchedulerRSS(t *testing.T) {
 	}
 	t.Logf("%d jobs stored, FIX_RATE %v: %.0f fires/s", n, *rssEvery, float64(n)/rssEvery.Seconds())
 	time.Sleep(*rssRun) // the measurement's duration
-	got := rss(t, r.cmd.Process.Pid)
+	got := rss(t, r.proc)
 	t.Logf("scheduler RSS: idle %s; after %v with %d jobs: %s (%d fires executed)", idle, *rssRun, n, got, ran.Load())
 	c.stopAll()
 }
 
-// rss reads a process's resident and peak resident memory from /proc.
-func rss(t *testing.T, pid int) string {
+// rss reads a process's resident and peak resident memory.
+func rss(t *testing.T, p *cluster.Proc) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	u, err := p.Usage()
 	if err != nil {
 		t.Fatalf("read the scheduler's memory: %v", err)
 	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		for _, k := range []string{"VmRSS:", "VmHWM:"} {
-			if v, ok := strings.CutPrefix(line, k); ok {
-				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-				out = append(out, fmt.Sprintf("%s %.1f MB", strings.TrimSuffix(k, ":"), float64(kb)/1024))
-			}
-		}
-	}
-	return strings.Join(out, ", ")
+	return fmt.Sprintf("VmRSS %.1f MB, VmHWM %.1f MB", float64(u.RSS)/(1<<20), float64(u.PeakRSS)/(1<<20))
 }

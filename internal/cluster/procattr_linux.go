@@ -1,8 +1,8 @@
-package failover_test
+package cluster
 
 import "syscall"
 
-// childAttr makes a replica die with the test binary, even when the test is killed on timeout.
+// childAttr makes a child die with the process that started it, even when that one is killed.
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

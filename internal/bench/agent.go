@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"context"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+)
+
+// The bench agents' handler names: "bench" records the fire, "probe" only counts it (the
+// driver's way to see that the scheduler leader routes to every agent).
+const (
+	benchHandler = "bench"
+	probeHandler = "probe"
+)
+
+// AgentConfig is one bench agent: an SDK executor whose handler does nothing but record when
+// each fire arrived, in memory, served to the driver over a small HTTP endpoint at the end.
+type AgentConfig struct {
+	// App is the executor group's app name; Instance names this agent in it.
+	App, Instance string
+	// EtcdEndpoints is where the agent registers.
+	EtcdEndpoints []string
+	// LogsAddr is logsvc's gRPC address; AgentToken what the agent presents there.
+	LogsAddr, AgentToken string
+	// LogDir holds the executor's run logs and spool.
+	LogDir string
+	// GRPCAddr is ExecutorService's listen address; HTTPAddr the driver's endpoint. Port 0 picks.
+	GRPCAddr, HTTPAddr string
+	// RegistrationTTL is the executor's lease TTL. Default 10s.
+	RegistrationTTL time.Duration
+	// Log receives the executor's own logs.
+	Log *slog.Logger
+}
+
+// agentStats is what GET /stats answers.
+type agentStats struct {
+	firecheck.Stats
+	// Probes counts the runs of the probe handler.
+	Probes int64 `json:"probes"`
+}
+
+// RunAgent runs a bench agent until ctx ends. It prints "agent grpc <addr>" and
+// "agent http <addr>" on stdout once it serves and is registered.
+func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
+	if cfg.App == "" || cfg.Instance == "" || len(cfg.EtcdEndpoints) == 0 || cfg.LogDir == "" {
+		return errors.New("bench agent: --app, --instance, --etcd-endpoints and --log-dir are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("--etcd-endpoints: %w", err)
+	}
+	defer etcd.Close()
+	tally := firecheck.NewTally()
+	var probes atomic.Int64
+	ex, err := sdk.New(sdk.Config{AppName: cfg.App, InstanceID: cfg.Instance, ListenAddr: cfg.GRPCAddr, Etcd: etcd,
+		RegistrationTTL: cfg.RegistrationTTL, LogsvcAddr: cfg.LogsAddr, LogsvcToken: cfg.AgentToken, LogDir: cfg.LogDir,
+		Version: "bench", Logger: cfg.Log})
+	if err != nil {
+		return err
+	}
+	ex.Handle(benchHandler, tally.Handle)
+	ex.Handle(probeHandler, func(context.Context, *sdk.Job) error { probes.Add(1); return nil })
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(agentStats{Stats: tally.Stats(), Probes: probes.Load()})
+	})
+	mux.HandleFunc("GET /executions", func(w http.ResponseWriter, r *http.Request) {
+		from, err1 := msParam(r, "from_ms", math.MinInt64)
+		to, err2 := msParam(r, "to_ms", math.MaxInt64)
+		if err := errors.Join(err1, err2); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_ = gob.NewEncoder(w).Encode(tally.Snapshot(from, to))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	if err := ex.Start(ctx); err != nil {
+		return err
+	}
+	defer ex.Stop()
+	fmt.Fprintf(stdout, "agent grpc %s\nagent http %s\n", ex.Addr(), ln.Addr())
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-httpDone:
+		return fmt.Errorf("bench agent http: %w", err)
+	}
+}
+
+// msParam reads a Unix ms query parameter, def when absent.
+func msParam(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want Unix milliseconds", name, v)
+	}
+	return n, nil
+}
+
+// agentClient is the driver's side of an agent's HTTP endpoint.
+type agentClient struct {
+	name string
+	base string // http://host:port
+	hc   *http.Client
+}
+
+func (a *agentClient) stats(ctx context.Context) (agentStats, error) {
+	var s agentStats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/stats", nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return s, fmt.Errorf("agent %s stats: %w", a.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("agent %s stats: %s", a.name, resp.Status)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// executions fetches the runs of fires scheduled within [fromMs, toMs].
+func (a *agentClient) executions(ctx context.Context, fromMs, toMs int64) ([]firecheck.Execution, error) {
+	url := fmt.Sprintf("%s/executions?from_ms=%d&to_ms=%d", a.base, fromMs, toMs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s executions: %w", a.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("agent %s executions: %s", a.name, resp.Status)
+	}
+	var out []firecheck.Execution
+	if err := gob.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("agent %s executions: %w", a.name, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/firecheck"
+)
+
+// measure closes the window [from, to] that started with windowStart: it reads the processes'
+// use, waits until the fires of the window have arrived, checks them against the schedules and
+// counts what logsvc stored.
+func (t *topology) measure(ctx context.Context, l *load, targetRate float64, from, to time.Time, kills []firecheck.Kill) (Step, *firecheck.Report, error) {
+	procs := t.windowUsage(ctx, 0)
+	st := Step{TargetRate: targetRate, Jobs: l.jobs(), From: from, To: to, Seconds: to.Sub(from).Seconds(), LoadAvg: loadAvg()}
+	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
+	if err := t.settle(ctx, toMs); err != nil {
+		return st, nil, err
+	}
+	var execs []firecheck.Execution
+	for _, a := range t.agents {
+		e, err := a.executions(ctx, fromMs, toMs)
+		if err != nil {
+			return st, nil, err
+		}
+		execs = append(execs, e...)
+	}
+	rep := firecheck.Check(execs, l.window(fromMs, toMs), kills)
+	st.Fires = Fires{Expected: rep.Checked, Executed: rep.Executed, Lost: rep.Lost, Doubled: rep.Doubled,
+		DoubledSameID: rep.DoubledSameID, OffSchedule: rep.OffGrid, Dispatched: -1, DispatchFailed: -1, Stored: -1,
+		PerSecond: float64(rep.Executed) / st.Seconds}
+	st.LatenessMs = percentilesOf(rep.Lateness)
+	st.LostSamples, st.DoubledSamples, st.OffGridSamples = rep.LostSamples, rep.DoubledSamples, rep.OffGridSamples
+	if t.pg != nil {
+		s, err := t.settleStored(ctx, fromMs, toMs, rep.Executed)
+		if err != nil {
+			return st, rep, err
+		}
+		st.Fires.Dispatched, st.Fires.DispatchFailed, st.Fires.Stored = s.Dispatched, s.DispatchFailed, s.Stored
+		st.EndToEndMs = Percentiles{P50: s.E2E50, P99: s.E2E99}
+	}
+	var total float64
+	for i := range procs {
+		if rep.Executed > 0 {
+			procs[i].CPUMicrosPerFire = procs[i].CPUSeconds * 1e6 / float64(rep.Executed)
+		}
+		total += procs[i].CPUSeconds
+	}
+	st.Processes = procs
+	if rep.Executed > 0 {
+		st.CPUMicrosPerFire = total * 1e6 / float64(rep.Executed)
+	}
+	t.log.Info("window measured", "target_rate", targetRate, "expected", rep.Checked, "executed", rep.Executed,
+		"lost", rep.Lost, "doubled", rep.Doubled, "stored", st.Fires.Stored, "lateness_p99_ms", st.LatenessMs.P99,
+		"cpu_us_per_fire", int(st.CPUMicrosPerFire))
+	return st, rep, t.checkCrashes()
+}
+
+// settle waits until every agent has run a fire scheduled more than a second after toMs (so the
+// fires of the window that are coming have come), and half a second more; at most a minute.
+func (t *topology) settle(ctx context.Context, toMs int64) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		done := true
+		for _, a := range t.agents {
+			s, err := a.stats(ctx)
+			if err != nil {
+				return err
+			}
+			done = done && s.MaxScheduledMs > toMs+1000
+		}
+		if done {
+			break
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return sleep(ctx, 500*time.Millisecond)
+}
+
+// settleStored polls logsvc's tables until every executed fire's result is stored, or the count
+// stops growing for two seconds; at most 30 s.
+func (t *topology) settleStored(ctx context.Context, fromMs, toMs int64, executed int) (stored, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	var last stored
+	same := 0
+	for {
+		s, err := readStored(ctx, t.pg, t.groupID, fromMs, toMs)
+		if err != nil {
+			return s, err
+		}
+		if s.Stored >= executed || time.Now().After(deadline) {
+			return s, nil
+		}
+		if s.Stored == last.Stored && s.Dispatched == last.Dispatched {
+			if same++; same >= 4 {
+				return s, nil
+			}
+		} else {
+			same = 0
+		}
+		last = s
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return s, err
+		}
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	case <-tm.C:
+		return nil
+	}
+}

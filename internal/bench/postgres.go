@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+)
+
+// createDatabase creates a uniquely named database on the server at adminURL and returns its URL
+// and a function that drops it.
+func createDatabase(ctx context.Context, adminURL string) (dbURL, name string, drop func() error, err error) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("--admin-url: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name = "jobmesh_bench_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", "", nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("--admin-url: %w", err)
+	}
+	u.Path = "/" + name
+	drop = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+		return nil
+	}
+	return u.String(), name, drop, nil
+}
+
+// stored is what logsvc holds for the fires of a window.
+type stored struct {
+	// Dispatched and DispatchFailed count trigger records with outcome OK and FAILED.
+	Dispatched, DispatchFailed int
+	// Stored counts successful results stored and published as completions.
+	Stored int
+	// E2E50 and E2E99 are percentiles of scheduled → completion stored, in ms.
+	E2E50, E2E99 float64
+}
+
+// readStored counts, in logsvc's tables, the scheduled fires of group scheduled within
+// [fromMs, toMs].
+func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) (stored, error) {
+	var s stored
+	err := conn.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE trigger_outcome = $4),
+			count(*) FILTER (WHERE trigger_outcome = $5)
+		FROM logs.runs WHERE group_id = $1 AND trigger_type = $6 AND scheduled_ms BETWEEN $2 AND $3`,
+		group, fromMs, toMs, int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK), int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED),
+		int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON)).Scan(&s.Dispatched, &s.DispatchFailed)
+	if err != nil {
+		return s, fmt.Errorf("count trigger records: %w", err)
+	}
+	var p50, p99 *float64
+	err = conn.QueryRow(ctx, `SELECT count(*),
+			percentile_disc(0.5) WITHIN GROUP (ORDER BY c.created_ms - c.scheduled_ms)::float8,
+			percentile_disc(0.99) WITHIN GROUP (ORDER BY c.created_ms - c.scheduled_ms)::float8
+		FROM logs.completions c JOIN logs.runs r USING (trigger_id)
+		WHERE r.group_id = $1 AND c.trigger_type = $4 AND c.status = $5 AND c.scheduled_ms BETWEEN $2 AND $3`,
+		group, fromMs, toMs, int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Stored, &p50, &p99)
+	if err != nil {
+		return s, fmt.Errorf("count completions: %w", err)
+	}
+	if p50 != nil {
+		s.E2E50, s.E2E99 = *p50, *p99
+	}
+	return s, nil
+}
+
+// backendPids returns the pids of the Postgres server processes serving database name.
+func backendPids(ctx context.Context, conn *pgx.Conn, name string) ([]int, error) {
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+	if err != nil {
+		return nil, fmt.Errorf("list postgres backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("list postgres backends: %w", err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out, nil
+}

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/firecheck"
+)
+
+// Report is what a run measured. Counts that could not be measured (logsvc's tables when the
+// bench does not know the database) are -1.
+type Report struct {
+	Scenario string    `json:"scenario"`
+	Preset   string    `json:"preset,omitempty"`
+	Started  time.Time `json:"started"`
+	Machine  Machine   `json:"machine"`
+	Setup    Setup     `json:"setup"`
+	// Steps are the measurement windows: one, or one per rate for ramp.
+	Steps []Step `json:"steps"`
+	// HighestHeld is ramp's highest rate whose step held the limits (0 if none did).
+	HighestHeld float64   `json:"highest_held_fires_per_s,omitempty"`
+	Failover    *Failover `json:"failover,omitempty"`
+	Scale       *Scale    `json:"scale,omitempty"`
+	// Problems are processes that crashed or did not stop cleanly.
+	Problems []string `json:"problems,omitempty"`
+	// Notes say what was not measured, or how.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Machine is where the run ran.
+type Machine struct {
+	NProc     int    `json:"nproc"`
+	CPU       string `json:"cpu"`
+	MemoryMB  int64  `json:"memory_mb"`
+	GoVersion string `json:"go_version"`
+}
+
+// Setup is the cluster and the load's shape.
+type Setup struct {
+	Target       bool    `json:"target"`
+	Schedulers   int     `json:"schedulers"`
+	Agents       int     `json:"agents"`
+	Interval     string  `json:"interval"`
+	CronFraction float64 `json:"cron_fraction"`
+	Route        string  `json:"route"`
+	SessionTTL   string  `json:"session_ttl,omitempty"`
+	// CreatedPerSecond is the rate at which the API created the jobs.
+	CreatedPerSecond float64 `json:"api_jobs_created_per_s,omitempty"`
+}
+
+// Step is one measurement window.
+type Step struct {
+	TargetRate float64   `json:"target_fires_per_s"`
+	Jobs       int       `json:"jobs"`
+	From       time.Time `json:"from"`
+	To         time.Time `json:"to"`
+	Seconds    float64   `json:"seconds"`
+	Fires      Fires     `json:"fires"`
+	// LatenessMs is scheduled time → the agent's handler got the fire, over the fires expected
+	// in the window.
+	LatenessMs Percentiles `json:"lateness_ms"`
+	// EndToEndMs is scheduled time → logsvc stored the result (its completion), p50 and p99.
+	EndToEndMs Percentiles `json:"end_to_end_ms"`
+	// CPUMicrosPerFire is every measured process's CPU time in the window per fire executed.
+	CPUMicrosPerFire float64     `json:"cpu_us_per_fire"`
+	Processes        []ProcUsage `json:"processes"`
+	// LoadAvg is /proc/loadavg (1, 5, 15 min) at the window's end: the machine is shared.
+	LoadAvg [3]float64 `json:"load_avg"`
+	// Held and Why: ramp's verdict on the step.
+	Held *bool  `json:"held,omitempty"`
+	Why  string `json:"why,omitempty"`
+	// Samples of what went wrong.
+	LostSamples    []string `json:"lost_samples,omitempty"`
+	DoubledSamples []string `json:"doubled_samples,omitempty"`
+	OffGridSamples []string `json:"off_schedule_samples,omitempty"`
+}
+
+// Fires counts the fires of a window.
+type Fires struct {
+	// Expected: fires the jobs' schedules have in the window.
+	Expected int `json:"expected"`
+	// Dispatched and DispatchFailed: trigger records in logsvc with outcome OK and FAILED.
+	Dispatched     int `json:"dispatched"`
+	DispatchFailed int `json:"dispatch_failed"`
+	// Executed: expected fires that reached an agent at least once.
+	Executed int `json:"executed"`
+	// Stored: successful results logsvc stored and published.
+	Stored int `json:"stored"`
+	// Lost: expected fires never executed. Doubled: fires executed more than once
+	// (DoubledSameID under one trigger id). OffSchedule: runs the schedules do not have.
+	Lost          int `json:"lost"`
+	Doubled       int `json:"doubled"`
+	DoubledSameID int `json:"doubled_same_trigger_id"`
+	OffSchedule   int `json:"off_schedule"`
+	// PerSecond is Executed per second of window.
+	PerSecond float64 `json:"executed_per_s"`
+}
+
+// Percentiles of a duration, in ms; zero when not measured.
+type Percentiles struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90,omitempty"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9,omitempty"`
+	Max  float64 `json:"max,omitempty"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func percentilesOf(d firecheck.Dist) Percentiles {
+	return Percentiles{P50: msOf(d.P50), P90: msOf(d.P90), P99: msOf(d.P99), P999: msOf(d.P999), Max: msOf(d.Max)}
+}
+
+// Failover is what the kills did.
+type Failover struct {
+	Kills int    `json:"kills"`
+	Seed  uint64 `json:"seed"`
+	// GapsMs: per kill, SIGKILL → the first arrival of a fire scheduled after it (0: none).
+	GapsMs      []float64 `json:"gaps_ms"`
+	GapMedianMs float64   `json:"gap_median_ms"`
+	GapMaxMs    float64   `json:"gap_max_ms"`
+	// LostPerKill: lost fires scheduled between each kill and the next.
+	LostPerKill []int `json:"lost_per_kill"`
+}
+
+// Scale is what the scale scenario measured beyond the fires.
+type Scale struct {
+	Jobs    int `json:"jobs"`
+	APIJobs int `json:"api_jobs"`
+	// InsertSeconds is how long the SQL insert of the other jobs took.
+	InsertSeconds float64 `json:"insert_seconds"`
+	// PreRead is the scheduler's pre-read scan duration over the window, from its metric;
+	// nil when the scheduler exposes none.
+	PreRead *Histogram `json:"preread_scan,omitempty"`
+	// SchedulerRSSMaxMB is the leader's largest VmRSS sampled each second in the window;
+	// SchedulerPeakRSSMB its VmHWM at the end.
+	SchedulerRSSMaxMB  float64 `json:"scheduler_rss_max_mb"`
+	SchedulerPeakRSSMB float64 `json:"scheduler_peak_rss_mb"`
+}
+
+// Histogram summarizes a Prometheus histogram's observations within a window. Percentiles are
+// bucket upper bounds: "at most".
+type Histogram struct {
+	Metric string  `json:"metric"`
+	Count  float64 `json:"count"`
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_at_most_ms"`
+	P99Ms  float64 `json:"p99_at_most_ms"`
+}
+
+// machine reads what the machine is.
+func machine() Machine {
+	m := Machine{NProc: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				m.MemoryMB = kb / 1024
+			}
+		}
+	}
+	return m
+}
+
+// loadAvg reads /proc/loadavg.
+func loadAvg() [3]float64 {
+	var l [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return l
+	}
+	f := strings.Fields(string(b))
+	for i := 0; i < 3 && i < len(f); i++ {
+		l[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	return l
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteMarkdown writes the report as Markdown tables.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	title := "jobmesh bench " + r.Scenario
+	if r.Preset != "" {
+		title += " --preset " + r.Preset
+	}
+	fmt.Fprintf(&b, "### %s, %s\n\n", title, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	m, s := r.Machine, r.Setup
+	where := "its own cluster"
+	if s.Target {
+		where = "a running cluster (--target)"
+	}
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %.1f GiB, %s. Setup: %s; %d scheduler(s), %d agent(s); jobs every %s, %.0f%% cron, route %s",
+		m.NProc, m.CPU, float64(m.MemoryMB)/1024, m.GoVersion, where, s.Schedulers, s.Agents, s.Interval, s.CronFraction*100, s.Route)
+	if s.SessionTTL != "" {
+		fmt.Fprintf(&b, ", session TTL %s", s.SessionTTL)
+	}
+	if s.CreatedPerSecond > 0 {
+		fmt.Fprintf(&b, "; the API created %.0f jobs/s", s.CreatedPerSecond)
+	}
+	b.WriteString(".\n\n")
+
+	b.WriteString("| target fires/s | jobs | window s | expected | dispatched | executed | stored | lost | doubled | executed/s | lateness p50 / p90 / p99 / p99.9 / max ms | end-to-end p50 / p99 ms | CPU µs/fire | load 1m |")
+	if r.Scenario == "ramp" {
+		b.WriteString(" held |")
+	}
+	b.WriteString("\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
+	if r.Scenario == "ramp" {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, st := range r.Steps {
+		f, l, e := st.Fires, st.LatenessMs, st.EndToEndMs
+		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %d | %s | %d | %s | %d | %d | %.0f | %s / %s / %s / %s / %s | %s / %s | %.0f | %.2f |",
+			st.TargetRate, st.Jobs, st.Seconds, f.Expected, count(f.Dispatched), f.Executed, count(f.Stored), f.Lost, f.Doubled, f.PerSecond,
+			ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(e.P50), ms(e.P99), st.CPUMicrosPerFire, st.LoadAvg[0])
+		if r.Scenario == "ramp" {
+			verdict := "yes"
+			if st.Held != nil && !*st.Held {
+				verdict = "no: " + st.Why
+			}
+			fmt.Fprintf(&b, " %s |", verdict)
+		}
+		b.WriteString("\n")
+	}
+	if r.Scenario == "ramp" {
+		fmt.Fprintf(&b, "\nHighest rate held: **%.0f fires/s**.\n", r.HighestHeld)
+	}
+	if n := len(r.Steps); n > 0 {
+		last := r.Steps[n-1]
+		if n > 1 {
+			fmt.Fprintf(&b, "\nProcesses in the last step (%.0f fires/s):\n", last.TargetRate)
+		} else {
+			b.WriteString("\nProcesses in the window:\n")
+		}
+		b.WriteString("\n| process | CPU s | CPU µs/fire | peak RSS MB |\n|---|---:|---:|---:|\n")
+		var total float64
+		for _, p := range last.Processes {
+			rss := "–"
+			if p.PeakRSSMB > 0 {
+				rss = fmt.Sprintf("%.0f", p.PeakRSSMB)
+			}
+			fmt.Fprintf(&b, "| %s | %.2f | %.1f | %s |\n", p.Name, p.CPUSeconds, p.CPUMicrosPerFire, rss)
+			total += p.CPUSeconds
+		}
+		fmt.Fprintf(&b, "| **all** | %.2f | %.1f | |\n", total, last.CPUMicrosPerFire)
+		for _, s := range last.LostSamples {
+			fmt.Fprintf(&b, "\n- lost: %s", s)
+		}
+		for _, s := range last.DoubledSamples {
+			fmt.Fprintf(&b, "\n- doubled: %s", s)
+		}
+		for _, s := range last.OffGridSamples {
+			fmt.Fprintf(&b, "\n- off schedule: %s", s)
+		}
+		if len(last.LostSamples)+len(last.DoubledSamples)+len(last.OffGridSamples) > 0 {
+			b.WriteString("\n")
+		}
+	}
+	if f := r.Failover; f != nil {
+		gaps := make([]string, len(f.GapsMs))
+		for i, g := range f.GapsMs {
+			gaps[i] = fmt.Sprintf("%.0f", g)
+		}
+		fmt.Fprintf(&b, "\nFailover: %d kills of the leader (seed %d); gap SIGKILL → next fire of the new leader: median %.0f ms, worst %.0f ms; gaps ms: %s; lost per kill: %v.\n",
+			f.Kills, f.Seed, f.GapMedianMs, f.GapMaxMs, strings.Join(gaps, ", "), f.LostPerKill)
+	}
+	if sc := r.Scale; sc != nil {
+		fmt.Fprintf(&b, "\nScale: %d jobs stored (%d through the API, the rest by SQL INSERT … SELECT in %.1f s). Scheduler leader memory: largest VmRSS in the window %.0f MB, VmHWM %.0f MB.",
+			sc.Jobs, sc.APIJobs, sc.InsertSeconds, sc.SchedulerRSSMaxMB, sc.SchedulerPeakRSSMB)
+		if h := sc.PreRead; h != nil {
+			fmt.Fprintf(&b, " Pre-read scans in the window (%s): %.0f, mean %.1f ms, p50 ≤ %s ms, p99 ≤ %s ms.", h.Metric, h.Count, h.MeanMs, ms(h.P50Ms), ms(h.P99Ms))
+		}
+		b.WriteString("\n")
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "\n- **problem**: %s", p)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n- note: %s", n)
+	}
+	if len(r.Problems)+len(r.Notes) > 0 {
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// count renders a count, "n/a" when not measured.
+func count(n int) string {
+	if n < 0 {
+		return "n/a"
+	}
+	return strconv.Itoa(n)
+}
+
+// ms renders milliseconds with a precision that suits their size.
+func ms(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case v < 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}

@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/firecheck"
+)
+
+// Run runs the scenario cfg names and returns its report. The report is returned (partly filled)
+// with the error too, when there is one.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Scenario: cfg.Scenario, Preset: cfg.Preset, Started: time.Now(), Machine: machine(),
+		Setup: Setup{Target: cfg.Target != nil, Schedulers: cfg.Schedulers, Agents: cfg.Agents, Interval: cfg.Interval.String(),
+			CronFraction: cfg.CronFraction, Route: cfg.Route}}
+	if cfg.SessionTTL > 0 {
+		rep.Setup.SessionTTL = cfg.SessionTTL.String()
+	}
+	if cfg.Target != nil {
+		rep.Setup.Schedulers = len(cfg.Target.SchedulerAddrs)
+	}
+	t, err := up(ctx, cfg)
+	if err != nil {
+		return rep, err
+	}
+	defer func() { rep.Problems = append(rep.Problems, t.down()...) }()
+	if t.pg == nil {
+		rep.Notes = append(rep.Notes, "dispatched, stored and end-to-end not measured: the bench does not know logsvc's database (give --database-url)")
+	}
+	if len(t.postgresUsage(ctx)) == 0 {
+		rep.Notes = append(rep.Notes, "postgres CPU not measured: its server processes are not readable here")
+	}
+	l := newLoad()
+	switch cfg.Scenario {
+	case "rate":
+		err = runRate(ctx, t, l, rep)
+	case "failover":
+		err = runFailover(ctx, t, l, rep)
+	case "ramp":
+		err = runRamp(ctx, t, l, rep)
+	case "scale":
+		err = runScale(ctx, t, l, rep)
+	}
+	if cfg.Target != nil {
+		if derr := t.deleteJobs(context.WithoutCancel(ctx), l); derr != nil {
+			rep.Problems = append(rep.Problems, derr.Error())
+		}
+	}
+	return rep, err
+}
+
+// createRate creates the jobs of rate fires per second (beyond those the load has) and notes the
+// API's create rate.
+func createRate(ctx context.Context, t *topology, l *load, rate float64, rep *Report) error {
+	n := t.cfg.jobsFor(rate) - l.jobs()
+	if n <= 0 {
+		return nil
+	}
+	t.log.Info("creating jobs", "jobs", n, "rate", rate)
+	d, err := l.create(ctx, t, n)
+	if err != nil {
+		return err
+	}
+	rep.Setup.CreatedPerSecond = float64(n) / d.Seconds()
+	t.log.Info("jobs created", "jobs", n, "seconds", d.Seconds())
+	return nil
+}
+
+// window runs one measurement window of d after the warm-up and appends its step.
+func window(ctx context.Context, t *topology, l *load, rate float64, d time.Duration, rep *Report) (Step, error) {
+	if err := sleep(ctx, t.cfg.Warmup); err != nil {
+		return Step{}, err
+	}
+	from := time.Now()
+	t.windowStart(ctx)
+	stopProfiles := t.profile(ctx, d)
+	if err := sleep(ctx, d); err != nil {
+		return Step{}, err
+	}
+	to := time.Now()
+	stopProfiles()
+	st, _, err := t.measure(ctx, l, rate, from, to, nil)
+	rep.Steps = append(rep.Steps, st)
+	return st, err
+}
+
+func runRate(ctx context.Context, t *topology, l *load, rep *Report) error {
+	if err := createRate(ctx, t, l, t.cfg.Rate, rep); err != nil {
+		return err
+	}
+	_, err := window(ctx, t, l, t.cfg.Rate, t.cfg.Duration, rep)
+	return err
+}
+
+func runRamp(ctx context.Context, t *topology, l *load, rep *Report) error {
+	cfg := t.cfg
+	for rate := cfg.StartRate; rate <= cfg.MaxRate; rate += cfg.StepRate {
+		if err := createRate(ctx, t, l, rate, rep); err != nil {
+			return err
+		}
+		st, err := window(ctx, t, l, rate, cfg.StepDuration, rep)
+		if err != nil {
+			return err
+		}
+		held, why := cfg.holds(st)
+		last := &rep.Steps[len(rep.Steps)-1]
+		last.Held, last.Why = &held, why
+		if !held {
+			t.log.Info("ramp step broke a limit", "rate", rate, "why", why)
+			return nil
+		}
+		rep.HighestHeld = rate
+	}
+	return nil
+}
+
+// holds says whether a ramp step kept within the limits, and if not, why.
+func (c Config) holds(st Step) (bool, string) {
+	f := st.Fires
+	var why []string
+	if f.Lost+f.Doubled > c.MaxLost {
+		why = append(why, fmt.Sprintf("%d lost, %d doubled", f.Lost, f.Doubled))
+	}
+	if p99 := time.Duration(st.LatenessMs.P99 * float64(time.Millisecond)); p99 > c.MaxP99 {
+		why = append(why, fmt.Sprintf("p99 lateness %v > %v", p99.Round(time.Millisecond), c.MaxP99))
+	}
+	if f.Stored >= 0 && f.Executed-f.Stored > c.MaxLost {
+		why = append(why, fmt.Sprintf("%d results not stored 30 s after the window", f.Executed-f.Stored))
+	}
+	if f.Expected == 0 {
+		why = append(why, "no fire expected")
+	}
+	if len(why) > 0 {
+		return false, fmt.Sprint(why)
+	}
+	return true, ""
+}
+
+func runFailover(ctx context.Context, t *topology, l *load, rep *Report) error {
+	cfg := t.cfg
+	if len(t.scheds) < 2 {
+		return errors.New("--schedulers: failover needs at least 2 replicas")
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	if err := createRate(ctx, t, l, cfg.Rate, rep); err != nil {
+		return err
+	}
+	if err := sleep(ctx, cfg.Warmup); err != nil {
+		return err
+	}
+	from := time.Now()
+	t.windowStart(ctx)
+	var kills []firecheck.Kill
+	for k := range cfg.Kills {
+		lead, err := t.leader(ctx, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		wait := cfg.KillEvery/2 + time.Duration(rng.Int64N(int64(cfg.KillEvery)))
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		if now, err := t.leader(ctx, 60*time.Second); err != nil {
+			return err
+		} else if now != lead {
+			t.log.Info("leadership moved without a kill", "from", lead.id, "to", now.id)
+			lead = now
+		}
+		at, err := t.killAndRestart(ctx, lead)
+		if err != nil {
+			return err
+		}
+		kills = append(kills, firecheck.Kill{N: k + 1, Replica: lead.id, At: at})
+		t.log.Info("killed the leader", "kill", k+1, "replica", lead.id)
+	}
+	if len(kills) > 0 {
+		if err := t.waitScheduledAfter(ctx, kills[len(kills)-1].At, time.Minute); err != nil {
+			return err
+		}
+	}
+	if err := sleep(ctx, cfg.Duration); err != nil {
+		return err
+	}
+	to := time.Now()
+	st, fr, err := t.measure(ctx, l, cfg.Rate, from, to, kills)
+	rep.Steps = append(rep.Steps, st)
+	if fr != nil {
+		f := &Failover{Kills: len(kills), Seed: seed}
+		for _, k := range fr.Kills {
+			f.GapsMs = append(f.GapsMs, msOf(k.Gap))
+			f.LostPerKill = append(f.LostPerKill, k.Lost)
+		}
+		if gaps := fr.Gaps(); len(gaps) > 0 {
+			f.GapMedianMs, f.GapMaxMs = msOf(gaps[len(gaps)/2]), msOf(gaps[len(gaps)-1])
+		}
+		rep.Failover = f
+	}
+	return err
+}
+
+// waitScheduledAfter waits until some agent has run a fire scheduled after at.
+func (t *topology) waitScheduledAfter(ctx context.Context, at time.Time, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, a := range t.agents {
+			s, err := a.stats(ctx)
+			if err != nil {
+				return err
+			}
+			if s.MaxScheduledMs > at.UnixMilli() {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no fire scheduled after %s ran within %v", at.Format("15:04:05.000"), timeout)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// profile fetches a CPU profile of d from every scheduler replica and logsvc that serves pprof,
+// into PprofDir; the returned function waits for them.
+func (t *topology) profile(ctx context.Context, d time.Duration) func() {
+	if t.cfg.PprofDir == "" {
+		return func() {}
+	}
+	targets := map[string]string{}
+	for _, r := range t.scheds {
+		if r.pprofAddr != "" {
+			targets["scheduler-"+r.id] = r.pprofAddr
+		}
+	}
+	if t.logsPprofAddr != "" {
+		targets["logsvc"] = t.logsPprofAddr
+	}
+	secs := max(1, int(d.Seconds()))
+	stamp := time.Now().Format("150405")
+	var wg sync.WaitGroup
+	for name, addr := range targets {
+		wg.Go(func() {
+			path := filepath.Join(t.cfg.PprofDir, fmt.Sprintf("%s-%s-%s.cpu.pprof", t.cfg.Scenario, stamp, name))
+			if err := fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), path); err != nil {
+				t.log.Warn("cpu profile", "process", name, "error", err)
+				return
+			}
+			t.log.Info("cpu profile saved", "process", name, "path", path)
+		})
+	}
+	return wg.Wait
+}
+
+// fetchTo saves what url answers in path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// deleteJobs deletes the bench's jobs from a target cluster.
+func (t *topology) deleteJobs(ctx context.Context, l *load) error {
+	l.mu.Lock()
+	ids := make([]int64, 0, len(l.grids))
+	for id := range l.grids {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	slices.Sort(ids)
+	r, err := t.leader(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if t.probeID > 0 {
+		ids = append(ids, t.probeID)
+	}
+	for _, id := range ids {
+		if _, err := r.jobs.DeleteJob(ctx, &schedulerv1.DeleteJobRequest{Id: id}); err != nil {
+			errs = append(errs, fmt.Errorf("delete job %d: %w", id, err))
+			if len(errs) > 10 {
+				break
+			}
+		}
+	}
+	if t.reg != nil && len(errs) == 0 {
+		if _, err := t.reg.DeleteExecutorGroup(ctx, &registryv1.DeleteExecutorGroupRequest{Id: t.groupID}); err != nil {
+			errs = append(errs, fmt.Errorf("delete the bench's executor group: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

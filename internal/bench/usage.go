@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/cluster"
+)
+
+// ProcUsage is what one process (all incarnations of a restarted replica together) used during
+// a window.
+type ProcUsage struct {
+	// Name is the process's name: etcd, registry, logsvc, gateway, scheduler-r1, agent-a1, …;
+	// "postgres" sums the server processes serving the run's database.
+	Name string `json:"name"`
+	// CPUSeconds is user + system CPU time within the window.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// CPUMicrosPerFire is CPUSeconds per fire executed in the window, in µs.
+	CPUMicrosPerFire float64 `json:"cpu_us_per_fire"`
+	// PeakRSSMB is the most resident memory the process has had (VmHWM), over its whole life;
+	// not measured for postgres, whose shared memory makes it meaningless.
+	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
+}
+
+// windowStart notes every live process's CPU time (and the Postgres backends') as the new
+// window's base.
+func (t *topology) windowStart(ctx context.Context) {
+	t.mu.Lock()
+	members := slices.Clone(t.members)
+	t.mu.Unlock()
+	for _, m := range members {
+		u, _ := m.proc.Usage() // a dead member answers its last reading: it adds nothing
+		t.mu.Lock()
+		m.base = u
+		t.mu.Unlock()
+	}
+	base := map[int]time.Duration{}
+	for pid, u := range t.postgresUsage(ctx) {
+		base[pid] = u.CPU
+	}
+	t.mu.Lock()
+	t.pgBase = base
+	t.mu.Unlock()
+}
+
+// windowUsage returns each process's use since windowStart, fires being the fires executed in
+// the window (for the per-fire figure).
+func (t *topology) windowUsage(ctx context.Context, fires int) []ProcUsage {
+	t.mu.Lock()
+	members := slices.Clone(t.members)
+	t.mu.Unlock()
+	byName := map[string]*ProcUsage{}
+	var names []string
+	add := func(name string, cpu time.Duration, peak int64) {
+		p, ok := byName[name]
+		if !ok {
+			p = &ProcUsage{Name: name}
+			byName[name] = p
+			names = append(names, name)
+		}
+		p.CPUSeconds += cpu.Seconds()
+		p.PeakRSSMB = max(p.PeakRSSMB, float64(peak)/(1<<20))
+	}
+	for _, m := range members {
+		u, _ := m.proc.Usage()
+		t.mu.Lock()
+		base := m.base
+		t.mu.Unlock()
+		add(m.name, max(u.CPU-base.CPU, 0), u.PeakRSS)
+	}
+	if pg := t.postgresUsage(ctx); len(pg) > 0 {
+		var cpu time.Duration
+		t.mu.Lock()
+		for pid, u := range pg {
+			cpu += max(u.CPU-t.pgBase[pid], 0)
+		}
+		t.mu.Unlock()
+		add("postgres", cpu, 0)
+	}
+	out := make([]ProcUsage, 0, len(names))
+	for _, n := range names {
+		p := byName[n]
+		if fires > 0 {
+			p.CPUMicrosPerFire = p.CPUSeconds * 1e6 / float64(fires)
+		}
+		out = append(out, *p)
+	}
+	return out
+}
+
+// postgresUsage reads the usage of the Postgres server processes serving the run's database
+// (none when the database is unknown or the server is not on this machine).
+func (t *topology) postgresUsage(ctx context.Context) map[int]cluster.Usage {
+	if t.pg == nil || t.dbName == "" {
+		return nil
+	}
+	pids, err := backendPids(ctx, t.pg, t.dbName)
+	if err != nil {
+		t.log.Warn("postgres backends", "error", err)
+		return nil
+	}
+	out := map[int]cluster.Usage{}
+	for _, pid := range pids {
+		if u, err := cluster.ReadUsage(pid); err == nil {
+			out[pid] = u
+		}
+	}
+	return out
+}

@@ -1,0 +1,212 @@
+// Package firecheck says whether a scheduler kept its promise: given what the executors ran and
+// what each job's schedule says should have run, it counts the fires lost, the fires run more than
+// once, the runs off the schedule, the lateness of each run and, around leader kills, how long the
+// fleet went without a new fire. The failover test and the load tool (`jobmesh bench`) share it.
+package firecheck
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Execution is one run of a fire as an executor saw it.
+type Execution struct {
+	// JobID and TriggerID name the fire.
+	JobID     int64
+	TriggerID string
+	// ScheduledMs is when the fire was due, Unix ms.
+	ScheduledMs int64
+	// ArrivedNs is when the executor's handler got it, Unix ns (wall clock: it is compared with
+	// scheduled times and kill times taken in other processes of the same machine).
+	ArrivedNs int64
+	// TriggerType says why it fired (CRON, MANUAL, RETRY, …).
+	TriggerType string
+}
+
+// Arrived is ArrivedNs as a time.
+func (e Execution) Arrived() time.Time { return time.Unix(0, e.ArrivedNs) }
+
+// Lateness is how long after its scheduled time the fire reached the executor.
+func (e Execution) Lateness() time.Duration {
+	return time.Duration(e.ArrivedNs - e.ScheduledMs*int64(time.Millisecond))
+}
+
+// Grid is one job's schedule: fires at First + k·Period (Unix ms, k ≥ 0). Every fire of the grid
+// from From to Until (inclusive) must run exactly once; fires outside that range are not counted
+// as lost (the run had not settled, or the job was being stopped), but are still checked for
+// doubles and for being on the grid.
+type Grid struct {
+	First, Period int64
+	From, Until   int64
+}
+
+// onGrid says whether ms is one of the grid's fires.
+func (g Grid) onGrid(ms int64) bool {
+	return g.Period > 0 && ms >= g.First && (ms-g.First)%g.Period == 0
+}
+
+// checked says whether the fire at ms is one the check expects to have run.
+func (g Grid) checked(ms int64) bool { return g.onGrid(ms) && ms >= g.From && ms <= g.Until }
+
+// Kill is one SIGKILL of the scheduler leader.
+type Kill struct {
+	// N numbers the kills from 1; Replica names the killed replica.
+	N       int
+	Replica string
+	// At is when the signal was sent.
+	At time.Time
+	// Gap is filled by Check: from At to the first arrival of a fire scheduled after At (the new
+	// leader's first fire; a straggler the killed leader had in flight does not count); 0 if none.
+	Gap time.Duration
+	// Lost is filled by Check: lost fires scheduled at or after this kill and before the next.
+	Lost int
+}
+
+// Report is what Check found.
+type Report struct {
+	// Executions is how many runs were given; Checked how many fires the grids expect; Executed
+	// how many of those ran at least once.
+	Executions, Checked, Executed int
+	// Lost: expected fires that never ran. Doubled: fires (expected or not) that ran more than
+	// once; DoubledSameID those that ran more than once under one trigger id (the executor's
+	// de-duplication missed them). OffGrid: runs at a time the job's grid does not have, or of a
+	// job without a grid.
+	Lost, Doubled, DoubledSameID, OffGrid int
+	// LostBeforeKills counts lost fires scheduled before the first kill.
+	LostBeforeKills int
+	// Kills are the kills given, with Gap and Lost filled.
+	Kills []Kill
+	// Lateness is the distribution of scheduled → arrived over the runs of expected fires.
+	Lateness Dist
+	// Up to ten examples of each problem, for the log.
+	LostSamples, DoubledSamples, OffGridSamples []string
+}
+
+// Check compares execs with the grids (by job id) and the kills made meanwhile.
+func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
+	type key struct {
+		job   int64
+		sched int64
+	}
+	r := &Report{Executions: len(execs), Kills: slices.Clone(kills)}
+	perFire := make(map[key]int, len(execs))
+	perID := make(map[string]int, len(execs))
+	late := make([]time.Duration, 0, len(execs))
+	for _, e := range execs {
+		perFire[key{e.JobID, e.ScheduledMs}]++
+		perID[e.TriggerID]++
+		g, ok := grids[e.JobID]
+		if !ok || !g.onGrid(e.ScheduledMs) {
+			r.OffGrid++
+			if len(r.OffGridSamples) < 10 {
+				r.OffGridSamples = append(r.OffGridSamples, fmt.Sprintf("job %d trigger %s (%s) scheduled %s", e.JobID, e.TriggerID, e.TriggerType, msTime(e.ScheduledMs)))
+			}
+			continue
+		}
+		if g.checked(e.ScheduledMs) {
+			late = append(late, e.Lateness())
+		}
+	}
+	for k, n := range perFire {
+		if n > 1 {
+			r.Doubled++
+			if len(r.DoubledSamples) < 10 {
+				r.DoubledSamples = append(r.DoubledSamples, fmt.Sprintf("job %d scheduled %s ran %d times", k.job, msTime(k.sched), n))
+			}
+		}
+	}
+	for _, n := range perID {
+		if n > 1 {
+			r.DoubledSameID++
+		}
+	}
+	ids := make([]int64, 0, len(grids))
+	for id := range grids {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		g := grids[id]
+		if g.Period <= 0 {
+			continue
+		}
+		s := g.First
+		if g.From > s {
+			s += (g.From - s + g.Period - 1) / g.Period * g.Period
+		}
+		for ; s <= g.Until; s += g.Period {
+			r.Checked++
+			if perFire[key{id, s}] > 0 {
+				r.Executed++
+				continue
+			}
+			r.Lost++
+			i := lastKillBefore(kills, s)
+			if i < 0 {
+				r.LostBeforeKills++
+			} else {
+				r.Kills[i].Lost++
+			}
+			if len(r.LostSamples) < 10 {
+				where := "before the first kill"
+				if len(kills) == 0 {
+					where = "no kills"
+				} else if i >= 0 {
+					where = fmt.Sprintf("%v after kill %d", time.UnixMilli(s).Sub(kills[i].At).Round(time.Millisecond), kills[i].N)
+				}
+				r.LostSamples = append(r.LostSamples, fmt.Sprintf("job %d scheduled %s (%s)", id, msTime(s), where))
+			}
+		}
+	}
+	// The gap of each kill: to the first arrival of a fire scheduled after it.
+	for i := range r.Kills {
+		k := &r.Kills[i]
+		atMs, atNs := k.At.UnixMilli(), k.At.UnixNano()
+		for _, e := range execs {
+			if e.ScheduledMs > atMs && e.ArrivedNs > atNs {
+				if g := time.Duration(e.ArrivedNs - atNs); k.Gap == 0 || g < k.Gap {
+					k.Gap = g
+				}
+			}
+		}
+	}
+	r.Lateness = NewDist(late)
+	return r
+}
+
+// Gaps returns the kills' gaps that were measured (a kill with no later fire has none), sorted.
+func (r *Report) Gaps() []time.Duration {
+	var gaps []time.Duration
+	for _, k := range r.Kills {
+		if k.Gap > 0 {
+			gaps = append(gaps, k.Gap)
+		}
+	}
+	slices.Sort(gaps)
+	return gaps
+}
+
+// lastKillBefore returns the index of the last kill at or before the Unix ms s, or -1.
+func lastKillBefore(kills []Kill, s int64) int {
+	i := -1
+	for j, k := range kills {
+		if k.At.UnixMilli() <= s {
+			i = j
+		}
+	}
+	return i
+}
+
+func msTime(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05.000") }
+
+// FirstFire returns a job's first fire: the earliest point after createdMs of the grid of period
+// that holds next. A job's next fire as read back after creating it may already be later than its
+// first (a leader's pre-read can arm and advance it in between), so it anchors the grid but does
+// not start it.
+func FirstFire(next, createdMs, period int64) int64 {
+	if period <= 0 || next <= createdMs {
+		return next
+	}
+	return next - period*((next-createdMs-1)/period)
+}

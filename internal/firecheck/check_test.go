@@ -1,0 +1,195 @@
+package firecheck
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+)
+
+// TestCheck proves the counting on made-up executions: two jobs, the first firing at 10.000 s,
+// 11.000 s, …, the second at 10.500 s, …, both checked until 13 s, so the grids expect 4 + 3 fires.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	grids := map[int64]Grid{
+		1: {First: 10_000, Period: 1000, From: 10_000, Until: 13_000},
+		2: {First: 10_500, Period: 1000, From: 10_500, Until: 13_000},
+	}
+	ex := func(job, sched, arrived int64, id string) Execution {
+		if id == "" {
+			id = fmt.Sprintf("%d-%d-0-0", job, sched)
+		}
+		return Execution{JobID: job, TriggerID: id, ScheduledMs: sched, ArrivedNs: arrived * int64(time.Millisecond), TriggerType: "CRON"}
+	}
+	onTime := func(job, sched int64) Execution { return ex(job, sched, sched+2, "") }
+	all := []Execution{
+		onTime(1, 10_000), onTime(1, 11_000), onTime(1, 12_000), onTime(1, 13_000),
+		onTime(2, 10_500), onTime(2, 11_500), onTime(2, 12_500),
+	}
+	without := func(drop int) []Execution {
+		var out []Execution
+		for i, e := range all {
+			if i != drop {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	plus := func(extra ...Execution) []Execution { return append(append([]Execution(nil), all...), extra...) }
+
+	for _, tc := range []struct {
+		name                                  string
+		execs                                 []Execution
+		lost, doubled, doubledSameID, offGrid int
+	}{
+		{name: "exactly once", execs: all},
+		{name: "a fire lost", execs: without(2), lost: 1},
+		{name: "the first fire lost", execs: without(4), lost: 1},
+		{name: "everything lost", execs: nil, lost: 7},
+		{name: "a fire run twice under one trigger id", execs: plus(onTime(1, 12_000)), doubled: 1, doubledSameID: 1},
+		{name: "a fire run twice under two trigger ids", execs: plus(ex(2, 11_500, 13_000, "2-11500-0-1")), doubled: 1},
+		{name: "a fire doubled after the window", execs: plus(onTime(1, 14_000), onTime(1, 14_000)), doubled: 1, doubledSameID: 1},
+		{name: "a fire after the window is not counted", execs: plus(onTime(1, 14_000), onTime(2, 13_500))},
+		{name: "a fire off the grid", execs: plus(ex(1, 11_700, 11_700, "")), offGrid: 1},
+		{name: "a fire before the first", execs: plus(onTime(1, 9_000)), offGrid: 1},
+		{name: "an unknown job", execs: plus(onTime(3, 10_000)), offGrid: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := Check(tc.execs, grids, nil)
+			if r.Checked != 7 {
+				t.Errorf("checked = %d, want 7", r.Checked)
+			}
+			if r.Executed != 7-tc.lost {
+				t.Errorf("executed = %d, want %d", r.Executed, 7-tc.lost)
+			}
+			if r.Lost != tc.lost || r.Doubled != tc.doubled || r.DoubledSameID != tc.doubledSameID || r.OffGrid != tc.offGrid {
+				t.Errorf("lost, doubled, doubled same id, off grid = %d, %d, %d, %d; want %d, %d, %d, %d",
+					r.Lost, r.Doubled, r.DoubledSameID, r.OffGrid, tc.lost, tc.doubled, tc.doubledSameID, tc.offGrid)
+			}
+		})
+	}
+
+	t.Run("a window that starts after the first fire", func(t *testing.T) {
+		t.Parallel()
+		// From 11.2 s to 12.6 s: job 1's 12.000 and job 2's 11.500 and 12.500.
+		g := map[int64]Grid{
+			1: {First: 10_000, Period: 1000, From: 11_200, Until: 12_600},
+			2: {First: 10_500, Period: 1000, From: 11_200, Until: 12_600},
+		}
+		r := Check(without(5), g, nil) // 11.500 of job 2 is missing
+		if r.Checked != 3 || r.Lost != 1 || r.Executed != 2 {
+			t.Errorf("checked, lost, executed = %d, %d, %d; want 3, 1, 2", r.Checked, r.Lost, r.Executed)
+		}
+		if r.Lateness.N != 2 || r.Lateness.Max != 2*time.Millisecond {
+			t.Errorf("lateness over %d runs, max %v; want 2 runs, max 2ms", r.Lateness.N, r.Lateness.Max)
+		}
+	})
+
+	t.Run("kills", func(t *testing.T) {
+		t.Parallel()
+		// Killed at 11.200 s: 11.500 and 12.000 are lost, 12.500 (of job 2) runs 1.5 s late and is
+		// the new leader's first fire, 1.8 s after the kill. A straggler of the old leader (11.000,
+		// arriving after the kill) does not count as the new leader's.
+		kills := []Kill{{N: 1, Replica: "r1", At: time.UnixMilli(11_200)}}
+		execs := []Execution{
+			onTime(1, 10_000), ex(1, 11_000, 11_210, ""), ex(1, 13_000, 13_001, ""),
+			onTime(2, 10_500), ex(2, 12_500, 13_000, ""),
+		}
+		r := Check(execs, grids, kills)
+		if r.Lost != 2 || r.LostBeforeKills != 0 || r.Kills[0].Lost != 2 {
+			t.Errorf("lost = %d (before kills %d, after kill 1 %d), want 2 (0, 2)", r.Lost, r.LostBeforeKills, r.Kills[0].Lost)
+		}
+		if got, want := r.Kills[0].Gap, 1800*time.Millisecond; got != want {
+			t.Errorf("gap = %v, want %v", got, want)
+		}
+		if got := r.Gaps(); len(got) != 1 || got[0] != 1800*time.Millisecond {
+			t.Errorf("gaps = %v, want [1.8s]", got)
+		}
+	})
+}
+
+func TestFirstFire(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                         string
+		next, created, period, first int64
+	}{
+		{"FIX_RATE read back before the pre-read", 11_000, 10_000, 1000, 11_000},
+		{"FIX_RATE read back after two fires were armed", 13_000, 10_000, 1000, 11_000},
+		{"cron on whole seconds", 11_000, 10_400, 1000, 11_000},
+		{"cron read back late", 15_000, 10_400, 1000, 11_000},
+		{"cron every 5 s", 15_000, 10_000, 5000, 15_000},
+		{"no period", 15_000, 10_000, 0, 15_000},
+	} {
+		if got := FirstFire(tc.next, tc.created, tc.period); got != tc.first {
+			t.Errorf("%s: FirstFire(%d, %d, %d) = %d, want %d", tc.name, tc.next, tc.created, tc.period, got, tc.first)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	ten := ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	for _, tc := range []struct {
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{ten, 50, 5 * time.Millisecond},
+		{ten, 90, 9 * time.Millisecond},
+		{ten, 99, 10 * time.Millisecond},
+		{ten, 100, 10 * time.Millisecond},
+		{ten, 1, 1 * time.Millisecond},
+		{ms(7), 99.9, 7 * time.Millisecond},
+		{nil, 50, 0},
+	} {
+		if got := Percentile(tc.sorted, tc.p); got != tc.want {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", tc.sorted, tc.p, got, tc.want)
+		}
+	}
+	d := NewDist(ms(5, 1, 3, 2, 4))
+	if d.N != 5 || d.P50 != 3*time.Millisecond || d.Max != 5*time.Millisecond || d.Min != time.Millisecond {
+		t.Errorf("NewDist = %+v", d)
+	}
+}
+
+func TestTally(t *testing.T) {
+	t.Parallel()
+	tl := NewTally()
+	if !tl.WaitQuiet(time.Hour, time.Second) {
+		t.Error("an empty tally is not quiet")
+	}
+	sched := time.UnixMilli(time.Now().UnixMilli())
+	done := make(chan bool)
+	go func() { done <- tl.WaitScheduledAfter(sched.Add(-time.Millisecond), 10*time.Second) }()
+	for i := range 3 {
+		job := &sdk.Job{ID: int64(i + 1), TriggerID: fmt.Sprintf("%d-x", i), ScheduledTime: sched.Add(time.Duration(i) * time.Second), TriggerType: "CRON"}
+		if err := tl.Handle(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !<-done {
+		t.Error("WaitScheduledAfter missed a recorded fire")
+	}
+	if tl.WaitScheduledAfter(sched.Add(2*time.Second), 10*time.Millisecond) {
+		t.Error("WaitScheduledAfter saw a fire that was not recorded")
+	}
+	st := tl.Stats()
+	if st.Executions != 3 || st.MaxScheduledMs != sched.Add(2*time.Second).UnixMilli() || st.LastArrivedNs == 0 {
+		t.Errorf("Stats = %+v", st)
+	}
+	got := tl.Snapshot(sched.UnixMilli(), sched.Add(time.Second).UnixMilli())
+	if len(got) != 2 || got[0].JobID != 1 || got[1].JobID != 2 || got[1].TriggerID != "1-x" {
+		t.Errorf("Snapshot of the first two seconds = %+v", got)
+	}
+}
