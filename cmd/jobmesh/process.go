@@ -176,6 +176,10 @@ func newProcess(ctx context.Context, service string, mesh meshConfig, stderr io.
 	if a := metrics.Addr(); a != "" {
 		log.Info("serving metrics", "metrics_url", "http://"+a+"/metrics")
 	}
+	if err := p.servePprof(); err != nil {
+		p.close()
+		return nil, err
+	}
 	return p, nil
 }
 

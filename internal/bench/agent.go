@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -56,7 +57,8 @@ type agentStats struct {
 }
 
 // RunAgent runs a bench agent until ctx ends. It prints "agent grpc <addr>" and
-// "agent http <addr>" on stdout once it serves and is registered.
+// "agent http <addr>" on stdout once it serves and is registered. The HTTP endpoint serves
+// GET /stats (JSON), GET /executions?from_ms=&to_ms= (gob) and /debug/pprof/.
 func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	if cfg.App == "" || cfg.Instance == "" || len(cfg.EtcdEndpoints) == 0 || cfg.LogDir == "" {
 		return errors.New("bench agent: --app, --instance, --etcd-endpoints and --log-dir are required")
@@ -99,6 +101,9 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_ = gob.NewEncoder(w).Encode(tally.Snapshot(from, to))
 	})
+	// The agent is a bench-only process: it always serves pprof, for --pprof-dir.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
@@ -137,6 +142,7 @@ func msParam(r *http.Request, name string, def int64) (int64, error) {
 // agentClient is the driver's side of an agent's HTTP endpoint.
 type agentClient struct {
 	name string
+	addr string // host:port
 	base string // http://host:port
 	hc   *http.Client
 }

@@ -239,8 +239,8 @@ func (t *topology) waitScheduledAfter(ctx context.Context, at time.Time, timeout
 	}
 }
 
-// profile fetches a CPU profile of d from every scheduler replica and logsvc that serves pprof,
-// into PprofDir; the returned function waits for them.
+// profile fetches a CPU profile of d from every scheduler replica, logsvc and agent that serves
+// pprof, then their allocation profiles, into PprofDir; the returned function waits for them.
 func (t *topology) profile(ctx context.Context, d time.Duration) func() {
 	if t.cfg.PprofDir == "" {
 		return func() {}
@@ -254,17 +254,24 @@ func (t *topology) profile(ctx context.Context, d time.Duration) func() {
 	if t.logsPprofAddr != "" {
 		targets["logsvc"] = t.logsPprofAddr
 	}
+	for _, a := range t.agents {
+		targets["agent-"+a.name] = a.addr
+	}
 	secs := max(1, int(d.Seconds()))
 	stamp := time.Now().Format("150405")
 	var wg sync.WaitGroup
 	for name, addr := range targets {
 		wg.Go(func() {
-			path := filepath.Join(t.cfg.PprofDir, fmt.Sprintf("%s-%s-%s.cpu.pprof", t.cfg.Scenario, stamp, name))
-			if err := fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), path); err != nil {
-				t.log.Warn("cpu profile", "process", name, "error", err)
-				return
+			for _, p := range []struct{ kind, path string }{
+				{"cpu", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)}, {"allocs", "/debug/pprof/allocs"},
+			} {
+				file := filepath.Join(t.cfg.PprofDir, fmt.Sprintf("%s-%s-%s.%s.pprof", t.cfg.Scenario, stamp, name, p.kind))
+				if err := fetchTo(ctx, "http://"+addr+p.path, file); err != nil {
+					t.log.Warn("profile", "process", name, "kind", p.kind, "error", err)
+					return
+				}
+				t.log.Info("profile saved", "process", name, "path", file)
 			}
-			t.log.Info("cpu profile saved", "process", name, "path", path)
 		})
 	}
 	return wg.Wait

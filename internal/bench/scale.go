@@ -14,7 +14,7 @@ import (
 const scaleChunk = 50_000
 
 // runScale stores Jobs jobs (APIJobs of them through the API, the rest with SQL straight into
-// the scheduler's table: the API would take many minutes for a million), each firing every
+// the scheduler's tables: the API would take many minutes for a million), each firing every
 // Interval with their first fires spread evenly over one interval, then measures a window: the
 // fires as in rate, the leader's pre-read scan durations (from its metric) and its memory.
 func runScale(ctx context.Context, t *topology, l *load, rep *Report) error {
@@ -30,16 +30,20 @@ func runScale(ctx context.Context, t *topology, l *load, rep *Report) error {
 		rep.Setup.CreatedPerSecond = float64(cfg.APIJobs) / d.Seconds()
 	}
 	start := time.Now()
-	if err := t.insertJobs(ctx, l, cfg.Jobs-cfg.APIJobs); err != nil {
+	firesFrom, err := t.insertJobs(ctx, l, cfg.Jobs-cfg.APIJobs)
+	if err != nil {
 		return err
 	}
 	sc.InsertSeconds = time.Since(start).Seconds()
 	t.log.Info("jobs inserted", "jobs", cfg.Jobs-cfg.APIJobs, "seconds", sc.InsertSeconds)
-	if _, err := t.pg.Exec(ctx, `VACUUM ANALYZE scheduler.jobs`); err != nil {
-		return fmt.Errorf("vacuum analyze jobs: %w", err)
+	for _, table := range []string{"scheduler.jobs", "scheduler.job_state"} {
+		if _, err := t.pg.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
+			return fmt.Errorf("vacuum analyze %s: %w", table, err)
+		}
 	}
 	rate := float64(cfg.Jobs) / cfg.Interval.Seconds()
-	if err := sleep(ctx, cfg.Warmup); err != nil {
+	// The window opens a warm-up after the inserted jobs' first fires begin.
+	if err := sleep(ctx, time.Until(firesFrom)+cfg.Warmup); err != nil {
 		return err
 	}
 	lead, err := t.leader(ctx, 60*time.Second)
@@ -97,9 +101,10 @@ func runScale(ctx context.Context, t *topology, l *load, rep *Report) error {
 }
 
 // insertJobs stores n FIX_RATE jobs with SQL, in chunks, their first fires spread evenly over
-// one interval starting a little after each chunk commits (a fire due before it is stored would
-// be a misfire).
-func (t *topology) insertJobs(ctx context.Context, l *load, n int) error {
+// one interval starting a little after the first chunk commits (a fire due before it is stored
+// would be a misfire); each chunk takes the next slice of the interval, moved by how much later
+// it was stored. It returns when the first fires are due.
+func (t *topology) insertJobs(ctx context.Context, l *load, n int) (time.Time, error) {
 	cfg := t.cfg
 	every := cfg.Interval.Milliseconds()
 	l.mu.Lock()
@@ -107,24 +112,36 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) error {
 	l.next += n
 	l.mu.Unlock()
 	lead := 10 * time.Second
+	var firesFrom time.Time
 	for lo := first; lo < first+n; lo += scaleChunk {
 		hi := min(lo+scaleChunk, first+n) - 1
 		began := time.Now()
 		base := began.Add(lead).UnixMilli()
-		rows, err := t.pg.Query(ctx, `INSERT INTO scheduler.jobs (group_id, name, schedule_type, schedule_expr,
-				misfire_strategy, route_strategy, block_strategy, retry_backoff, glue_type, handler, status,
-				next_fire_ms, create_ms, update_ms)
-			SELECT $1, 'bench-' || lpad(g::text, 7, '0'), $2, $3, $4, $5, $6, $7, $8, $9, $10,
-				$11::bigint + (g::bigint - $14::bigint) * $12::bigint / $13::bigint % $12::bigint, $11, $11
-			FROM generate_series($14::bigint, $15::bigint) g
-			RETURNING id, next_fire_ms`,
+		if firesFrom.IsZero() {
+			firesFrom = time.UnixMilli(base)
+		}
+		// Two tables: the job, and its scheduling state (job_state, where next_fire_ms lives).
+		rows, err := t.pg.Query(ctx, `WITH src AS (
+				SELECT g, 'bench-' || lpad(g::text, 7, '0') AS name,
+					$11::bigint + (g - $14::bigint) * $12::bigint / $13::bigint AS next
+				FROM generate_series($14::bigint, $15::bigint) g),
+			ins AS (
+				INSERT INTO scheduler.jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy,
+					route_strategy, block_strategy, retry_backoff, glue_type, handler, status, create_ms, update_ms)
+				SELECT $1, name, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11 FROM src
+				RETURNING id, name),
+			st AS (
+				INSERT INTO scheduler.job_state (job_id, next_fire_ms)
+				SELECT ins.id, src.next FROM ins JOIN src USING (name)
+				RETURNING job_id, next_fire_ms)
+			SELECT job_id, next_fire_ms FROM st`,
 			t.groupID, int32(schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE), cfg.Interval.String(),
 			int32(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING), int32(cfg.route()),
 			int32(schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION), int32(schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE),
 			int32(schedulerv1.GlueType_GLUE_TYPE_BEAN), benchHandler, int32(schedulerv1.JobStatus_JOB_STATUS_RUNNING),
 			base, every, int64(n), int64(first), int64(hi))
 		if err != nil {
-			return fmt.Errorf("insert jobs: %w", err)
+			return firesFrom, fmt.Errorf("insert jobs: %w", err)
 		}
 		l.mu.Lock()
 		for rows.Next() {
@@ -132,14 +149,14 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) error {
 			if err := rows.Scan(&id, &next); err != nil {
 				rows.Close()
 				l.mu.Unlock()
-				return fmt.Errorf("insert jobs: %w", err)
+				return firesFrom, fmt.Errorf("insert jobs: %w", err)
 			}
 			l.grids[id] = firecheck.Grid{First: next, Period: every}
 		}
 		l.mu.Unlock()
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("insert jobs: %w", err)
+			return firesFrom, fmt.Errorf("insert jobs: %w", err)
 		}
 		// Keep the next chunk's first fires after its commit.
 		if took := time.Since(began); took*2+3*time.Second > lead {
@@ -147,5 +164,5 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) error {
 		}
 		t.log.Info("jobs inserted", "through", hi+1-first, "of", n)
 	}
-	return nil
+	return firesFrom, nil
 }

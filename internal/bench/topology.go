@@ -300,7 +300,7 @@ func (t *topology) startAgent(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	t.agents = append(t.agents, &agentClient{name: id, base: "http://" + m.proc.Value("agent http "),
+	t.agents = append(t.agents, &agentClient{name: id, addr: m.proc.Value("agent http "), base: "http://" + m.proc.Value("agent http "),
 		hc: &http.Client{Timeout: 5 * time.Minute}})
 	return nil
 }
