@@ -190,12 +190,29 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		}
 		return a[0], []string{"JOBMESH_PPROF_ADDR=" + a[0]}, nil
 	}
+	// Every service serves its metrics, as a deployment would (and scale reads the pre-read
+	// histogram from the leader's).
+	hasMetrics := t.schedulerHasFlag("metrics-addr")
+	metrics := func() ([]string, string, error) {
+		if !hasMetrics {
+			return nil, "", nil
+		}
+		a, err := freeAddrs(1)
+		if err != nil {
+			return nil, "", err
+		}
+		return []string{"--metrics-addr", a[0]}, a[0], nil
+	}
 	_, regEnv, err := pprof("registry")
 	if err != nil {
 		return "", err
 	}
+	m, _, err := metrics()
+	if err != nil {
+		return "", err
+	}
 	if _, err := t.start(ctx, "registry", append([]string{"registry", "--grpc-addr", reg, "--etcd-endpoints", t.etcdEndpoints[0],
-		"--database-url", t.dbURL, "--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, common...), regEnv, "registry grpc "); err != nil {
+		"--database-url", t.dbURL, "--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, append(common, m...)...), regEnv, "registry grpc "); err != nil {
 		return "", err
 	}
 	logsPprof, logsEnv, err := pprof("logsvc")
@@ -203,16 +220,21 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		return "", err
 	}
 	t.logsPprofAddr = logsPprof
+	if m, _, err = metrics(); err != nil {
+		return "", err
+	}
 	if _, err := t.start(ctx, "logsvc", append([]string{"logsvc", "--grpc-addr", logs, "--database-url", t.dbURL,
-		"--agent-token", t.agentToken, "--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, common...), logsEnv, "logsvc grpc "); err != nil {
+		"--agent-token", t.agentToken, "--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, append(common, m...)...), logsEnv, "logsvc grpc "); err != nil {
+		return "", err
+	}
+	if m, _, err = metrics(); err != nil {
 		return "", err
 	}
 	if _, err := t.start(ctx, "gateway", append([]string{"gateway", "--http-addr", httpAddr, "--grpc-addr", authAddr,
 		"--database-url", t.dbURL, "--admin-password", randHex(12), "--scheduler-addr", sched1, "--registry-addr", reg,
-		"--logs-addr", logs}, common...), nil, "gateway http "); err != nil {
+		"--logs-addr", logs}, append(common, m...)...), nil, "gateway http "); err != nil {
 		return "", err
 	}
-	hasMetrics := t.schedulerHasFlag("metrics-addr")
 	for _, r := range t.scheds {
 		r.args = append([]string{"scheduler", "--grpc-addr", r.addr, "--etcd-endpoints", t.etcdEndpoints[0],
 			"--database-url", t.dbURL, "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
@@ -220,14 +242,10 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		if cfg.SessionTTL > 0 {
 			r.args = append(r.args, "--session-ttl", cfg.SessionTTL.String())
 		}
-		if hasMetrics {
-			a, err := freeAddrs(1)
-			if err != nil {
-				return "", err
-			}
-			r.metricsAddr = a[0]
-			r.args = append(r.args, "--metrics-addr", r.metricsAddr)
+		if m, r.metricsAddr, err = metrics(); err != nil {
+			return "", err
 		}
+		r.args = append(r.args, m...)
 		if r.pprofAddr, _, err = pprof(r.id); err != nil {
 			return "", err
 		}
