@@ -176,6 +176,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	answer := strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_")
 	switch {
 	case status.Code(err) == codes.Unauthenticated:
+		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s %s (Unauthenticated): %s", routeMsg, t.Address, refusal(ctx, j.GroupID), status.Convert(err).Message())
 		failure, answer = fmt.Sprintf("executor %s %s", t.Address, refusal(ctx, j.GroupID)), "UNAUTHENTICATED"
