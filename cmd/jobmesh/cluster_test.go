@@ -44,65 +44,89 @@ func TestClusterOfServiceCommands(t *testing.T) {
 		defer ln.Close()
 		return ln.Addr().String()
 	}
-	sched1, sched2, reg, logs, authAddr, httpAddr := addr(), addr(), addr(), addr(), addr(), addr()
 	const (
 		internal = "internal-secret-internal-secret-0123"
 		agentTok = "agent-secret-agent-secret-agent-0123"
 		password = "cluster-admin-password"
 		groupTok = "cluster-group-access-token"
 	)
-	common := []string{"--internal-token", internal, "--log-level", "warn"}
-	procs := []struct {
+	type proc struct {
 		name string
 		run  func(context.Context, []string, io.Writer, io.Writer) error
 		args []string
 		up   string // the line printed once it serves
-	}{
-		{"registry", runRegistry, []string{"--grpc-addr", reg, "--etcd-endpoints", etcd.Endpoint(), "--database-url", dbURL,
-			"--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, "registry grpc "},
-		{"logsvc", runLogsvc, []string{"--grpc-addr", logs, "--database-url", dbURL, "--agent-token", agentTok,
-			"--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, "logsvc grpc "},
-		{"gateway", runGateway, []string{"--http-addr", httpAddr, "--grpc-addr", authAddr, "--database-url", dbURL,
-			"--admin-password", password, "--scheduler-addr", sched1, "--registry-addr", reg, "--logs-addr", logs}, "gateway http "},
 	}
-	for i, s := range []string{sched1, sched2} {
-		procs = append(procs, struct {
-			name string
-			run  func(context.Context, []string, io.Writer, io.Writer) error
-			args []string
-			up   string
-		}{fmt.Sprintf("scheduler-%d", i+1), runScheduler, []string{"--grpc-addr", s, "--etcd-endpoints", etcd.Endpoint(),
-			"--database-url", dbURL, "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
-			"--replica-id", fmt.Sprintf("r%d", i+1), "--session-ttl", "2s"}, "scheduler grpc "})
-	}
+	// The processes must know each other's addresses before they listen, so the test picks free
+	// ports first; another test may take one meanwhile, and then the cluster starts again.
+	var (
+		sched1, sched2, reg, logs, authAddr, httpAddr string
+		stopAll                                       func()
+	)
+	for attempt := 1; stopAll == nil; attempt++ {
+		sched1, sched2, reg, logs, authAddr, httpAddr = addr(), addr(), addr(), addr(), addr(), addr()
+		common := []string{"--internal-token", internal, "--log-level", "warn"}
+		procs := []proc{
+			{"registry", runRegistry, []string{"--grpc-addr", reg, "--etcd-endpoints", etcd.Endpoint(), "--database-url", dbURL,
+				"--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, "registry grpc "},
+			{"logsvc", runLogsvc, []string{"--grpc-addr", logs, "--database-url", dbURL, "--agent-token", agentTok,
+				"--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, "logsvc grpc "},
+			{"gateway", runGateway, []string{"--http-addr", httpAddr, "--grpc-addr", authAddr, "--database-url", dbURL,
+				"--admin-password", password, "--scheduler-addr", sched1, "--registry-addr", reg, "--logs-addr", logs}, "gateway http "},
+		}
+		for i, s := range []string{sched1, sched2} {
+			procs = append(procs, proc{fmt.Sprintf("scheduler-%d", i+1), runScheduler, []string{"--grpc-addr", s, "--etcd-endpoints", etcd.Endpoint(),
+				"--database-url", dbURL, "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
+				"--replica-id", fmt.Sprintf("r%d", i+1), "--session-ttl", "2s"}, "scheduler grpc "})
+		}
 
-	pctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		out := newLineWaiter()
-		var stderr bytes.Buffer
-		var mu sync.Mutex
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := p.run(pctx, append(p.args, common...), out, &lockedWriter{w: &stderr, mu: &mu})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Errorf("%s: %v\n%s", p.name, err, stderr.String())
+		pctx, stop := context.WithCancel(context.Background())
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			starting = true
+			portRace = false
+		)
+		for _, p := range procs {
+			out := newLineWaiter()
+			var stderr bytes.Buffer
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := p.run(pctx, append(p.args, common...), out, &lockedWriter{w: &stderr, mu: &mu})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil && starting && attempt < 3 && strings.Contains(err.Error(), "address already in use"):
+					portRace = true
+				case err != nil:
+					t.Errorf("%s: %v\n%s", p.name, err, stderr.String())
+				}
+				out.close()
+			}()
+			if !out.wait(p.up, 60*time.Second) {
+				stop()
+				wg.Wait()
+				if portRace {
+					t.Logf("attempt %d: a port was taken before %s listened; starting again", attempt, p.name)
+					break
+				}
+				t.Fatalf("%s did not print %q", p.name, p.up)
 			}
-			out.close()
-		}()
-		if !out.wait(p.up, 60*time.Second) {
+		}
+		mu.Lock()
+		raced := portRace
+		starting = false
+		mu.Unlock()
+		if raced {
+			stop() // already stopped above; for the analyzers
+			continue
+		}
+		stopAll = func() {
 			stop()
 			wg.Wait()
-			t.Fatalf("%s did not print %q", p.name, p.up)
 		}
 	}
-	defer func() {
-		stop()
-		wg.Wait()
-	}()
+	defer stopAll()
 
 	base := "http://" + httpAddr
 	// Every server answers the health protocol without a token; a closed port does not.
