@@ -30,7 +30,7 @@ import (
 )
 
 // waitFor bounds every wait on a signal.
-const waitFor = 10 * time.Second
+const waitFor = 30 * time.Second
 
 // base is the scheduled time of most test runs: far from today, so the dashboard's "today" only
 // sees the runs of its own test.
