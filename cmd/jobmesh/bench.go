@@ -101,6 +101,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.dur(&cfg.StepDuration, "step-duration", 0, "ramp: each step's window (default 20s)")
 	f.dur(&cfg.MaxP99, "max-p99", 0, "ramp: the p99 lateness a step may reach and hold (default 100ms)")
 	f.integer(&cfg.MaxLost, "max-lost", 0, "ramp: lost + doubled fires a step may have and hold")
+	f.dur(&cfg.StoreWait, "store-wait", 0, "how long after a window to wait for logsvc to store its results (default 60s)")
 	f.boolean(&target, "target", false, "drive a running cluster: give --scheduler-addr, --registry-addr, --logs-addr, --etcd-endpoints, --token")
 	f.str(&schedAddrs, "scheduler-addr", "", "--target: comma-separated scheduler replica gRPC addresses")
 	f.str(&tg.RegistryAddr, "registry-addr", "", "--target: registry gRPC address")

@@ -99,6 +99,10 @@ type Config struct {
 	// MaxLost is how many lost (or doubled) fires a ramp step may have and still hold. Default 0.
 	MaxLost int
 
+	// StoreWait bounds the wait, after a window, for logsvc to store the results of its fires
+	// (results still missing then are reported as not stored). Default 60s.
+	StoreWait time.Duration
+
 	// Log receives progress; nil discards it.
 	Log *slog.Logger
 	// Stdout receives the processes' "ready" lines when nothing else does; nil discards.
@@ -173,6 +177,7 @@ func (c Config) withDefaults() Config {
 	setF(&c.MaxRate, 20_000)
 	setD(&c.StepDuration, 20*time.Second)
 	setD(&c.MaxP99, 100*time.Millisecond)
+	setD(&c.StoreWait, 60*time.Second)
 	if c.ServiceLogLevel == "" {
 		c.ServiceLogLevel = "warn"
 	}
@@ -278,6 +283,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxP99 <= 0 {
 		bad("max-p99", "%v: want a positive duration", c.MaxP99)
+	}
+	if c.StoreWait < time.Second {
+		bad("store-wait", "%v: want at least 1s", c.StoreWait)
 	}
 	if c.MaxLost < 0 {
 		bad("max-lost", "%d: must not be negative", c.MaxLost)

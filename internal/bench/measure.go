@@ -38,6 +38,7 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 			return st, rep, err
 		}
 		st.Fires.Dispatched, st.Fires.DispatchFailed, st.Fires.Stored = s.Dispatched, s.DispatchFailed, s.Stored
+		st.StoredAfterSeconds = time.Since(to).Seconds()
 		st.EndToEndMs = Percentiles{P50: s.E2E50, P99: s.E2E99}
 	}
 	var total float64
@@ -81,9 +82,9 @@ func (t *topology) settle(ctx context.Context, toMs int64) error {
 }
 
 // settleStored polls logsvc's tables until every executed fire's result is stored, or the count
-// stops growing for two seconds; at most 30 s.
+// stops growing for two seconds; at most StoreWait.
 func (t *topology) settleStored(ctx context.Context, fromMs, toMs int64, executed int) (stored, error) {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(t.cfg.StoreWait)
 	var last stored
 	same := 0
 	for {

@@ -65,8 +65,12 @@ type Step struct {
 	// LatenessMs is scheduled time → the agent's handler got the fire, over the fires expected
 	// in the window.
 	LatenessMs Percentiles `json:"lateness_ms"`
-	// EndToEndMs is scheduled time → logsvc stored the result (its completion), p50 and p99.
+	// EndToEndMs is scheduled time → logsvc stored the result (its completion), p50 and p99,
+	// over the results stored.
 	EndToEndMs Percentiles `json:"end_to_end_ms"`
+	// StoredAfterSeconds is when, after the window's end, the stored count was read: once every
+	// executed fire's result was stored, or the count stopped growing, or --store-wait passed.
+	StoredAfterSeconds float64 `json:"stored_after_s,omitempty"`
 	// CPUMicrosPerFire is every measured process's CPU time in the window per fire executed.
 	CPUMicrosPerFire float64     `json:"cpu_us_per_fire"`
 	Processes        []ProcUsage `json:"processes"`
@@ -90,7 +94,8 @@ type Fires struct {
 	DispatchFailed int `json:"dispatch_failed"`
 	// Executed: expected fires that reached an agent at least once.
 	Executed int `json:"executed"`
-	// Stored: successful results logsvc stored and published.
+	// Stored: successful results logsvc stored and published (Step.StoredAfterSeconds after the
+	// window).
 	Stored int `json:"stored"`
 	// Lost: expected fires never executed. Doubled: fires executed more than once
 	// (DoubledSameID under one trigger id). OffSchedule: runs the schedules do not have.
@@ -232,7 +237,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	for _, st := range r.Steps {
 		f, l, e := st.Fires, st.LatenessMs, st.EndToEndMs
 		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %d | %s | %d | %s | %d | %d | %.0f | %s / %s / %s / %s / %s | %s / %s | %.0f | %.2f |",
-			st.TargetRate, st.Jobs, st.Seconds, f.Expected, count(f.Dispatched), f.Executed, count(f.Stored), f.Lost, f.Doubled, f.PerSecond,
+			st.TargetRate, st.Jobs, st.Seconds, f.Expected, count(f.Dispatched), f.Executed, storedCell(st), f.Lost, f.Doubled, f.PerSecond,
 			ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(e.P50), ms(e.P99), st.CPUMicrosPerFire, st.LoadAvg[0])
 		if r.Scenario == "ramp" {
 			verdict := "yes"
@@ -304,6 +309,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// storedCell renders the stored count, with when it was read if some results were missing.
+func storedCell(st Step) string {
+	f := st.Fires
+	if f.Stored >= 0 && f.Stored < f.Executed {
+		return fmt.Sprintf("%d (at +%.0f s)", f.Stored, st.StoredAfterSeconds)
+	}
+	return count(f.Stored)
 }
 
 // count renders a count, "n/a" when not measured.

@@ -140,7 +140,7 @@ func (c Config) holds(st Step) (bool, string) {
 		why = append(why, fmt.Sprintf("p99 lateness %v > %v", p99.Round(time.Millisecond), c.MaxP99))
 	}
 	if f.Stored >= 0 && f.Executed-f.Stored > c.MaxLost {
-		why = append(why, fmt.Sprintf("%d results not stored 30 s after the window", f.Executed-f.Stored))
+		why = append(why, fmt.Sprintf("%d results not stored %.0f s after the window", f.Executed-f.Stored, st.StoredAfterSeconds))
 	}
 	if f.Expected == 0 {
 		why = append(why, "no fire expected")
