@@ -81,28 +81,16 @@ func (t *topology) settle(ctx context.Context, toMs int64) error {
 	return sleep(ctx, 500*time.Millisecond)
 }
 
-// settleStored polls logsvc's tables until every executed fire's result is stored, or the count
-// stops growing for two seconds; at most StoreWait.
+// settleStored polls logsvc's tables until every executed fire's result is stored, at most
+// StoreWait (logsvc may be working through a backlog of earlier fires' results: a count that does
+// not grow for a while does not mean it is done).
 func (t *topology) settleStored(ctx context.Context, fromMs, toMs int64, executed int) (stored, error) {
 	deadline := time.Now().Add(t.cfg.StoreWait)
-	var last stored
-	same := 0
 	for {
 		s, err := readStored(ctx, t.pg, t.groupID, fromMs, toMs)
-		if err != nil {
+		if err != nil || s.Stored >= executed || time.Now().After(deadline) {
 			return s, err
 		}
-		if s.Stored >= executed || time.Now().After(deadline) {
-			return s, nil
-		}
-		if s.Stored == last.Stored && s.Dispatched == last.Dispatched {
-			if same++; same >= 4 {
-				return s, nil
-			}
-		} else {
-			same = 0
-		}
-		last = s
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
 			return s, err
 		}
