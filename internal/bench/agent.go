@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,7 +59,8 @@ type agentStats struct {
 
 // RunAgent runs a bench agent until ctx ends. It prints "agent grpc <addr>" and
 // "agent http <addr>" on stdout once it serves and is registered. The HTTP endpoint serves
-// GET /stats (JSON), GET /executions?from_ms=&to_ms= (gob) and /debug/pprof/.
+// GET /stats (JSON), GET /count?from_ms=&to_ms= (a number), GET /executions?from_ms=&to_ms= (gob)
+// and /debug/pprof/.
 func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	if cfg.App == "" || cfg.Instance == "" || len(cfg.EtcdEndpoints) == 0 || cfg.LogDir == "" {
 		return errors.New("bench agent: --app, --instance, --etcd-endpoints and --log-dir are required")
@@ -90,6 +92,15 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(agentStats{Stats: tally.Stats(), Probes: probes.Load()})
+	})
+	mux.HandleFunc("GET /count", func(w http.ResponseWriter, r *http.Request) {
+		from, err1 := msParam(r, "from_ms", math.MinInt64)
+		to, err2 := msParam(r, "to_ms", math.MaxInt64)
+		if err := errors.Join(err1, err2); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, tally.Count(from, to))
 	})
 	mux.HandleFunc("GET /executions", func(w http.ResponseWriter, r *http.Request) {
 		from, err1 := msParam(r, "from_ms", math.MinInt64)
@@ -162,6 +173,24 @@ func (a *agentClient) stats(ctx context.Context) (agentStats, error) {
 		return s, fmt.Errorf("agent %s stats: %s", a.name, resp.Status)
 	}
 	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// count returns how many runs of fires scheduled within [fromMs, toMs] the agent has had.
+func (a *agentClient) count(ctx context.Context, fromMs, toMs int64) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/count?from_ms=%d&to_ms=%d", a.base, fromMs, toMs), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("agent %s count: %w", a.name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("agent %s count: %s %v", a.name, resp.Status, err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // executions fetches the runs of fires scheduled within [fromMs, toMs].

@@ -15,7 +15,8 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 	procs := t.windowUsage(ctx, 0)
 	st := Step{TargetRate: targetRate, Jobs: l.jobs(), From: from, To: to, Seconds: to.Sub(from).Seconds(), LoadAvg: loadAvg()}
 	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
-	if err := t.settle(ctx, toMs); err != nil {
+	grids := l.window(fromMs, toMs)
+	if err := t.settle(ctx, fromMs, toMs, firecheck.Expected(grids)); err != nil {
 		return st, nil, err
 	}
 	var execs []firecheck.Execution
@@ -26,7 +27,7 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		}
 		execs = append(execs, e...)
 	}
-	rep := firecheck.Check(execs, l.window(fromMs, toMs), kills)
+	rep := firecheck.Check(execs, grids, kills)
 	st.Fires = Fires{Expected: rep.Checked, Executed: rep.Executed, Lost: rep.Lost, Doubled: rep.Doubled,
 		DoubledSameID: rep.DoubledSameID, OffSchedule: rep.OffGrid, Dispatched: -1, DispatchFailed: -1, Stored: -1,
 		PerSecond: float64(rep.Executed) / st.Seconds}
@@ -58,27 +59,42 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 	return st, rep, t.checkCrashes()
 }
 
-// settle waits until every agent has run a fire scheduled more than a second after toMs (so the
-// fires of the window that are coming have come), and half a second more; at most a minute.
-func (t *topology) settle(ctx context.Context, toMs int64) error {
-	deadline := time.Now().Add(time.Minute)
+// settle waits until the fires of the window that are coming have come: until the agents have
+// run as many fires of the window as the schedules expect, or (fires were lost or doubled) until
+// every agent has run fires scheduled more than a second after the window and the count has not
+// moved for five seconds — a re-fired fire after a failover can arrive well after later fires.
+// At most two minutes.
+func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	last, since := -1, time.Now()
 	for time.Now().Before(deadline) {
-		done := true
+		past, n := true, 0
 		for _, a := range t.agents {
 			s, err := a.stats(ctx)
 			if err != nil {
 				return err
 			}
-			done = done && s.MaxScheduledMs > toMs+1000
+			past = past && s.MaxScheduledMs > toMs+1000
+			c, err := a.count(ctx, fromMs, toMs)
+			if err != nil {
+				return err
+			}
+			n += c
 		}
-		if done {
-			break
+		if n >= expected && past {
+			return nil
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if n != last {
+			last, since = n, time.Now()
+		} else if past && time.Since(since) >= 5*time.Second {
+			return nil
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
-	return sleep(ctx, 500*time.Millisecond)
+	t.log.Warn("fires of the window still arriving two minutes after it; counting what came", "expected", expected, "arrived", last)
+	return nil
 }
 
 // settleStored polls logsvc's tables until every executed fire's result is stored, at most

@@ -175,6 +175,22 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 	return r
 }
 
+// Expected counts the fires the grids expect (Check's Checked, without executions).
+func Expected(grids map[int64]Grid) int {
+	n := 0
+	for _, g := range grids {
+		if g.Period <= 0 || g.Until < g.First {
+			continue
+		}
+		from := max(g.From, g.First)
+		first := g.First + (from-g.First+g.Period-1)/g.Period*g.Period
+		if first <= g.Until {
+			n += int((g.Until-first)/g.Period) + 1
+		}
+	}
+	return n
+}
+
 // Gaps returns the kills' gaps that were measured (a kill with no later fire has none), sorted.
 func (r *Report) Gaps() []time.Duration {
 	var gaps []time.Duration

@@ -59,6 +59,9 @@ func TestCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := Check(tc.execs, grids, nil)
+			if n := Expected(grids); n != r.Checked {
+				t.Errorf("Expected = %d, Check counted %d", n, r.Checked)
+			}
 			if r.Checked != 7 {
 				t.Errorf("checked = %d, want 7", r.Checked)
 			}
@@ -80,6 +83,9 @@ func TestCheck(t *testing.T) {
 			2: {First: 10_500, Period: 1000, From: 11_200, Until: 12_600},
 		}
 		r := Check(without(5), g, nil) // 11.500 of job 2 is missing
+		if n := Expected(g); n != 3 {
+			t.Errorf("Expected = %d, want 3", n)
+		}
 		if r.Checked != 3 || r.Lost != 1 || r.Executed != 2 {
 			t.Errorf("checked, lost, executed = %d, %d, %d; want 3, 1, 2", r.Checked, r.Lost, r.Executed)
 		}
@@ -187,6 +193,9 @@ func TestTally(t *testing.T) {
 	st := tl.Stats()
 	if st.Executions != 3 || st.MaxScheduledMs != sched.Add(2*time.Second).UnixMilli() || st.LastArrivedNs == 0 {
 		t.Errorf("Stats = %+v", st)
+	}
+	if n := tl.Count(sched.UnixMilli(), sched.Add(time.Second).UnixMilli()); n != 2 {
+		t.Errorf("Count of the first two seconds = %d, want 2", n)
 	}
 	got := tl.Snapshot(sched.UnixMilli(), sched.Add(time.Second).UnixMilli())
 	if len(got) != 2 || got[0].JobID != 1 || got[1].JobID != 2 || got[1].TriggerID != "1-x" {

@@ -65,6 +65,19 @@ func (tl *Tally) Snapshot(fromMs, toMs int64) []Execution {
 	return out
 }
 
+// Count returns how many executions recorded so far were scheduled within [fromMs, toMs].
+func (tl *Tally) Count(fromMs, toMs int64) int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	n := 0
+	for _, e := range tl.execs {
+		if e.ScheduledMs >= fromMs && e.ScheduledMs <= toMs {
+			n++
+		}
+	}
+	return n
+}
+
 // WaitScheduledAfter waits until a fire scheduled after t has been recorded.
 func (tl *Tally) WaitScheduledAfter(t time.Time, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
