@@ -29,7 +29,7 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 	}
 	rep := firecheck.Check(execs, grids, kills)
 	st.Fires = Fires{Expected: rep.Checked, Executed: rep.Executed, Lost: rep.Lost, Doubled: rep.Doubled,
-		DoubledSameID: rep.DoubledSameID, OffSchedule: rep.OffGrid, Dispatched: -1, DispatchFailed: -1, Stored: -1,
+		DoubledSameID: rep.DoubledSameID, OffSchedule: rep.OffGrid, Dispatched: -1, DispatchFailed: -1, Stored: -1, Completed: -1,
 		PerSecond: float64(rep.Executed) / st.Seconds}
 	st.LatenessMs = percentilesOf(rep.Lateness)
 	st.LostSamples, st.DoubledSamples, st.OffGridSamples = rep.LostSamples, rep.DoubledSamples, rep.OffGridSamples
@@ -38,7 +38,7 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		if err != nil {
 			return st, rep, err
 		}
-		st.Fires.Dispatched, st.Fires.DispatchFailed, st.Fires.Stored = s.Dispatched, s.DispatchFailed, s.Stored
+		st.Fires.Dispatched, st.Fires.DispatchFailed, st.Fires.Stored, st.Fires.Completed = s.Dispatched, s.DispatchFailed, s.Stored, s.Completed
 		st.StoredAfterSeconds = time.Since(to).Seconds()
 		st.EndToEndMs = Percentiles{P50: s.E2E50, P99: s.E2E99}
 	}
@@ -97,14 +97,14 @@ func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int)
 	return nil
 }
 
-// settleStored polls logsvc's tables until every executed fire's result is stored, at most
-// StoreWait (logsvc may be working through a backlog of earlier fires' results: a count that does
+// settleStored polls logsvc's tables until every executed fire's result is stored and its run
+// complete (trigger record in too), at most StoreWait (logsvc may be working through a backlog of earlier fires' results: a count that does
 // not grow for a while does not mean it is done).
 func (t *topology) settleStored(ctx context.Context, fromMs, toMs int64, executed int) (stored, error) {
 	deadline := time.Now().Add(t.cfg.StoreWait)
 	for {
 		s, err := readStored(ctx, t.pg, t.groupID, fromMs, toMs)
-		if err != nil || s.Stored >= executed || time.Now().After(deadline) {
+		if err != nil || s.Stored >= executed && s.Completed >= executed || time.Now().After(deadline) {
 			return s, err
 		}
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {

@@ -53,9 +53,12 @@ func createDatabase(ctx context.Context, adminURL string) (dbURL, name string, d
 type stored struct {
 	// Dispatched and DispatchFailed count trigger records with outcome OK and FAILED.
 	Dispatched, DispatchFailed int
-	// Stored counts successful results stored and published as completions.
+	// Stored counts successful results stored (whether or not their trigger record has come).
 	Stored int
-	// E2E50 and E2E99 are percentiles of scheduled → completion stored, in ms.
+	// Completed counts runs with both their trigger record and their result stored: logsvc
+	// published them as completions.
+	Completed int
+	// E2E50 and E2E99 are percentiles of scheduled → completion published, in ms.
 	E2E50, E2E99 float64
 }
 
@@ -65,12 +68,13 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 	var s stored
 	err := conn.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE trigger_outcome = $4),
-			count(*) FILTER (WHERE trigger_outcome = $5)
+			count(*) FILTER (WHERE trigger_outcome = $5),
+			count(*) FILTER (WHERE status = $7)
 		FROM logs.runs WHERE group_id = $1 AND trigger_type = $6 AND scheduled_ms BETWEEN $2 AND $3`,
 		group, fromMs, toMs, int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK), int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED),
-		int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON)).Scan(&s.Dispatched, &s.DispatchFailed)
+		int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Dispatched, &s.DispatchFailed, &s.Stored)
 	if err != nil {
-		return s, fmt.Errorf("count trigger records: %w", err)
+		return s, fmt.Errorf("count runs: %w", err)
 	}
 	var p50, p99 *float64
 	err = conn.QueryRow(ctx, `SELECT count(*),
@@ -78,7 +82,7 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 			percentile_disc(0.99) WITHIN GROUP (ORDER BY c.created_ms - c.scheduled_ms)::float8
 		FROM logs.completions c JOIN logs.runs r USING (trigger_id)
 		WHERE r.group_id = $1 AND c.trigger_type = $4 AND c.status = $5 AND c.scheduled_ms BETWEEN $2 AND $3`,
-		group, fromMs, toMs, int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Stored, &p50, &p99)
+		group, fromMs, toMs, int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Completed, &p50, &p99)
 	if err != nil {
 		return s, fmt.Errorf("count completions: %w", err)
 	}

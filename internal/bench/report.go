@@ -65,11 +65,11 @@ type Step struct {
 	// LatenessMs is scheduled time → the agent's handler got the fire, over the fires expected
 	// in the window.
 	LatenessMs Percentiles `json:"lateness_ms"`
-	// EndToEndMs is scheduled time → logsvc stored the result (its completion), p50 and p99,
-	// over the results stored.
+	// EndToEndMs is scheduled time → logsvc published the run's completion (result and trigger
+	// record stored), p50 and p99, over the completed runs.
 	EndToEndMs Percentiles `json:"end_to_end_ms"`
-	// StoredAfterSeconds is when, after the window's end, the stored count was read: once every
-	// executed fire's result was stored, or the count stopped growing, or --store-wait passed.
+	// StoredAfterSeconds is when, after the window's end, the stored counts were read: once every
+	// executed fire's run was complete, or --store-wait passed.
 	StoredAfterSeconds float64 `json:"stored_after_s,omitempty"`
 	// CPUMicrosPerFire is every measured process's CPU time in the window per fire executed.
 	CPUMicrosPerFire float64     `json:"cpu_us_per_fire"`
@@ -94,9 +94,11 @@ type Fires struct {
 	DispatchFailed int `json:"dispatch_failed"`
 	// Executed: expected fires that reached an agent at least once.
 	Executed int `json:"executed"`
-	// Stored: successful results logsvc stored and published (Step.StoredAfterSeconds after the
+	// Stored: successful results in logsvc's tables; Completed: runs with their trigger record
+	// too, which logsvc published as completions (both read Step.StoredAfterSeconds after the
 	// window).
-	Stored int `json:"stored"`
+	Stored    int `json:"stored"`
+	Completed int `json:"completed"`
 	// Lost: expected fires never executed. Doubled: fires executed more than once
 	// (DoubledSameID under one trigger id). OffSchedule: runs the schedules do not have.
 	Lost          int `json:"lost"`
@@ -225,19 +227,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	b.WriteString(".\n\n")
 
-	b.WriteString("| target fires/s | jobs | window s | expected | dispatched | executed | stored | lost | doubled | executed/s | lateness p50 / p90 / p99 / p99.9 / max ms | end-to-end p50 / p99 ms | CPU µs/fire | load 1m |")
+	b.WriteString("| target fires/s | jobs | window s | expected | dispatched | executed | stored | complete | lost | doubled | executed/s | lateness p50 / p90 / p99 / p99.9 / max ms | end-to-end p50 / p99 ms | CPU µs/fire | load 1m |")
 	if r.Scenario == "ramp" {
 		b.WriteString(" held |")
 	}
-	b.WriteString("\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
+	b.WriteString("\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
 	if r.Scenario == "ramp" {
 		b.WriteString("---|")
 	}
 	b.WriteString("\n")
 	for _, st := range r.Steps {
 		f, l, e := st.Fires, st.LatenessMs, st.EndToEndMs
-		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %d | %s | %d | %s | %d | %d | %.0f | %s / %s / %s / %s / %s | %s / %s | %.0f | %.2f |",
-			st.TargetRate, st.Jobs, st.Seconds, f.Expected, count(f.Dispatched), f.Executed, storedCell(st), f.Lost, f.Doubled, f.PerSecond,
+		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %d | %s | %d | %s | %s | %d | %d | %.0f | %s / %s / %s / %s / %s | %s / %s | %.0f | %.2f |",
+			st.TargetRate, st.Jobs, st.Seconds, f.Expected, count(f.Dispatched), f.Executed, storedCell(st, f.Stored), storedCell(st, f.Completed), f.Lost, f.Doubled, f.PerSecond,
 			ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(e.P50), ms(e.P99), st.CPUMicrosPerFire, st.LoadAvg[0])
 		if r.Scenario == "ramp" {
 			verdict := "yes"
@@ -311,13 +313,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	return err
 }
 
-// storedCell renders the stored count, with when it was read if some results were missing.
-func storedCell(st Step) string {
-	f := st.Fires
-	if f.Stored >= 0 && f.Stored < f.Executed {
-		return fmt.Sprintf("%d (at +%.0f s)", f.Stored, st.StoredAfterSeconds)
+// storedCell renders a stored count, with when it was read if some runs were missing.
+func storedCell(st Step, n int) string {
+	if n >= 0 && n < st.Fires.Executed {
+		return fmt.Sprintf("%d (at +%.0f s)", n, st.StoredAfterSeconds)
 	}
-	return count(f.Stored)
+	return count(n)
 }
 
 // count renders a count, "n/a" when not measured.
