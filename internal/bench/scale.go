@@ -30,7 +30,7 @@ func runScale(ctx context.Context, t *topology, l *load, rep *Report) error {
 		rep.Setup.CreatedPerSecond = float64(cfg.APIJobs) / d.Seconds()
 	}
 	start := time.Now()
-	firesFrom, err := t.insertJobs(ctx, l, cfg.Jobs-cfg.APIJobs)
+	firesFrom, err := t.insertJobs(ctx, l, cfg.Jobs-cfg.APIJobs, scaleChunk)
 	if err != nil {
 		return err
 	}
@@ -100,11 +100,11 @@ func runScale(ctx context.Context, t *topology, l *load, rep *Report) error {
 	return err
 }
 
-// insertJobs stores n FIX_RATE jobs with SQL, in chunks, their first fires spread evenly over
+// insertJobs stores n FIX_RATE jobs with SQL, chunk at a time, their first fires spread evenly over
 // one interval starting a little after the first chunk commits (a fire due before it is stored
 // would be a misfire); each chunk takes the next slice of the interval, moved by how much later
 // it was stored. It returns when the first fires are due.
-func (t *topology) insertJobs(ctx context.Context, l *load, n int) (time.Time, error) {
+func (t *topology) insertJobs(ctx context.Context, l *load, n, chunk int) (time.Time, error) {
 	cfg := t.cfg
 	every := cfg.Interval.Milliseconds()
 	l.mu.Lock()
@@ -113,8 +113,8 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) (time.Time, e
 	l.mu.Unlock()
 	lead := 10 * time.Second
 	var firesFrom time.Time
-	for lo := first; lo < first+n; lo += scaleChunk {
-		hi := min(lo+scaleChunk, first+n) - 1
+	for lo := first; lo < first+n; lo += chunk {
+		hi := min(lo+chunk, first+n) - 1
 		began := time.Now()
 		base := began.Add(lead).UnixMilli()
 		if firesFrom.IsZero() {
@@ -124,7 +124,7 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) (time.Time, e
 		rows, err := t.pg.Query(ctx, `WITH src AS (
 				SELECT g, 'bench-' || lpad(g::text, 7, '0') AS name,
 					$11::bigint + (g - $14::bigint) * $12::bigint / $13::bigint AS next
-				FROM generate_series($14::bigint, $15::bigint) g),
+				FROM generate_series($16::bigint, $15::bigint) g),
 			ins AS (
 				INSERT INTO scheduler.jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy,
 					route_strategy, block_strategy, retry_backoff, glue_type, handler, status, create_ms, update_ms)
@@ -139,12 +139,14 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) (time.Time, e
 			int32(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING), int32(cfg.route()),
 			int32(schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION), int32(schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE),
 			int32(schedulerv1.GlueType_GLUE_TYPE_BEAN), benchHandler, int32(schedulerv1.JobStatus_JOB_STATUS_RUNNING),
-			base, every, int64(n), int64(first), int64(hi))
+			base, every, int64(n), int64(first), int64(hi), int64(lo))
 		if err != nil {
 			return firesFrom, fmt.Errorf("insert jobs: %w", err)
 		}
+		got := 0
 		l.mu.Lock()
 		for rows.Next() {
+			got++
 			var id, next int64
 			if err := rows.Scan(&id, &next); err != nil {
 				rows.Close()
@@ -157,6 +159,9 @@ func (t *topology) insertJobs(ctx context.Context, l *load, n int) (time.Time, e
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return firesFrom, fmt.Errorf("insert jobs: %w", err)
+		}
+		if want := hi + 1 - lo; got != want {
+			return firesFrom, fmt.Errorf("insert jobs %d to %d: %d stored, want %d", lo, hi, got, want)
 		}
 		// Keep the next chunk's first fires after its commit.
 		if took := time.Since(began); took*2+3*time.Second > lead {
