@@ -139,7 +139,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.str(&cfg.AgentToken, "agent-token", "", "secret executor agents present to deliver results and logs; empty means random per start")
 	f.str(&cfg.AgentAddr, "agent-addr", "127.0.0.1:9999", "local executor agent gRPC address")
 	f.str(&cfg.EtcdAddr, "etcd-addr", "127.0.0.1:2379", "embedded etcd client address")
-	f.dur(&sessionTTL, "session-ttl", 5*time.Second, "scheduler leader session TTL")
+	f.dur(&sessionTTL, "session-ttl", 2*time.Second, "scheduler leader session TTL")
 	var alarms alarmFlags
 	alarms.add(f)
 	f.str(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -61,7 +61,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f.str(&c.DatabaseURL, "database-url", "", "Postgres URL shared by every replica (required)")
 	c.addFlags(f, schedulerPeers, peerAuth)
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
-	f.dur(&c.SessionTTL, "session-ttl", 5*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
+	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}

@@ -21,8 +21,8 @@ func TestParseSchedulerFlags(t *testing.T) {
 		if want := []string{"http://a:2379", "http://b:2379"}; !slices.Equal(c.EtcdEndpoints, want) {
 			t.Errorf("etcd endpoints = %q, want %q", c.EtcdEndpoints, want)
 		}
-		if c.GRPCAddr != "127.0.0.1:9010" || c.SessionTTL != 5*time.Second || c.ReplicaID != "" {
-			t.Errorf("grpc addr, session ttl, replica id = %q, %v, %q; want 127.0.0.1:9010, 5s, empty", c.GRPCAddr, c.SessionTTL, c.ReplicaID)
+		if c.GRPCAddr != "127.0.0.1:9010" || c.SessionTTL != 2*time.Second || c.ReplicaID != "" {
+			t.Errorf("grpc addr, session ttl, replica id = %q, %v, %q; want 127.0.0.1:9010, 2s, empty", c.GRPCAddr, c.SessionTTL, c.ReplicaID)
 		}
 	})
 

@@ -42,7 +42,7 @@ func MigrationsFS() fs.FS {
 type Config struct {
 	// ReplicaID names this replica in the election; default hostname-pid.
 	ReplicaID string
-	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership. Default 5 s.
+	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership. Default 2 s.
 	SessionTTL time.Duration
 	// PreReadWindow is how far ahead the pre-read loop arms fires. Default 5 s.
 	PreReadWindow time.Duration
@@ -72,7 +72,7 @@ func (c *Config) setDefaults() {
 		c.ReplicaID = fmt.Sprintf("%s-%d", h, os.Getpid())
 	}
 	if c.SessionTTL == 0 {
-		c.SessionTTL = 5 * time.Second
+		c.SessionTTL = 2 * time.Second
 	}
 	if c.PreReadWindow == 0 {
 		c.PreReadWindow = 5 * time.Second
