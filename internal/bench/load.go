@@ -28,6 +28,17 @@ func (l *load) jobs() int {
 	return len(l.grids)
 }
 
+// ids returns the load's job ids.
+func (l *load) ids() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]int64, 0, len(l.grids))
+	for id := range l.grids {
+		out = append(out, id)
+	}
+	return out
+}
+
 // window returns the grids with the window [fromMs, toMs] to check.
 func (l *load) window(fromMs, toMs int64) map[int64]firecheck.Grid {
 	l.mu.Lock()

@@ -34,6 +34,9 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 	st.LatenessMs = percentilesOf(rep.Lateness)
 	st.LostSamples, st.DoubledSamples, st.OffGridSamples = rep.LostSamples, rep.DoubledSamples, rep.OffGridSamples
 	if t.pg != nil {
+		if err := setBenchJobs(ctx, t.pg, l.ids()); err != nil {
+			return st, rep, err
+		}
 		s, err := t.settleStored(ctx, fromMs, toMs, rep.Executed)
 		if err != nil {
 			return st, rep, err
@@ -107,7 +110,7 @@ func (t *topology) settleStored(ctx context.Context, fromMs, toMs int64, execute
 		if err != nil || s.Stored >= executed && s.Completed >= executed || time.Now().After(deadline) {
 			return s, err
 		}
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+		if err := sleep(ctx, 2*time.Second); err != nil { // each poll scans logsvc's runs
 			return s, err
 		}
 	}

@@ -63,18 +63,27 @@ type stored struct {
 }
 
 // readStored counts, in logsvc's tables, the scheduled fires of group scheduled within
-// [fromMs, toMs].
+// [fromMs, toMs]; the temporary table bench_jobs (setBenchJobs) lists the group's jobs.
 func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) (stored, error) {
 	var s stored
 	err := conn.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE trigger_outcome = $4),
-			count(*) FILTER (WHERE trigger_outcome = $5),
-			count(*) FILTER (WHERE status = $7)
+			count(*) FILTER (WHERE trigger_outcome = $5)
 		FROM logs.runs WHERE group_id = $1 AND trigger_type = $6 AND scheduled_ms BETWEEN $2 AND $3`,
 		group, fromMs, toMs, int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK), int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED),
-		int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Dispatched, &s.DispatchFailed, &s.Stored)
+		int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON)).Scan(&s.Dispatched, &s.DispatchFailed)
 	if err != nil {
-		return s, fmt.Errorf("count runs: %w", err)
+		return s, fmt.Errorf("count trigger records: %w", err)
+	}
+	// A result that came before its trigger record has neither the group, nor the trigger type,
+	// nor the scheduled time: find results by job (bench_jobs) and by their trigger id,
+	// <job>-<scheduled ms>-<shard>-<attempt>, first attempts only.
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM logs.runs r JOIN bench_jobs b ON b.id = r.job_id
+		WHERE r.status = $3 AND split_part(r.trigger_id, '-', 4) = '0'
+			AND split_part(r.trigger_id, '-', 2)::bigint BETWEEN $1 AND $2`,
+		fromMs, toMs, int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Stored)
+	if err != nil {
+		return s, fmt.Errorf("count results: %w", err)
 	}
 	var p50, p99 *float64
 	err = conn.QueryRow(ctx, `SELECT count(*),
@@ -90,6 +99,27 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 		s.E2E50, s.E2E99 = *p50, *p99
 	}
 	return s, nil
+}
+
+// setBenchJobs fills the session's temporary table bench_jobs with the bench's job ids.
+func setBenchJobs(ctx context.Context, conn *pgx.Conn, ids []int64) error {
+	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS bench_jobs (id BIGINT PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("bench_jobs: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `TRUNCATE bench_jobs`); err != nil {
+		return fmt.Errorf("bench_jobs: %w", err)
+	}
+	rows := make([][]any, len(ids))
+	for i, id := range ids {
+		rows[i] = []any{id}
+	}
+	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"bench_jobs"}, []string{"id"}, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("bench_jobs: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `ANALYZE bench_jobs`); err != nil {
+		return fmt.Errorf("bench_jobs: %w", err)
+	}
+	return nil
 }
 
 // backendPids returns the pids of the Postgres server processes serving database name.

@@ -307,12 +307,7 @@ func fetchTo(ctx context.Context, url, path string) error {
 
 // deleteJobs deletes the bench's jobs from a target cluster.
 func (t *topology) deleteJobs(ctx context.Context, l *load) error {
-	l.mu.Lock()
-	ids := make([]int64, 0, len(l.grids))
-	for id := range l.grids {
-		ids = append(ids, id)
-	}
-	l.mu.Unlock()
+	ids := l.ids()
 	slices.Sort(ids)
 	r, err := t.leader(ctx, 30*time.Second)
 	if err != nil {

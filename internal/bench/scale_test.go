@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/services/logsvc"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -61,5 +62,51 @@ func TestInsertJobs(t *testing.T) {
 	}
 	if spread := maxFirst - minFirst; spread < every*8/10 || spread > every+time.Minute.Milliseconds() {
 		t.Errorf("first fires spread over %d ms; want about one interval (%d ms)", spread, every)
+	}
+}
+
+// TestReadStored counts logsvc's rows the way a window does: trigger records by group, results
+// by job and trigger id (a result that came first has no group nor scheduled time yet), complete
+// runs by their completions.
+func TestReadStored(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewPostgres(t)
+	dbtest.Open(t, db.Config{URL: url}, "logs", logsvc.MigrationsFS())
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const group = 5
+	// Job 1: record and result (complete). Job 2: result only, started after the window.
+	// Job 3: record only, still running. Job 4: not a bench job. Job 1 again: a retry, and a fire
+	// after the window.
+	for _, q := range []string{
+		`INSERT INTO logs.runs (trigger_id, job_id, group_id, trigger_type, scheduled_ms, trigger_outcome, status, end_ms) VALUES
+			('1-1000-0-0', 1, 5, 2, 1000, 1, 2, 1005),
+			('3-1500-0-0', 3, 5, 2, 1500, 1, 1, 0),
+			('1-1000-0-1', 1, 5, 3, 1000, 1, 2, 1100),
+			('1-9000-0-0', 1, 5, 2, 9000, 1, 2, 9005)`,
+		`INSERT INTO logs.runs (trigger_id, job_id, scheduled_ms, status, end_ms) VALUES
+			('2-1800-0-0', 2, 2500, 2, 2502), ('4-1800-0-0', 4, 2500, 2, 2502)`,
+		`INSERT INTO logs.completions (trigger_id, job_id, status, trigger_outcome, attempt, shard_index, shard_total,
+			scheduled_ms, end_ms, trigger_type, params, created_ms) VALUES
+			('1-1000-0-0', 1, 2, 1, 0, 0, 1, 1000, 1005, 2, '', 1040)`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := setBenchJobs(ctx, conn, []int64{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readStored(ctx, conn, group, 1000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stored{Dispatched: 2, Stored: 2, Completed: 1, E2E50: 40, E2E99: 40}
+	if s != want {
+		t.Errorf("readStored = %+v, want %+v", s, want)
 	}
 }
