@@ -66,7 +66,13 @@ type stored struct {
 // [fromMs, toMs]; the temporary table bench_jobs (setBenchJobs) lists the group's jobs.
 func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) (stored, error) {
 	var s stored
-	err := conn.QueryRow(ctx, `SELECT
+	// One snapshot for the three counts, so they agree with each other.
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return s, fmt.Errorf("count runs: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	err = tx.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE trigger_outcome = $4),
 			count(*) FILTER (WHERE trigger_outcome = $5)
 		FROM logs.runs WHERE group_id = $1 AND trigger_type = $6 AND scheduled_ms BETWEEN $2 AND $3`,
@@ -78,7 +84,7 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 	// A result that came before its trigger record has neither the group, nor the trigger type,
 	// nor the scheduled time: find results by job (bench_jobs) and by their trigger id,
 	// <job>-<scheduled ms>-<shard>-<attempt>, first attempts only.
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM logs.runs r JOIN bench_jobs b ON b.id = r.job_id
+	err = tx.QueryRow(ctx, `SELECT count(*) FROM logs.runs r JOIN bench_jobs b ON b.id = r.job_id
 		WHERE r.status = $3 AND split_part(r.trigger_id, '-', 4) = '0'
 			AND split_part(r.trigger_id, '-', 2)::bigint BETWEEN $1 AND $2`,
 		fromMs, toMs, int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Stored)
@@ -86,7 +92,7 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 		return s, fmt.Errorf("count results: %w", err)
 	}
 	var p50, p99 *float64
-	err = conn.QueryRow(ctx, `SELECT count(*),
+	err = tx.QueryRow(ctx, `SELECT count(*),
 			percentile_disc(0.5) WITHIN GROUP (ORDER BY c.created_ms - c.scheduled_ms)::float8,
 			percentile_disc(0.99) WITHIN GROUP (ORDER BY c.created_ms - c.scheduled_ms)::float8
 		FROM logs.completions c JOIN logs.runs r USING (trigger_id)
