@@ -16,7 +16,12 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 	st := Step{TargetRate: targetRate, Jobs: l.jobs(), From: from, To: to, Seconds: to.Sub(from).Seconds(), LoadAvg: loadAvg()}
 	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
 	grids := l.window(fromMs, toMs)
-	if err := t.settle(ctx, fromMs, toMs, firecheck.Expected(grids)); err != nil {
+	// After kills, re-fired fires come in bursts well behind the rest: wait longer for quiet.
+	quiet := 5 * time.Second
+	if len(kills) > 0 {
+		quiet = 20 * time.Second
+	}
+	if err := t.settle(ctx, fromMs, toMs, firecheck.Expected(grids), quiet); err != nil {
 		return st, nil, err
 	}
 	var execs []firecheck.Execution
@@ -65,9 +70,9 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 // settle waits until the fires of the window that are coming have come: until the agents have
 // run as many fires of the window as the schedules expect, or (fires were lost or doubled) until
 // every agent has run fires scheduled more than a second after the window and the count has not
-// moved for five seconds — a re-fired fire after a failover can arrive well after later fires.
-// At most two minutes.
-func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int) error {
+// moved for quiet — a re-fired fire after a failover can arrive well after later fires. At most
+// two minutes.
+func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int, quiet time.Duration) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	last, since := -1, time.Now()
 	for time.Now().Before(deadline) {
@@ -89,7 +94,7 @@ func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int)
 		}
 		if n != last {
 			last, since = n, time.Now()
-		} else if past && time.Since(since) >= 5*time.Second {
+		} else if past && time.Since(since) >= quiet {
 			return nil
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
