@@ -22,11 +22,15 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 )
 
-// executorPool keeps one long-lived connection per executor address.
+// executorPool keeps one long-lived connection per executor address, and coalesces the Run
+// calls to each executor (runbatch.go).
 type executorPool struct {
 	opts  []grpc.DialOption
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	lanes map[laneKey]*runLane
+	// batched, when set, is told the number of fires of each Run call (metrics).
+	batched func(fires int)
 }
 
 func newExecutorPool(opts []grpc.DialOption) *executorPool {
@@ -34,7 +38,7 @@ func newExecutorPool(opts []grpc.DialOption) *executorPool {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler())) // the Run client span, and W3C context in metadata
-	return &executorPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
+	return &executorPool{opts: opts, conns: map[string]*grpc.ClientConn{}, lanes: map[laneKey]*runLane{}}
 }
 
 func (p *executorPool) client(addr string) (executorv1.ExecutorServiceClient, error) {
@@ -49,22 +53,6 @@ func (p *executorPool) client(addr string) (executorv1.ExecutorServiceClient, er
 	}
 	p.conns[addr] = c
 	return executorv1.NewExecutorServiceClient(c), nil
-}
-
-// run sends one fire and returns the executor's answer to it.
-func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger) (*executorv1.RunAck, error) {
-	cli, err := p.client(addr)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := cli.Run(ctx, &executorv1.RunRequest{Triggers: []*executorv1.Trigger{t}})
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.GetAcks()) != 1 {
-		return nil, fmt.Errorf("executor answered %d acks for 1 fire", len(resp.GetAcks()))
-	}
-	return resp.Acks[0], nil
 }
 
 // Beat implements route.Prober.

@@ -37,6 +37,7 @@ type metrics struct {
 	rejections metric.Int64Counter
 	scan       metric.Float64Histogram
 	scanJobs   metric.Int64Histogram
+	runFires   metric.Int64Histogram
 
 	byOutcome map[string][]metric.AddOption
 	byType    map[schedulerv1.TriggerType][]metric.RecordOption
@@ -69,6 +70,9 @@ func newMetrics(replicaID string) *metrics {
 		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
 	mt.scanJobs, _ = m.Int64Histogram("jobmesh.scheduler.preread.jobs", metric.WithUnit("{job}"),
 		metric.WithDescription("Due jobs read by one pre-read scan (the batch size)."),
+		metric.WithExplicitBucketBoundaries(telemetry.SizeBuckets...))
+	mt.runFires, _ = m.Int64Histogram("jobmesh.scheduler.run.batch.size", metric.WithUnit("{fire}"),
+		metric.WithDescription("Fires carried by one Run call: the fires queued for an executor while the previous call was in flight."),
 		metric.WithExplicitBucketBoundaries(telemetry.SizeBuckets...))
 	for _, o := range fireOutcomes {
 		mt.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("jobmesh.fire.outcome", o)))}
@@ -160,4 +164,9 @@ func (mt *metrics) rejected(p *pool) {
 func (mt *metrics) scanned(took time.Duration, jobs int) {
 	mt.scan.Record(context.Background(), took.Seconds())
 	mt.scanJobs.Record(context.Background(), int64(jobs))
+}
+
+// runBatch records the number of fires one Run call carried.
+func (mt *metrics) runBatch(fires int) {
+	mt.runFires.Record(context.Background(), int64(fires))
 }

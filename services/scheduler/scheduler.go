@@ -178,6 +178,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		groups: newRouteView(deps.Registry, cfg.Logger),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
+	s.execs.batched = s.metrics.runBatch
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
 	s.slowness = newSlowTracker(cfg.Clock)
 	s.fast = newPool("fast", cfg.FastWorkers, cfg.PoolQueue)

@@ -1,0 +1,269 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+)
+
+// gatedExecutor is an executor server that records every Run call (its fires and the token it
+// carried) and, while gated, holds calls until the test opens the gate.
+type gatedExecutor struct {
+	executorv1.UnimplementedExecutorServiceServer
+	mu      sync.Mutex
+	calls   [][]string // trigger ids per call
+	tokens  []string
+	gate    chan struct{}
+	arrived chan struct{} // one send per call, when it arrives
+}
+
+func (e *gatedExecutor) Run(ctx context.Context, req *executorv1.RunRequest) (*executorv1.RunResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var ids []string
+	acks := make([]*executorv1.RunAck, len(req.GetTriggers()))
+	for i, t := range req.GetTriggers() {
+		ids = append(ids, t.GetTriggerId())
+		acks[i] = &executorv1.RunAck{TriggerId: t.GetTriggerId(), Outcome: executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED, Message: "ok " + t.GetTriggerId()}
+	}
+	e.mu.Lock()
+	e.calls = append(e.calls, ids)
+	e.tokens = append(e.tokens, strings.Join(md.Get("authorization"), ","))
+	gate := e.gate
+	e.mu.Unlock()
+	select {
+	case e.arrived <- struct{}{}:
+	default:
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return &executorv1.RunResponse{Acks: acks}, nil
+}
+
+func (e *gatedExecutor) snapshot() ([][]string, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.calls), slices.Clone(e.tokens)
+}
+
+// serveExecutor starts e on a loopback port over real gRPC and returns its address.
+func serveExecutor(t *testing.T, e *gatedExecutor) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	executorv1.RegisterExecutorServiceServer(g, e)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	return ln.Addr().String()
+}
+
+func trig(id string) *executorv1.Trigger { return &executorv1.Trigger{TriggerId: id, JobId: 1} }
+
+// TestRunCoalescesFiresPerExecutor: a fire sent to an idle executor goes alone and at once; the
+// fires that come while that call is held up go together in the next call (bounded by
+// maxBatchFires), every caller gets the answer to its own fire, and fires under another access
+// token never share a call.
+func TestRunCoalescesFiresPerExecutor(t *testing.T) {
+	t.Parallel()
+	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr := serveExecutor(t, e)
+	p := newExecutorPool(nil)
+	t.Cleanup(p.close)
+	var batches []int
+	var bmu sync.Mutex
+	p.batched = func(n int) { bmu.Lock(); batches = append(batches, n); bmu.Unlock() }
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	type answer struct {
+		id  string
+		ack *executorv1.RunAck
+		err error
+	}
+	answers := make(chan answer, 2000)
+	fire := func(ctx context.Context, id string) {
+		ack, err := p.run(ctx, addr, trig(id))
+		answers <- answer{id, ack, err}
+	}
+	go fire(ctx, "first")
+	<-e.arrived // the first call is in flight and held
+
+	const queued = maxBatchFires + 200
+	for i := range queued {
+		go fire(ctx, fmt.Sprintf("q-%d", i))
+	}
+	tokCtx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer other")
+	go fire(tokCtx, "tok")
+	// Wait until every fire has queued behind the held call (the token's lane is idle: it goes).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l := p.lane(addr, "")
+		l.mu.Lock()
+		n := len(l.queue)
+		l.mu.Unlock()
+		if n == queued {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fires queued, want %d", n, queued)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(e.gate)
+
+	for range queued + 2 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("fire %s: %v", a.id, a.err)
+		}
+		if a.ack.GetTriggerId() != a.id || a.ack.GetMessage() != "ok "+a.id {
+			t.Fatalf("fire %s got the answer %v", a.id, a.ack)
+		}
+	}
+	calls, tokens := e.snapshot()
+	if len(calls) != 4 {
+		t.Fatalf("%d Run calls %v, want 4: first alone, the token's alone, then %d queued fires in 2", len(calls), sizes(calls), queued)
+	}
+	if !slices.Equal(calls[0], []string{"first"}) {
+		t.Fatalf("first call carried %v", calls[0])
+	}
+	var queuedSeen int
+	for i, c := range calls[1:] {
+		tok := tokens[i+1]
+		switch {
+		case slices.Equal(c, []string{"tok"}):
+			if tok != "Bearer other" {
+				t.Fatalf("the token's fire went with authorization %q", tok)
+			}
+		default:
+			if tok != "" || len(c) > maxBatchFires {
+				t.Fatalf("call %d carried %d fires with authorization %q", i+1, len(c), tok)
+			}
+			queuedSeen += len(c)
+		}
+	}
+	if queuedSeen != queued {
+		t.Fatalf("queued fires sent: %d, want %d", queuedSeen, queued)
+	}
+	bmu.Lock()
+	defer bmu.Unlock()
+	if !slices.Contains(batches, maxBatchFires) {
+		t.Fatalf("batch sizes recorded %v, want one of %d", batches, maxBatchFires)
+	}
+}
+
+// TestRunDropsFiresWhoseCallerGaveUp: a fire whose deadline passes while it waits behind a held
+// call answers DeadlineExceeded to its caller and is never sent; a call the executor does not
+// answer in time fails every fire it carries.
+func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr := serveExecutor(t, e)
+	p := newExecutorPool(nil)
+	t.Cleanup(p.close)
+
+	held := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		_, err := p.run(ctx, addr, trig("held"))
+		held <- err
+	}()
+	<-e.arrived
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.run(short, addr, trig("late")); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a fire that timed out in the queue: %v, want DeadlineExceeded", err)
+	}
+	close(e.gate)
+	if err := <-held; err != nil {
+		t.Fatalf("held fire: %v", err)
+	}
+	// The next fire finds the lane idle again; the timed-out one was never sent.
+	if _, err := p.run(t.Context(), addr, trig("after")); err != nil {
+		t.Fatalf("fire after: %v", err)
+	}
+	calls, _ := e.snapshot()
+	for _, c := range calls {
+		if slices.Contains(c, "late") {
+			t.Fatalf("the timed-out fire was sent: calls %v", calls)
+		}
+	}
+}
+
+// TestRunBatchesStayUnderTheMessageLimit: fires with large glue sources are split so that no
+// call exceeds maxBatchBytes.
+func TestRunBatchesStayUnderTheMessageLimit(t *testing.T) {
+	t.Parallel()
+	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr := serveExecutor(t, e)
+	p := newExecutorPool(nil)
+	t.Cleanup(p.close)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	errs := make(chan error, 100)
+	go func() { _, err := p.run(ctx, addr, trig("first")); errs <- err }()
+	<-e.arrived
+	const n = 40 // 40 × 64 KiB = 2.5 MiB of glue source
+	src := strings.Repeat("x", 64<<10)
+	for i := range n {
+		go func() {
+			_, err := p.run(ctx, addr, &executorv1.Trigger{TriggerId: fmt.Sprintf("big-%d", i), GlueSource: src})
+			errs <- err
+		}()
+	}
+	for {
+		l := p.lane(addr, "")
+		l.mu.Lock()
+		q := len(l.queue)
+		l.mu.Unlock()
+		if q == n {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(e.gate)
+	for range n + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls, _ := e.snapshot()
+	per := maxBatchBytes / (64 << 10)
+	for _, c := range calls[1:] {
+		if len(c) > per {
+			t.Fatalf("a call carried %d fires of 64 KiB (limit %d bytes): sizes %v", len(c), maxBatchBytes, sizes(calls))
+		}
+	}
+	if len(calls) < 1+(n+per-1)/per {
+		t.Fatalf("calls %v: want the %d big fires in at least %d calls", sizes(calls), n, (n+per-1)/per)
+	}
+}
+
+func sizes(calls [][]string) []int {
+	out := make([]int, len(calls))
+	for i, c := range calls {
+		out[i] = len(c)
+	}
+	return out
+}
