@@ -191,7 +191,8 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 		runs := waitRouted(t, base, id, func(rs []routedRun) bool {
 			n := 0
 			for _, r := range rs {
-				if r.Status == "RUN_STATUS_SUCCESS" {
+				// A shard's result can reach logsvc before its trigger record: wait for both.
+				if r.Status == "RUN_STATUS_SUCCESS" && r.TriggerOutcome != "" && r.TriggerOutcome != "TRIGGER_OUTCOME_UNSPECIFIED" {
 					n++
 				}
 			}
