@@ -8,7 +8,6 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/internal/apierr"
 )
 
 // maxBackoff caps exponential retry backoff.
@@ -67,14 +66,35 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
 		return err
 	}
+	// One query for the batch's jobs (a completion per fire: one query each cost a round trip
+	// per fire), and their child jobs after it.
+	ids := make([]int64, 0, len(cs))
+	for _, c := range cs {
+		ids = append(ids, c.GetJobId())
+	}
+	jobs, err := s.jobs.getMany(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	var childIDs []int64
+	for _, c := range cs {
+		if j := jobs[c.GetJobId()]; j != nil && c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS {
+			for _, id := range splitIDs(j.ChildJobIDs) {
+				if jobs[id] == nil {
+					childIDs = append(childIDs, id)
+				}
+			}
+		}
+	}
+	children, err := s.jobs.getMany(ctx, tx, childIDs)
+	if err != nil {
+		return err
+	}
 	var after []func()
 	for _, c := range cs {
-		j, err := s.jobs.get(ctx, tx, c.GetJobId())
-		if errors.Is(err, apierr.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
+		j := jobs[c.GetJobId()]
+		if j == nil {
+			continue // deleted meanwhile
 		}
 		ok := c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS
 		retry := !ok && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED && c.GetAttempt() < j.RetryCount
@@ -91,13 +111,13 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 				if childID == j.ID {
 					continue
 				}
-				child, err := s.jobs.get(ctx, tx, childID)
-				if errors.Is(err, apierr.ErrNotFound) {
+				child := jobs[childID]
+				if child == nil {
+					child = children[childID]
+				}
+				if child == nil {
 					s.log.Warn("child job not fired: it no longer exists", "job_id", j.ID, "child_job_id", childID)
 					continue
-				}
-				if err != nil {
-					return err
 				}
 				// The child's scheduled time is the parent's, so its trigger id is the same
 				// however often this completion is handled.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -101,6 +102,38 @@ func (s store) get(ctx context.Context, q interface {
 		return nil, fmt.Errorf("read job %d: %w", id, err)
 	}
 	return j, nil
+}
+
+// getMany reads the jobs with the given ids in one query, inside tx; ids that name no job are
+// absent from the result.
+func (s store) getMany(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error) {
+	out := make(map[int64]*jobRow, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var rows *sql.Rows
+	var err error
+	if s.db.Dialect() == db.Postgres {
+		rows, err = tx.QueryContext(ctx, `SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id = ANY($1::bigint[])`, ids)
+	} else {
+		list, _ := json.Marshal(ids)
+		rows, err = tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id IN (SELECT value FROM json_each($1))`), string(list))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+		}
+		out[j.ID] = j
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+	}
+	return out, nil
 }
 
 func (s store) insert(ctx context.Context, j *jobRow) (int64, error) {

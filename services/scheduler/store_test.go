@@ -162,3 +162,50 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 		})
 	}
 }
+
+// TestGetManyReadsTheNamedJobs: the completion handler reads a batch's jobs in one query; it
+// must return exactly the jobs named, with their scheduling state, on both dialects.
+func TestGetManyReadsTheNamedJobs(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
+			s := store{d}
+			ctx := context.Background()
+			var ids []int64
+			for i := range 5 {
+				id, err := s.insert(ctx, &jobRow{GroupID: 1, Name: "j" + string(rune('a'+i)), ScheduleType: 3, ScheduleExpr: "1s",
+					Misfire: 1, Route: 1, Block: 1, RetryBackoff: 1, GlueType: 1, Status: 2, ChildJobIDs: "7,8", NextFireMs: int64(1000 + i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			tx, err := d.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			got, err := s.getMany(ctx, tx, []int64{ids[0], ids[3], ids[3], 999_999})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 || got[ids[0]] == nil || got[ids[3]] == nil {
+				t.Fatalf("getMany = %v, want jobs %d and %d", got, ids[0], ids[3])
+			}
+			for _, id := range []int64{ids[0], ids[3]} {
+				want, err := s.get(ctx, tx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g := got[id]; g.Name != want.Name || g.NextFireMs != want.NextFireMs || g.ChildJobIDs != "7,8" {
+					t.Errorf("job %d = %+v, want %+v", id, g, want)
+				}
+			}
+			if none, err := s.getMany(ctx, tx, nil); err != nil || len(none) != 0 {
+				t.Errorf("getMany(nil) = %v, %v", none, err)
+			}
+		})
+	}
+}
