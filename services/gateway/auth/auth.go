@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/argon2"
@@ -155,7 +156,7 @@ func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.
 	}
 	u, hash, err := s.userByName(ctx, req.GetUsername())
 	if errors.Is(err, apierr.ErrNotFound) {
-		verifyPassword(req.GetPassword(), dummyHash) // same cost whether or not the user exists
+		verifyPassword(req.GetPassword(), dummyHash()) // same cost whether or not the user exists
 		hash = ""
 	} else if err != nil {
 		return nil, err
@@ -354,8 +355,10 @@ const (
 	argonKeyLen  = 32
 )
 
-// dummyHash keeps a failed login for an unknown user as slow as for a known one.
-var dummyHash = hashPassword("not a real password", argonMemory)
+// dummyHash keeps a failed login for an unknown user as slow as for a known one. It is computed
+// at the first such login, not at start-up: argon2id with 64 MiB would otherwise cost that memory
+// and time in every process that links this package (scheduler, registry, logsvc, agents).
+var dummyHash = sync.OnceValue(func() string { return hashPassword("not a real password", argonMemory) })
 
 func hashPassword(p string, memKiB uint32) string {
 	salt := make([]byte, 16)
