@@ -882,6 +882,98 @@ func (x *LogResponse) GetIsEnd() bool {
 	return false
 }
 
+// SeenRequest names the fires to look for.
+type SeenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Trigger ids, at most 10000; each 1–128 of [A-Za-z0-9_.:-], not starting with a dot.
+	TriggerIds    []string `protobuf:"bytes,1,rep,name=trigger_ids,json=triggerIds,proto3" json:"trigger_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeenRequest) Reset() {
+	*x = SeenRequest{}
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeenRequest) ProtoMessage() {}
+
+func (x *SeenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeenRequest.ProtoReflect.Descriptor instead.
+func (*SeenRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SeenRequest) GetTriggerIds() []string {
+	if x != nil {
+		return x.TriggerIds
+	}
+	return nil
+}
+
+// SeenResponse names the fires this executor has accepted.
+type SeenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The requested trigger ids that this executor accepted, each once, in request order.
+	SeenTriggerIds []string `protobuf:"bytes,1,rep,name=seen_trigger_ids,json=seenTriggerIds,proto3" json:"seen_trigger_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SeenResponse) Reset() {
+	*x = SeenResponse{}
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeenResponse) ProtoMessage() {}
+
+func (x *SeenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeenResponse.ProtoReflect.Descriptor instead.
+func (*SeenResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SeenResponse) GetSeenTriggerIds() []string {
+	if x != nil {
+		return x.SeenTriggerIds
+	}
+	return nil
+}
+
 // ListHandlersRequest is empty.
 type ListHandlersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -891,7 +983,7 @@ type ListHandlersRequest struct {
 
 func (x *ListHandlersRequest) Reset() {
 	*x = ListHandlersRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +995,7 @@ func (x *ListHandlersRequest) String() string {
 func (*ListHandlersRequest) ProtoMessage() {}
 
 func (x *ListHandlersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1008,7 @@ func (x *ListHandlersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHandlersRequest.ProtoReflect.Descriptor instead.
 func (*ListHandlersRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 // ListHandlersResponse names handlers.
@@ -930,7 +1022,7 @@ type ListHandlersResponse struct {
 
 func (x *ListHandlersResponse) Reset() {
 	*x = ListHandlersResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1034,7 @@ func (x *ListHandlersResponse) String() string {
 func (*ListHandlersResponse) ProtoMessage() {}
 
 func (x *ListHandlersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1047,7 @@ func (x *ListHandlersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHandlersResponse.ProtoReflect.Descriptor instead.
 func (*ListHandlersResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListHandlersResponse) GetHandlers() []string {
@@ -976,7 +1068,7 @@ type HandleRequest struct {
 
 func (x *HandleRequest) Reset() {
 	*x = HandleRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1080,7 @@ func (x *HandleRequest) String() string {
 func (*HandleRequest) ProtoMessage() {}
 
 func (x *HandleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1093,7 @@ func (x *HandleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleRequest.ProtoReflect.Descriptor instead.
 func (*HandleRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{14}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandleRequest) GetTrigger() *Trigger {
@@ -1027,7 +1119,7 @@ type HandleResponse struct {
 
 func (x *HandleResponse) Reset() {
 	*x = HandleResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1131,7 @@ func (x *HandleResponse) String() string {
 func (*HandleResponse) ProtoMessage() {}
 
 func (x *HandleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1144,7 @@ func (x *HandleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleResponse.ProtoReflect.Descriptor instead.
 func (*HandleResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{15}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HandleResponse) GetEvent() isHandleResponse_Event {
@@ -1111,7 +1203,7 @@ type HandleResult struct {
 
 func (x *HandleResult) Reset() {
 	*x = HandleResult{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1215,7 @@ func (x *HandleResult) String() string {
 func (*HandleResult) ProtoMessage() {}
 
 func (x *HandleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1228,7 @@ func (x *HandleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleResult.ProtoReflect.Descriptor instead.
 func (*HandleResult) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HandleResult) GetSuccess() bool {
@@ -1223,7 +1315,12 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\tfrom_line\x18\x01 \x01(\x03R\bfromLine\x12\x17\n" +
 	"\ato_line\x18\x02 \x01(\x03R\x06toLine\x12\x14\n" +
 	"\x05lines\x18\x03 \x03(\tR\x05lines\x12\x15\n" +
-	"\x06is_end\x18\x04 \x01(\bR\x05isEnd\"\x15\n" +
+	"\x06is_end\x18\x04 \x01(\bR\x05isEnd\".\n" +
+	"\vSeenRequest\x12\x1f\n" +
+	"\vtrigger_ids\x18\x01 \x03(\tR\n" +
+	"triggerIds\"8\n" +
+	"\fSeenResponse\x12(\n" +
+	"\x10seen_trigger_ids\x18\x01 \x03(\tR\x0eseenTriggerIds\"\x15\n" +
 	"\x13ListHandlersRequest\"2\n" +
 	"\x14ListHandlersResponse\x12\x1a\n" +
 	"\bhandlers\x18\x01 \x03(\tR\bhandlers\"G\n" +
@@ -1241,13 +1338,14 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RUN_OUTCOME_ACCEPTED\x10\x01\x12\x19\n" +
 	"\x15RUN_OUTCOME_DUPLICATE\x10\x02\x12\x18\n" +
-	"\x14RUN_OUTCOME_REJECTED\x10\x032\x98\x03\n" +
+	"\x14RUN_OUTCOME_REJECTED\x10\x032\xe5\x03\n" +
 	"\x0fExecutorService\x12K\n" +
 	"\x04Beat\x12 .jobmesh.executor.v1.BeatRequest\x1a!.jobmesh.executor.v1.BeatResponse\x12W\n" +
 	"\bIdleBeat\x12$.jobmesh.executor.v1.IdleBeatRequest\x1a%.jobmesh.executor.v1.IdleBeatResponse\x12H\n" +
 	"\x03Run\x12\x1f.jobmesh.executor.v1.RunRequest\x1a .jobmesh.executor.v1.RunResponse\x12K\n" +
 	"\x04Kill\x12 .jobmesh.executor.v1.KillRequest\x1a!.jobmesh.executor.v1.KillResponse\x12H\n" +
-	"\x03Log\x12\x1f.jobmesh.executor.v1.LogRequest\x1a .jobmesh.executor.v1.LogResponse2\xca\x01\n" +
+	"\x03Log\x12\x1f.jobmesh.executor.v1.LogRequest\x1a .jobmesh.executor.v1.LogResponse\x12K\n" +
+	"\x04Seen\x12 .jobmesh.executor.v1.SeenRequest\x1a!.jobmesh.executor.v1.SeenResponse2\xca\x01\n" +
 	"\x0eHandlerService\x12c\n" +
 	"\fListHandlers\x12(.jobmesh.executor.v1.ListHandlersRequest\x1a).jobmesh.executor.v1.ListHandlersResponse\x12S\n" +
 	"\x06Handle\x12\".jobmesh.executor.v1.HandleRequest\x1a#.jobmesh.executor.v1.HandleResponse0\x01B?Z=github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1;executorv1b\x06proto3"
@@ -1265,7 +1363,7 @@ func file_jobmesh_executor_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_executor_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jobmesh_executor_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_jobmesh_executor_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_jobmesh_executor_v1_executor_proto_goTypes = []any{
 	(RunOutcome)(0),              // 0: jobmesh.executor.v1.RunOutcome
 	(*BeatRequest)(nil),          // 1: jobmesh.executor.v1.BeatRequest
@@ -1280,42 +1378,46 @@ var file_jobmesh_executor_v1_executor_proto_goTypes = []any{
 	(*KillResponse)(nil),         // 10: jobmesh.executor.v1.KillResponse
 	(*LogRequest)(nil),           // 11: jobmesh.executor.v1.LogRequest
 	(*LogResponse)(nil),          // 12: jobmesh.executor.v1.LogResponse
-	(*ListHandlersRequest)(nil),  // 13: jobmesh.executor.v1.ListHandlersRequest
-	(*ListHandlersResponse)(nil), // 14: jobmesh.executor.v1.ListHandlersResponse
-	(*HandleRequest)(nil),        // 15: jobmesh.executor.v1.HandleRequest
-	(*HandleResponse)(nil),       // 16: jobmesh.executor.v1.HandleResponse
-	(*HandleResult)(nil),         // 17: jobmesh.executor.v1.HandleResult
-	nil,                          // 18: jobmesh.executor.v1.Trigger.TraceContextEntry
-	(v1.BlockStrategy)(0),        // 19: jobmesh.scheduler.v1.BlockStrategy
-	(v1.GlueType)(0),             // 20: jobmesh.scheduler.v1.GlueType
-	(v1.TriggerType)(0),          // 21: jobmesh.scheduler.v1.TriggerType
+	(*SeenRequest)(nil),          // 13: jobmesh.executor.v1.SeenRequest
+	(*SeenResponse)(nil),         // 14: jobmesh.executor.v1.SeenResponse
+	(*ListHandlersRequest)(nil),  // 15: jobmesh.executor.v1.ListHandlersRequest
+	(*ListHandlersResponse)(nil), // 16: jobmesh.executor.v1.ListHandlersResponse
+	(*HandleRequest)(nil),        // 17: jobmesh.executor.v1.HandleRequest
+	(*HandleResponse)(nil),       // 18: jobmesh.executor.v1.HandleResponse
+	(*HandleResult)(nil),         // 19: jobmesh.executor.v1.HandleResult
+	nil,                          // 20: jobmesh.executor.v1.Trigger.TraceContextEntry
+	(v1.BlockStrategy)(0),        // 21: jobmesh.scheduler.v1.BlockStrategy
+	(v1.GlueType)(0),             // 22: jobmesh.scheduler.v1.GlueType
+	(v1.TriggerType)(0),          // 23: jobmesh.scheduler.v1.TriggerType
 }
 var file_jobmesh_executor_v1_executor_proto_depIdxs = []int32{
-	19, // 0: jobmesh.executor.v1.Trigger.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
-	20, // 1: jobmesh.executor.v1.Trigger.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	21, // 2: jobmesh.executor.v1.Trigger.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	18, // 3: jobmesh.executor.v1.Trigger.trace_context:type_name -> jobmesh.executor.v1.Trigger.TraceContextEntry
+	21, // 0: jobmesh.executor.v1.Trigger.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
+	22, // 1: jobmesh.executor.v1.Trigger.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	23, // 2: jobmesh.executor.v1.Trigger.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	20, // 3: jobmesh.executor.v1.Trigger.trace_context:type_name -> jobmesh.executor.v1.Trigger.TraceContextEntry
 	5,  // 4: jobmesh.executor.v1.RunRequest.triggers:type_name -> jobmesh.executor.v1.Trigger
 	8,  // 5: jobmesh.executor.v1.RunResponse.acks:type_name -> jobmesh.executor.v1.RunAck
 	0,  // 6: jobmesh.executor.v1.RunAck.outcome:type_name -> jobmesh.executor.v1.RunOutcome
 	5,  // 7: jobmesh.executor.v1.HandleRequest.trigger:type_name -> jobmesh.executor.v1.Trigger
-	17, // 8: jobmesh.executor.v1.HandleResponse.result:type_name -> jobmesh.executor.v1.HandleResult
+	19, // 8: jobmesh.executor.v1.HandleResponse.result:type_name -> jobmesh.executor.v1.HandleResult
 	1,  // 9: jobmesh.executor.v1.ExecutorService.Beat:input_type -> jobmesh.executor.v1.BeatRequest
 	3,  // 10: jobmesh.executor.v1.ExecutorService.IdleBeat:input_type -> jobmesh.executor.v1.IdleBeatRequest
 	6,  // 11: jobmesh.executor.v1.ExecutorService.Run:input_type -> jobmesh.executor.v1.RunRequest
 	9,  // 12: jobmesh.executor.v1.ExecutorService.Kill:input_type -> jobmesh.executor.v1.KillRequest
 	11, // 13: jobmesh.executor.v1.ExecutorService.Log:input_type -> jobmesh.executor.v1.LogRequest
-	13, // 14: jobmesh.executor.v1.HandlerService.ListHandlers:input_type -> jobmesh.executor.v1.ListHandlersRequest
-	15, // 15: jobmesh.executor.v1.HandlerService.Handle:input_type -> jobmesh.executor.v1.HandleRequest
-	2,  // 16: jobmesh.executor.v1.ExecutorService.Beat:output_type -> jobmesh.executor.v1.BeatResponse
-	4,  // 17: jobmesh.executor.v1.ExecutorService.IdleBeat:output_type -> jobmesh.executor.v1.IdleBeatResponse
-	7,  // 18: jobmesh.executor.v1.ExecutorService.Run:output_type -> jobmesh.executor.v1.RunResponse
-	10, // 19: jobmesh.executor.v1.ExecutorService.Kill:output_type -> jobmesh.executor.v1.KillResponse
-	12, // 20: jobmesh.executor.v1.ExecutorService.Log:output_type -> jobmesh.executor.v1.LogResponse
-	14, // 21: jobmesh.executor.v1.HandlerService.ListHandlers:output_type -> jobmesh.executor.v1.ListHandlersResponse
-	16, // 22: jobmesh.executor.v1.HandlerService.Handle:output_type -> jobmesh.executor.v1.HandleResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
+	13, // 14: jobmesh.executor.v1.ExecutorService.Seen:input_type -> jobmesh.executor.v1.SeenRequest
+	15, // 15: jobmesh.executor.v1.HandlerService.ListHandlers:input_type -> jobmesh.executor.v1.ListHandlersRequest
+	17, // 16: jobmesh.executor.v1.HandlerService.Handle:input_type -> jobmesh.executor.v1.HandleRequest
+	2,  // 17: jobmesh.executor.v1.ExecutorService.Beat:output_type -> jobmesh.executor.v1.BeatResponse
+	4,  // 18: jobmesh.executor.v1.ExecutorService.IdleBeat:output_type -> jobmesh.executor.v1.IdleBeatResponse
+	7,  // 19: jobmesh.executor.v1.ExecutorService.Run:output_type -> jobmesh.executor.v1.RunResponse
+	10, // 20: jobmesh.executor.v1.ExecutorService.Kill:output_type -> jobmesh.executor.v1.KillResponse
+	12, // 21: jobmesh.executor.v1.ExecutorService.Log:output_type -> jobmesh.executor.v1.LogResponse
+	14, // 22: jobmesh.executor.v1.ExecutorService.Seen:output_type -> jobmesh.executor.v1.SeenResponse
+	16, // 23: jobmesh.executor.v1.HandlerService.ListHandlers:output_type -> jobmesh.executor.v1.ListHandlersResponse
+	18, // 24: jobmesh.executor.v1.HandlerService.Handle:output_type -> jobmesh.executor.v1.HandleResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1326,7 +1428,7 @@ func file_jobmesh_executor_v1_executor_proto_init() {
 	if File_jobmesh_executor_v1_executor_proto != nil {
 		return
 	}
-	file_jobmesh_executor_v1_executor_proto_msgTypes[15].OneofWrappers = []any{
+	file_jobmesh_executor_v1_executor_proto_msgTypes[17].OneofWrappers = []any{
 		(*HandleResponse_LogLine)(nil),
 		(*HandleResponse_Result)(nil),
 	}
@@ -1336,7 +1438,7 @@ func file_jobmesh_executor_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_executor_v1_executor_proto_rawDesc), len(file_jobmesh_executor_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

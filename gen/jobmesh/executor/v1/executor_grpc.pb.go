@@ -24,6 +24,7 @@ const (
 	ExecutorService_Run_FullMethodName      = "/jobmesh.executor.v1.ExecutorService/Run"
 	ExecutorService_Kill_FullMethodName     = "/jobmesh.executor.v1.ExecutorService/Kill"
 	ExecutorService_Log_FullMethodName      = "/jobmesh.executor.v1.ExecutorService/Log"
+	ExecutorService_Seen_FullMethodName     = "/jobmesh.executor.v1.ExecutorService/Seen"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -46,6 +47,11 @@ type ExecutorServiceClient interface {
 	Kill(ctx context.Context, in *KillRequest, opts ...grpc.CallOption) (*KillResponse, error)
 	// Log reads a fire's output from the executor's local log file, from a line on.
 	Log(ctx context.Context, in *LogRequest, opts ...grpc.CallOption) (*LogResponse, error)
+	// Seen says which of the given trigger ids this executor has accepted: running, queued, or
+	// among the ids it remembers for duplicate detection (the last 100,000 accepted since it
+	// started). A new scheduler leader asks before re-firing what the old one may have sent, so
+	// that a fire logsvc has not heard of yet is not run a second time on another executor.
+	Seen(ctx context.Context, in *SeenRequest, opts ...grpc.CallOption) (*SeenResponse, error)
 }
 
 type executorServiceClient struct {
@@ -106,6 +112,16 @@ func (c *executorServiceClient) Log(ctx context.Context, in *LogRequest, opts ..
 	return out, nil
 }
 
+func (c *executorServiceClient) Seen(ctx context.Context, in *SeenRequest, opts ...grpc.CallOption) (*SeenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SeenResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_Seen_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
@@ -126,6 +142,11 @@ type ExecutorServiceServer interface {
 	Kill(context.Context, *KillRequest) (*KillResponse, error)
 	// Log reads a fire's output from the executor's local log file, from a line on.
 	Log(context.Context, *LogRequest) (*LogResponse, error)
+	// Seen says which of the given trigger ids this executor has accepted: running, queued, or
+	// among the ids it remembers for duplicate detection (the last 100,000 accepted since it
+	// started). A new scheduler leader asks before re-firing what the old one may have sent, so
+	// that a fire logsvc has not heard of yet is not run a second time on another executor.
+	Seen(context.Context, *SeenRequest) (*SeenResponse, error)
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -150,6 +171,9 @@ func (UnimplementedExecutorServiceServer) Kill(context.Context, *KillRequest) (*
 }
 func (UnimplementedExecutorServiceServer) Log(context.Context, *LogRequest) (*LogResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Log not implemented")
+}
+func (UnimplementedExecutorServiceServer) Seen(context.Context, *SeenRequest) (*SeenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Seen not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -262,6 +286,24 @@ func _ExecutorService_Log_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_Seen_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SeenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).Seen(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_Seen_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).Seen(ctx, req.(*SeenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -288,6 +330,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Log",
 			Handler:    _ExecutorService_Log_Handler,
+		},
+		{
+			MethodName: "Seen",
+			Handler:    _ExecutorService_Seen_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
