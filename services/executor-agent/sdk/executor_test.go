@@ -414,6 +414,67 @@ func TestDuplicateTriggerID(t *testing.T) {
 	}
 }
 
+// TestSeen: Seen names the asked ids this executor accepted — running, queued behind a running
+// fire, or finished (remembered) — each once, in request order; a rejected or unknown id is not
+// seen. It takes the access token like Run, and names the bad field of a bad request.
+func TestSeen(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(cfg *sdk.Config) { cfg.AccessToken = "s3cret" })
+	h.accept(t, bean("26-1-0-0", 26, "gate", ""))
+	h.gates.waitStarted(t, "26-1-0-0")
+	h.accept(t, bean("26-2-0-0", 26, "gate", "")) // queued behind 26-1
+	h.accept(t, bean("27-1-0-0", 27, "gate", ""))
+	h.gates.release("27-1-0-0")
+	h.wantResult(t, "27-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if ack := h.run(t, bean("28-1-0-0", 28, "no-such-handler", ""))[0]; ack.GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_REJECTED {
+		t.Fatalf("fire of an unknown handler: got %v, want REJECTED", ack.GetOutcome())
+	}
+
+	ask := []string{"29-1-0-0", "27-1-0-0", "28-1-0-0", "26-2-0-0", "26-1-0-0", "27-1-0-0"}
+	resp, err := h.cli.Seen(ctxFor(t), &executorv1.SeenRequest{TriggerIds: ask})
+	if err != nil {
+		t.Fatalf("Seen: %v", err)
+	}
+	if got, want := resp.GetSeenTriggerIds(), []string{"27-1-0-0", "26-2-0-0", "26-1-0-0"}; !slices.Equal(got, want) {
+		t.Errorf("Seen(%v): got %v, want %v", ask, got, want)
+	}
+	if resp, err := h.cli.Seen(ctxFor(t), &executorv1.SeenRequest{}); err != nil || len(resp.GetSeenTriggerIds()) != 0 {
+		t.Errorf("Seen of nothing: got %v, %v; want nothing, no error", resp.GetSeenTriggerIds(), err)
+	}
+	h.gates.release("26-1-0-0")
+	h.gates.release("26-2-0-0")
+
+	for _, token := range []string{"", "wrong"} {
+		cli := sdktest.Client(t, h.exec.Addr(), token)
+		if _, err := cli.Seen(ctxFor(t), &executorv1.SeenRequest{TriggerIds: []string{"26-1-0-0"}}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Seen with token %q: got %v, want Unauthenticated", token, err)
+		}
+	}
+
+	tooMany := make([]string, 10_001)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("30-%d-0-0", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		ids   []string
+		field string
+	}{
+		{"too many", tooMany, "trigger_ids:"},
+		{"a path", []string{"30-1-0-0", "../30-1-0-0"}, "trigger_ids[1]"},
+		{"empty", []string{""}, "trigger_ids[0]"},
+		{"too long", []string{strings.Repeat("3", 129)}, "trigger_ids[0]"},
+	} {
+		_, err := h.cli.Seen(ctxFor(t), &executorv1.SeenRequest{TriggerIds: tc.ids})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.field) {
+			t.Errorf("Seen with %s: got %v, want InvalidArgument naming %s", tc.name, err, tc.field)
+		}
+	}
+	if _, err := h.cli.Seen(ctxFor(t), &executorv1.SeenRequest{TriggerIds: tooMany[:10_000]}); err != nil {
+		t.Errorf("Seen of 10,000 ids: %v", err)
+	}
+}
+
 func TestAcceptedFireReportsRunningThenFinal(t *testing.T) {
 	t.Parallel()
 	h := start(t, nil)

@@ -98,6 +98,21 @@ func (s *service) Log(_ context.Context, req *executorv1.LogRequest) (*executorv
 	}, nil
 }
 
+// Seen answers from the fires this executor accepted: queued, running, or among the recent ids
+// it keeps for duplicate detection (recentCap, since it started).
+func (s *service) Seen(_ context.Context, req *executorv1.SeenRequest) (*executorv1.SeenResponse, error) {
+	ids := req.GetTriggerIds()
+	if len(ids) > maxTriggers {
+		return nil, status.Errorf(codes.InvalidArgument, "trigger_ids: %d ids, at most %d per call", len(ids), maxTriggers)
+	}
+	for i, id := range ids {
+		if !triggerIDRE.MatchString(id) {
+			return nil, status.Errorf(codes.InvalidArgument, "trigger_ids[%d] %q: want 1–128 of [A-Za-z0-9_.:-], not starting with a dot", i, id)
+		}
+	}
+	return &executorv1.SeenResponse{SeenTriggerIds: s.e.seen(ids)}, nil
+}
+
 // authUnary requires "authorization: Bearer <token>" on every call when token is set.
 func authUnary(token string) grpc.UnaryServerInterceptor {
 	want := []byte("Bearer " + token)

@@ -172,6 +172,26 @@ func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
 	return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED}
 }
 
+// seen returns the ids among ids that this executor accepted (queued, running or recent), each
+// once, in the order given.
+func (e *Executor) seen(ids []string) []string {
+	var out []string
+	done := make(map[string]struct{}, len(ids))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, id := range ids {
+		if _, dup := done[id]; dup {
+			continue
+		}
+		done[id] = struct{}{}
+		_, active := e.active[id]
+		if _, recent := e.recent.get(id); active || recent {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // checkTrigger refuses fires that cannot be run as sent.
 func checkTrigger(t *executorv1.Trigger) error {
 	switch {
