@@ -14,6 +14,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
+	"github.com/jobmesh/jobmesh/internal/logtest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
@@ -24,7 +25,7 @@ import (
 func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	t.Parallel()
 	cli := etcdtest.Client(t)
-	rec := newLogRecorder()
+	rec := logtest.New()
 	e, err := sdk.New(sdk.Config{
 		AppName: "reg-app", InstanceID: "i1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: cli,
 		RegistrationTTL: 2 * time.Second, Version: "v1.2.3", Labels: map[string]string{"zone": "eu"},
@@ -69,8 +70,8 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 		t.Fatal("executor did not register again after losing its lease")
 	}
 	// And it said why.
-	rec.wait(t, 10*time.Second, "WARN executor registration lost", "reason=lease expired or revoked")
-	rec.wait(t, 10*time.Second, "executor registered again")
+	rec.Wait(t, 10*time.Second, "WARN executor registration lost", "reason=lease expired or revoked")
+	rec.Wait(t, 10*time.Second, "executor registered again")
 
 	e.Stop()
 	resp, err = cli.Get(t.Context(), key)
@@ -88,7 +89,7 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 	srv := privateEtcd(t, "127.0.0.1:0")
 	agentCli, regCli := srv.client(t), srv.client(t)
 	c := serveWith(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}, regCli, nil)
-	rec := newLogRecorder()
+	rec := logtest.New()
 	const app = "restart-app"
 	e, err := sdk.New(sdk.Config{
 		AppName: app, InstanceID: "r1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: agentCli,
@@ -110,9 +111,9 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 	oldLease := clientv3.LeaseID(resp.Kvs[0].Lease)
 
 	srv.s.Close()
-	rec.wait(t, 30*time.Second, "WARN executor registration lost", "reason=keepalive ended and etcd is unreachable")
+	rec.Wait(t, 30*time.Second, "WARN executor registration lost", "reason=keepalive ended and etcd is unreachable")
 	srv.start(t)
-	rec.wait(t, 30*time.Second, "executor registered again")
+	rec.Wait(t, 30*time.Second, "executor registered again")
 
 	// The old lease came back with etcd and expires within its TTL; the key, now under the new
 	// lease, must stay.

@@ -101,6 +101,9 @@ type routeView struct {
 	byApp  map[string]map[string]string // app → instance → address
 	sorted map[string][]string          // app → sorted distinct addresses
 	groups map[int64]groupEntry
+	// synced is closed once the first snapshot of the registry's view has arrived.
+	synced     chan struct{}
+	syncedOnce sync.Once
 }
 
 type groupEntry struct {
@@ -109,7 +112,8 @@ type groupEntry struct {
 }
 
 func newRouteView(reg registryv1.RegistryServiceClient, log *slog.Logger) *routeView {
-	return &routeView{reg: reg, log: log, byApp: map[string]map[string]string{}, sorted: map[string][]string{}, groups: map[int64]groupEntry{}}
+	return &routeView{reg: reg, log: log, byApp: map[string]map[string]string{}, sorted: map[string][]string{}, groups: map[int64]groupEntry{},
+		synced: make(chan struct{})}
 }
 
 // run follows WatchExecutors until ctx ends, reconnecting after errors.
@@ -177,6 +181,28 @@ func (v *routeView) apply(ev *registryv1.WatchExecutorsResponse) {
 		slices.Sort(addrs)
 		v.sorted[app] = slices.Compact(addrs)
 	}
+	if ev.GetType() == registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_SNAPSHOT {
+		v.syncedOnce.Do(func() { close(v.synced) })
+	}
+}
+
+// waitSynced waits up to d for the first snapshot of the executor view (a replica elected right
+// after it started may not have it yet) and reports whether it has come.
+func (v *routeView) waitSynced(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-v.synced:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-v.synced:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // addresses returns the sorted addresses a group routes over now and the access token its

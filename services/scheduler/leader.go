@@ -220,8 +220,9 @@ const takeoverSettle = 300 * time.Millisecond
 
 // takeOver re-fires what the previous leader armed and did not dispatch: for every job with an
 // armed_from_ms mark, the schedule's fires in [armed_from_ms, next_fire_ms) whose trigger ids
-// logsvc does not know. They keep their scheduled times and trigger ids, so an executor that got
-// one anyway drops it as a duplicate. Until this succeeds the leader arms nothing new.
+// neither logsvc knows nor an executor of the job's group has seen (seenOnExecutors). They keep
+// their scheduled times and trigger ids, so an executor that got one anyway drops it as a
+// duplicate. Until this succeeds the leader arms nothing new.
 func (s *Service) takeOver(ctx context.Context, l *leadership) error {
 	if err := s.wait(ctx, takeoverSettle); err != nil {
 		return err
@@ -287,9 +288,17 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 			known[id] = true
 		}
 	}
+	// logsvc lags the fires under load; ask the executors about the ones it does not know.
+	unknown := map[int64][]string{}
+	for _, f := range cands {
+		if id := TriggerID(f.job.ID, f.fireMs, 0, 0); !known[id] {
+			unknown[f.job.GroupID] = append(unknown[f.job.GroupID], id)
+		}
+	}
+	onExec, skipped := s.seenOnExecutors(ctx, unknown)
 	refire := 0
 	for _, f := range cands {
-		if known[TriggerID(f.job.ID, f.fireMs, 0, 0)] {
+		if id := TriggerID(f.job.ID, f.fireMs, 0, 0); known[id] || onExec[id] {
 			continue
 		}
 		refire++
@@ -297,7 +306,8 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 		l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: f.fireMs, Value: f})
 	}
 	s.log.Info("took over from the previous leader", "epoch", l.epoch, "jobs_marked", len(jobs),
-		"fires_checked", len(cands), "fires_refired", refire)
+		"fires_checked", len(cands), "fires_on_executors", len(onExec), "executors_skipped", skipped,
+		"fires_refired", refire)
 	return nil
 }
 

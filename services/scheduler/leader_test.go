@@ -53,7 +53,9 @@ func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	sqlite := func() db.Config { return db.Config{DataDir: t.TempDir()} }
 	cli := etcdtest.Client(t)
-	reg, err := registry.New(registry.Config{}, dbtest.Open(t, sqlite(), "registry", registry.MigrationsFS()), cli)
+	// The schedulers are the registry's only callers here: they read groups' access tokens in clear.
+	reveal := func(context.Context) bool { return true }
+	reg, err := registry.New(registry.Config{RevealTokens: reveal}, dbtest.Open(t, sqlite(), "registry", registry.MigrationsFS()), cli)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +81,17 @@ func newCluster(t *testing.T) *cluster {
 // replica starts one scheduler replica of the cluster.
 func (c *cluster) replica(t *testing.T, id string) *scheduler.Service {
 	t.Helper()
+	return c.replicaWith(t, scheduler.Config{ReplicaID: id})
+}
+
+// replicaWith starts a scheduler replica of the cluster with cfg (a 1 s session TTL unless set).
+func (c *cluster) replicaWith(t *testing.T, cfg scheduler.Config) *scheduler.Service {
+	t.Helper()
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = time.Second
+	}
 	cli := etcdtest.Client(t)
-	s, err := scheduler.New(scheduler.Config{ReplicaID: id, SessionTTL: time.Second}, scheduler.Deps{
+	s, err := scheduler.New(cfg, scheduler.Deps{
 		Store: c.store, Etcd: cli, Registry: registryv1.NewRegistryServiceClient(c.regConn),
 		Ingest: logsv1.NewIngestServiceClient(c.logsConn), Logs: logsv1.NewLogServiceClient(c.logsConn),
 	})

@@ -189,36 +189,55 @@ func (l *leadership) disarmEntry(e ringEntry) {
 	l.owed.done(e.JobID, e.FireAt)
 }
 
-// takeOverPending deletes the pending fires the previous leader dispatched (logsvc knows their
-// trigger ids); the pre-read arms the rest.
+// takeOverPending deletes the pending fires the previous leader dispatched: those whose trigger
+// ids logsvc knows or an executor of the job's group has seen (seenOnExecutors). The pre-read
+// arms the rest.
 func (s *Service) takeOverPending(ctx context.Context) error {
 	fires, _, err := s.jobs.duePending(ctx, s.store, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
 	if err != nil {
 		return err
 	}
 	gone := 0
+	unknown := map[int64][]string{}
+	byID := make(map[string]pendingKey, len(fires))
 	for start := 0; start < len(fires); start += 10000 {
 		chunk := fires[start:min(start+10000, len(fires))]
 		ids := make([]string, len(chunk))
-		byID := make(map[string]pendingKey, len(chunk))
+		group := make(map[string]int64, len(chunk))
 		for i, f := range chunk {
 			k := f.key()
 			ids[i] = k.triggerID()
-			byID[ids[i]] = k
+			byID[ids[i]], group[ids[i]] = k, f.job.GroupID
 		}
 		resp, err := s.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: ids})
 		if err != nil {
 			return fmt.Errorf("look up pending fires in logsvc: %w", err)
 		}
+		known := make(map[string]bool, len(resp.GetKnownTriggerIds()))
 		for _, id := range resp.GetKnownTriggerIds() {
 			if err := s.jobs.deletePending(ctx, byID[id]); err != nil {
 				return err
 			}
+			known[id] = true
 			gone++
 		}
+		for _, id := range ids {
+			if !known[id] {
+				unknown[group[id]] = append(unknown[group[id]], id)
+			}
+		}
+	}
+	// logsvc lags the fires under load; ask the executors about the ones it does not know.
+	onExec, skipped := s.seenOnExecutors(ctx, unknown)
+	for id := range onExec {
+		if err := s.jobs.deletePending(ctx, byID[id]); err != nil {
+			return err
+		}
+		gone++
 	}
 	if len(fires) > 0 {
-		s.log.Info("took over pending retries and child fires", "pending", len(fires), "already_dispatched", gone)
+		s.log.Info("took over pending retries and child fires", "pending", len(fires), "already_dispatched", gone,
+			"found_on_executors", len(onExec), "executors_skipped", skipped)
 	}
 	return nil
 }
