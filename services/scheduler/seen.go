@@ -47,7 +47,9 @@ func (s *Service) seenOnExecutors(ctx context.Context, idsByGroup map[int64][]st
 	}
 	targets := map[seenTarget][]string{}
 	for gid, ids := range idsByGroup {
-		addrs, token, err := s.groups.addresses(ctx, gid)
+		gctx, cancel := context.WithTimeout(ctx, seenTimeout) // the registry, when the group is not cached
+		addrs, token, err := s.groups.addresses(gctx, gid)
+		cancel()
 		if err != nil {
 			s.log.Warn("cannot ask the executors of a group which fires they have seen; fires logsvc does not know are re-fired",
 				"group_id", gid, "fires", len(ids), "error", err)
