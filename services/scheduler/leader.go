@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -25,6 +26,9 @@ type leadership struct {
 	owed  *owed
 	// claims are the pending fires (retries, child fires) this leadership has armed.
 	claims claims
+	// tags numbers the pending fires it arms, so that two of one job due in the same millisecond
+	// (or one due with a scheduled fire) are two ring entries, not one replacing the other.
+	tags atomic.Int64
 	// lastScanMs is when the previous pre-read started, lastPruneMs when it last pruned job
 	// tombstones (only the pre-read loop touches them).
 	lastScanMs, lastPruneMs int64

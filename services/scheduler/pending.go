@@ -157,7 +157,7 @@ func (s *Service) armPending(l *leadership, f *fire, dueMs int64) {
 	if !l.claims.claim(k) {
 		return
 	}
-	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Value: f}) {
+	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Tag: l.tags.Add(1), Value: f}) {
 		l.claims.release(k) // leadership ended: the row waits for the next leader
 	}
 }

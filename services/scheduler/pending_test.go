@@ -265,3 +265,48 @@ func TestShardedRetryRerunsOnlyTheFailedShard(t *testing.T) {
 		t.Errorf("%d runs (%v), want 3", len(seen), byID)
 	}
 }
+
+// TestEveryFailedShardIsRetried: when every shard of a broadcast fails, their retries are due in
+// the same millisecond (no retry interval, one completion batch); each is its own fire and runs.
+func TestEveryFailedShardIsRetried(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executors(t, "shards-fail-app", 3, "allfail", func(ctx context.Context, j *sdk.Job) error {
+		runs.add(j)
+		if j.Attempt == 0 {
+			return errors.New("every shard fails once")
+		}
+		return nil
+	})
+	s := c.replica(t, "a")
+	waitLeader(t, s)
+	job, err := s.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: group, Name: "allfail", Handler: "allfail", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+		Schedule:      &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+		RouteStrategy: schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST, RetryCount: 1,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: job.Job.Id}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a retry of every shard", func() bool {
+		seen, _ := runs.snapshot()
+		return len(seen) >= 6
+	})
+	eventually(t, 10*time.Second, "pending fires deleted once dispatched", func() bool { return c.pendingRows(t) == 0 })
+	seen, byID := runs.snapshot()
+	got := map[string]bool{}
+	for _, j := range seen {
+		got[fmt.Sprintf("shard %d attempt %d", j.ShardIndex, j.Attempt)] = true
+	}
+	for sh := range 3 {
+		for a := range 2 {
+			if want := fmt.Sprintf("shard %d attempt %d", sh, a); !got[want] {
+				t.Errorf("no run of %s; runs: %v", want, byID)
+			}
+		}
+	}
+}

@@ -53,7 +53,11 @@ var ErrStopped = errors.New("ring: stopped")
 type Entry[T any] struct {
 	JobID  int64
 	FireAt int64 // scheduled fire time, Unix milliseconds
-	Value  T
+	// Tag tells apart entries of one job at one millisecond that are different fires: 0 for the
+	// job's scheduled fire, other values for fires that may fall on the same millisecond (retries
+	// of different shards, a child fire due when a scheduled one is).
+	Tag   int64
+	Value T
 }
 
 // Ring holds armed fires and fires each at its millisecond. Its methods are safe for concurrent
@@ -82,7 +86,7 @@ type Ring[T any] struct {
 }
 
 // key identifies a fire for dedup.
-type key struct{ job, at int64 }
+type key struct{ job, at, tag int64 }
 
 // item is a heap slot. It carries its sort key so that sifting stays within the heap's array.
 type item struct {
@@ -143,7 +147,7 @@ func (r *Ring[T]) Stop() {
 }
 
 // Add arms e and reports whether it did: false once the ring is stopped. An armed entry with the
-// same (JobID, FireAt) is replaced, so re-arming a fire after a retried pre-read is harmless; a
+// same (JobID, FireAt, Tag) is replaced, so re-arming a fire after a retried pre-read is harmless; a
 // fire that already fired is not remembered. An entry already due fires at once.
 func (r *Ring[T]) Add(e Entry[T]) bool {
 	r.mu.Lock()
@@ -151,7 +155,7 @@ func (r *Ring[T]) Add(e Entry[T]) bool {
 		r.mu.Unlock()
 		return false
 	}
-	k := key{e.JobID, e.FireAt}
+	k := key{e.JobID, e.FireAt, e.Tag}
 	if n, ok := r.byKey[k]; ok {
 		r.nodes[n].e.Value = e.Value
 		r.mu.Unlock()
@@ -196,7 +200,7 @@ func (r *Ring[T]) RemoveJob(jobID int64) []Entry[T] {
 		nd := &r.nodes[n]
 		next := nd.next
 		out = append(out, nd.e)
-		delete(r.byKey, key{jobID, nd.e.FireAt})
+		delete(r.byKey, key{jobID, nd.e.FireAt, nd.e.Tag})
 		r.removeAt(int(nd.pos))
 		r.release(n)
 		n = next
@@ -313,7 +317,7 @@ func (r *Ring[T]) fireDue(batch *[]Entry[T]) (now time.Time, wait time.Duration,
 		n := r.heap[0].n
 		e := r.nodes[n].e
 		due = append(due, e)
-		delete(r.byKey, key{e.JobID, e.FireAt})
+		delete(r.byKey, key{e.JobID, e.FireAt, e.Tag})
 		r.unlink(n)
 		r.removeAt(0)
 		r.release(n)

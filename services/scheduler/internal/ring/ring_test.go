@@ -205,6 +205,39 @@ func TestDedupByJobAndFireTime(t *testing.T) {
 	}
 }
 
+// TestTagKeepsFiresOfOneMillisecondApart: entries of one job at one millisecond with different
+// tags (two shards' retries, a retry due with a scheduled fire) are different fires: both are
+// armed and both fire; the same tag still replaces.
+func TestTagKeepsFiresOfOneMillisecondApart(t *testing.T) {
+	t.Parallel()
+	r, fk, rec := newRing(t)
+	ms := at(5 * time.Millisecond)
+	mustAdd(t, r, entry{JobID: 1, FireAt: ms, Value: 1})
+	mustAdd(t, r, entry{JobID: 1, FireAt: ms, Tag: 7, Value: 2})
+	mustAdd(t, r, entry{JobID: 1, FireAt: ms, Tag: 8, Value: 3})
+	mustAdd(t, r, entry{JobID: 1, FireAt: ms, Tag: 8, Value: 4}) // replaces tag 8
+	if got := r.Len(); got != 3 {
+		t.Errorf("Len() = %d, want 3", got)
+	}
+	if got := len(r.RemoveJob(1)); got != 3 {
+		t.Fatalf("RemoveJob returned %d entries, want 3", got)
+	}
+	mustAdd(t, r, entry{JobID: 1, FireAt: ms, Value: 1})
+	mustAdd(t, r, entry{JobID: 1, FireAt: ms, Tag: 8, Value: 4})
+	fk.Advance(time.Second)
+	rec.waitFired(t, 2)
+	var values []int
+	for _, b := range rec.snapshot() {
+		for _, e := range b {
+			values = append(values, e.Value)
+		}
+	}
+	slices.Sort(values)
+	if !slices.Equal(values, []int{1, 4}) {
+		t.Errorf("fired values %v, want [1 4]", values)
+	}
+}
+
 func TestRemoveJob(t *testing.T) {
 	t.Parallel()
 	r, fk, rec := newRing(t)
