@@ -146,7 +146,7 @@ func TestRetryWaitingOutItsBackoffSurvivesFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The failure reaches the leader through logsvc's completions; the retry is then stored.
-	eventually(t, 15*time.Second, "retry stored as a pending fire", func() bool { return c.pendingRows(t) == 1 })
+	eventually(t, 30*time.Second, "retry stored as a pending fire", func() bool { return c.pendingRows(t) == 1 })
 	failedAt := time.Now()
 	lead.Stop()
 	eventually(t, 20*time.Second, "retry run by the new leader", func() bool {
