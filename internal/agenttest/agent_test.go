@@ -40,7 +40,7 @@ func (noKills) KillTrigger(context.Context, string, int64, string) (bool, string
 // logsvcProc is a logsvc that can be stopped and started again on the same address, each time
 // as a new Service on the same database, as a restarted logsvc process would be.
 type logsvcProc struct {
-	t    *testing.T
+	t    testing.TB
 	d    *db.DB
 	addr string
 
@@ -49,7 +49,7 @@ type logsvcProc struct {
 	srv *grpc.Server
 }
 
-func newLogsvc(t *testing.T) *logsvcProc {
+func newLogsvc(t testing.TB) *logsvcProc {
 	t.Helper()
 	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "logs", logsvc.MigrationsFS())
 	p := &logsvcProc{t: t, d: d, addr: freeAddr(t)}
@@ -58,7 +58,7 @@ func newLogsvc(t *testing.T) *logsvcProc {
 }
 
 // freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/spool"
 )
 
-func open(t *testing.T, cfg spool.Config) (*spool.Spool, []spool.Record) {
+func open(t testing.TB, cfg spool.Config) (*spool.Spool, []spool.Record) {
 	t.Helper()
 	s, recs, err := spool.Open(cfg)
 	if err != nil {
