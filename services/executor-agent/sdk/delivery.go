@@ -21,15 +21,21 @@ import (
 
 // outbox holds results and log lines until logsvc acknowledges them (streamOutbox, with an
 // on-disk spool), or drops them when there is no logsvc (nopOutbox).
-// A final result is delivered only after every line of its fire queued before it was
-// acknowledged; a RUNNING result (addStart) goes out at once, and results leave in the order
-// they were added, so a fire's RUNNING result always precedes its final one.
+// Items leave in the order they were added, except that a final result is delivered only after
+// every line of its fire added before it was acknowledged; a RUNNING result (addStart) goes out
+// without waiting for anything, so a fire's RUNNING result always precedes its final one.
 type outbox interface {
 	start(ctx context.Context)
+	// addLines queues lines of a running fire; they are in the spool by the time the fire's
+	// result is (see addResult).
 	addLines(lines []*logsv1.LogLine)
 	// addStart queues the RUNNING result of a fire just accepted, without waiting for anything.
 	addStart(r *logsv1.RunResult)
+	// addResult queues a fire's final result and returns once it, and everything added before
+	// it, is in the spool (or dropped).
 	addResult(r *logsv1.RunResult)
+	// waitSpooled waits until everything added so far is in the spool (or dropped).
+	waitSpooled()
 	// flush waits until everything added so far is acknowledged or ctx ends.
 	flush(ctx context.Context) error
 	// pending counts items not yet acknowledged.
@@ -44,19 +50,26 @@ func (nopOutbox) start(context.Context)       {}
 func (nopOutbox) addLines([]*logsv1.LogLine)  {}
 func (nopOutbox) addStart(*logsv1.RunResult)  {}
 func (nopOutbox) addResult(*logsv1.RunResult) {}
+func (nopOutbox) waitSpooled()                {}
 func (nopOutbox) flush(context.Context) error { return nil }
 func (nopOutbox) pending() int                { return 0 }
 func (nopOutbox) stop()                       {}
 
 type (
 	lineSender   = ackstream.Sender[spooled[*logsv1.LogLine], logsv1.IngestLogLinesRequest, logsv1.IngestLogLinesResponse]
-	resultSender = ackstream.Sender[spooled[*logsv1.RunResult], logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]
+	resultSender = ackstream.Sender[*resultItem, logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]
 )
 
 // spooled is an item with its spool record number (0 when it could not be written to disk).
 type spooled[T any] struct {
 	seq uint64
 	v   T
+}
+
+// resultItem is a result on its way to logsvc.
+type resultItem struct {
+	r   *logsv1.RunResult
+	seq uint64 // its spool record; 0 when not on disk
 }
 
 // Spool record kinds: the first byte of a record, then the protobuf.
@@ -66,10 +79,25 @@ const (
 	kindResult = 'R'
 )
 
+// errEncode: an item could not be encoded for the spool (it is dropped).
+var errEncode = errors.New("encoding for the spool")
+
+// staged is an item added and not yet written to the spool: a line or a result.
+type staged struct {
+	line *logsv1.LogLine
+	res  *resultItem
+}
+
 // streamOutbox delivers over IngestLogLines and IngestResults streams of one connection. Every
 // item is first written to the on-disk spool, then batched in memory and resent after a
 // reconnect until acknowledged; an acknowledgement releases its spool records. Items the spool
 // still holds at start-up (from before a stop or crash) are delivered first, in order.
+//
+// Adding an item only stages it: one goroutine (writeLoop) takes everything staged since its
+// last write, writes it to the spool with one write (a group commit: under load, a write
+// carries the items of many fires), and only then hands it to the senders, in order. So an item
+// is on disk before it can reach logsvc, and a killed agent loses nothing logsvc has not
+// acknowledged but what it added in the last moment, not yet written and never sent.
 type streamOutbox struct {
 	log        *slog.Logger
 	conn       *grpc.ClientConn
@@ -79,10 +107,19 @@ type streamOutbox struct {
 	results    *resultSender
 
 	mu      sync.Mutex
-	unacked map[string]int                        // trigger id → its lines queued, not yet acknowledged
-	parked  map[string]spooled[*logsv1.RunResult] // results waiting for their fire's lines
-	full    bool                                  // the queue is full (logged once per episode)
-	dropped int                                   // items dropped in this episode
+	staging []staged      // added, waiting for writeLoop
+	added   uint64        // items ever staged
+	written uint64        // items ever taken through the spool by writeLoop
+	work    *sync.Cond    // on mu: staging has items, or stopping
+	wrote   *sync.Cond    // on mu: written advanced
+	stopped bool          // stop began: nothing more is staged
+	done    chan struct{} // closed when writeLoop has ended; nil before start
+	// unacked counts the lines of a fire added and not yet acknowledged (or dropped).
+	unacked map[string]int
+	// parked holds final results waiting for their fire's lines.
+	parked  map[string]*resultItem
+	full    bool // the queue is full (logged once per episode)
+	dropped int  // items dropped in this episode
 }
 
 // defaultLogsvcDialOptions: plaintext, reconnect backoff capped at 2 s.
@@ -117,8 +154,10 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 	cli := logsv1.NewIngestServiceClient(conn)
 	o := &streamOutbox{
 		log: log, conn: conn, sp: sp, maxPending: cfg.MaxPending,
-		unacked: map[string]int{}, parked: map[string]spooled[*logsv1.RunResult]{},
+		unacked: map[string]int{}, parked: map[string]*resultItem{},
 	}
+	o.work = sync.NewCond(&o.mu)
+	o.wrote = sync.NewCond(&o.mu)
 	// The outbox bounds what it holds (MaxPending, SpoolMaxBytes); the senders hold the same.
 	const unbounded = 1 << 40
 	o.lines = ackstream.New(ackstream.Config[spooled[*logsv1.LogLine], logsv1.IngestLogLinesRequest, logsv1.IngestLogLinesResponse]{
@@ -143,7 +182,7 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 		Logger:     log,
 		OnAck:      o.linesAcked,
 	})
-	o.results = ackstream.New(ackstream.Config[spooled[*logsv1.RunResult], logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]{
+	o.results = ackstream.New(ackstream.Config[*resultItem, logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]{
 		Name: "results",
 		Open: func(ctx context.Context) (ackstream.Stream[logsv1.IngestResultsRequest, logsv1.IngestResultsResponse], error) {
 			s, err := cli.IngestResults(ctx)
@@ -152,13 +191,7 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 			}
 			return s, nil
 		},
-		Batch: func(id uint64, items []spooled[*logsv1.RunResult]) *logsv1.IngestResultsRequest {
-			rs := make([]*logsv1.RunResult, len(items))
-			for i, it := range items {
-				rs[i] = it.v
-			}
-			return &logsv1.IngestResultsRequest{BatchId: id, Results: rs}
-		},
+		Batch: o.resultsBatch,
 		Acked: func(r *logsv1.IngestResultsResponse) uint64 {
 			if ids := r.GetRefusedTriggerIds(); len(ids) > 0 {
 				log.Info("logsvc refused results of fires that had already finished", "trigger_ids", ids)
@@ -195,6 +228,7 @@ func (o *streamOutbox) replay(recs []spool.Record) error {
 			if err := proto.Unmarshal(rec.Data[1:], l); err != nil {
 				return fmt.Errorf("spool record %d: %w", rec.Seq, err)
 			}
+			o.unacked[l.GetTriggerId()]++
 			o.queueLineLocked(spooled[*logsv1.LogLine]{rec.Seq, l})
 			lines++
 		case kindStart, kindResult:
@@ -202,12 +236,7 @@ func (o *streamOutbox) replay(recs []spool.Record) error {
 			if err := proto.Unmarshal(rec.Data[1:], r); err != nil {
 				return fmt.Errorf("spool record %d: %w", rec.Seq, err)
 			}
-			it := spooled[*logsv1.RunResult]{rec.Seq, r}
-			if rec.Data[0] == kindResult && o.unacked[r.GetTriggerId()] > 0 {
-				o.parked[r.GetTriggerId()] = it
-			} else {
-				o.sendResultLocked(it)
-			}
+			o.deliverResultLocked(&resultItem{r: r, seq: rec.Seq})
 			results++
 		default:
 			return fmt.Errorf("spool record %d: unknown kind %q", rec.Seq, rec.Data[0])
@@ -217,91 +246,246 @@ func (o *streamOutbox) replay(recs []spool.Record) error {
 	return nil
 }
 
-// spoolLocked writes an item to the spool and returns its record number; ok is false when the
-// item must be dropped (the spool is full). An item the disk refuses for another reason is
-// still delivered from memory (record number 0).
-func (o *streamOutbox) spoolLocked(kind byte, m proto.Message, urgent bool, what string) (uint64, bool) {
+// admitLocked reports whether one more item fits in MaxPending (results have a reserve beyond
+// it, for when lines have filled the queue); an item that does not is dropped.
+func (o *streamOutbox) admitLocked(urgent bool, what string) bool {
+	if o.stopped {
+		o.drop(what, 1, ackstream.ErrStopped)
+		return false
+	}
 	limit := o.maxPending
 	if urgent {
-		limit += o.maxPending/10 + 1 // room for results when lines have filled the queue
+		limit += o.maxPending/10 + 1
 	}
-	if o.lines.Pending()+o.results.Pending() >= limit {
-		o.drop(what, 1, fmt.Errorf("%d items held, MaxPending %d: %w", o.lines.Pending()+o.results.Pending(), o.maxPending, ackstream.ErrFull))
-		return 0, false
+	if held := o.lines.Pending() + o.results.Pending() + len(o.staging); held >= limit {
+		o.drop(what, 1, fmt.Errorf("%d items held, MaxPending %d: %w", held, o.maxPending, ackstream.ErrFull))
+		return false
 	}
-	data, err := proto.MarshalOptions{}.MarshalAppend([]byte{kind}, m)
-	if err != nil {
-		o.drop(what, 1, err)
-		return 0, false
+	return true
+}
+
+// stageLocked hands an item to writeLoop.
+func (o *streamOutbox) stageLocked(it staged) {
+	o.staging = append(o.staging, it)
+	o.added++
+	if len(o.staging) == 1 {
+		o.work.Signal()
 	}
-	var seq uint64
-	if urgent {
-		seq, err = o.sp.AppendUrgent(data)
-	} else {
-		seq, err = o.sp.Append(data)
-	}
-	switch {
-	case errors.Is(err, spool.ErrFull):
-		o.drop(what, 1, fmt.Errorf("spool holds %d bytes, SpoolMaxBytes %d: %w", o.sp.Bytes(), o.sp.MaxBytes(), err))
-		return 0, false
-	case errors.Is(err, spool.ErrClosed):
-		o.drop(what, 1, ackstream.ErrStopped)
-		return 0, false
-	case err != nil:
-		o.log.Error("writing to the spool failed; delivering from memory only (lost if the agent dies first)", "item", what, "error", err)
-		return 0, true
-	}
-	return seq, true
 }
 
 func (o *streamOutbox) start(ctx context.Context) {
 	o.lines.Start(ctx)
 	o.results.Start(ctx)
+	o.mu.Lock()
+	o.done = make(chan struct{})
+	o.mu.Unlock()
+	go o.writeLoop()
+}
+
+// writeLoop writes what is staged to the spool, many items with one write, and hands them on
+// in order. It ends, with nothing left staged, when stop begins.
+func (o *streamOutbox) writeLoop() {
+	defer close(o.done)
+	var (
+		batch   []staged
+		entries []spool.Entry
+		buf     []byte
+	)
+	for {
+		o.mu.Lock()
+		for len(o.staging) == 0 && !o.stopped {
+			o.work.Wait()
+		}
+		if len(o.staging) == 0 {
+			o.mu.Unlock()
+			return
+		}
+		batch, o.staging = o.staging, batch[:0]
+		upTo := o.added
+		o.mu.Unlock()
+
+		entries, buf = entries[:0], buf[:0]
+		for _, it := range batch {
+			var m proto.Message = it.line
+			kind, urgent := byte(kindLine), false
+			if it.res != nil {
+				m, kind, urgent = it.res.r, kindResult, true
+				if it.res.r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING {
+					kind = kindStart
+				}
+			}
+			off := len(buf)
+			var err error
+			buf, err = proto.MarshalOptions{}.MarshalAppend(append(buf, kind), m)
+			if err != nil {
+				buf = buf[:off]
+				entries = append(entries, spool.Entry{Err: fmt.Errorf("%w: %v", errEncode, err)})
+				continue
+			}
+			entries = append(entries, spool.Entry{Data: buf[off:len(buf):len(buf)], Urgent: urgent})
+		}
+		o.appendBatch(entries)
+
+		o.mu.Lock()
+		for i, it := range batch {
+			o.deliverLocked(it, entries[i].Seq, entries[i].Err)
+		}
+		o.written = upTo
+		o.wrote.Broadcast()
+		o.mu.Unlock()
+		clear(batch)
+		clear(entries)
+	}
+}
+
+// appendBatch writes the encoded entries to the spool; entries that failed to encode (Err set,
+// no Data) are left out and keep their error.
+func (o *streamOutbox) appendBatch(entries []spool.Entry) {
+	bad := 0
+	for _, e := range entries {
+		if e.Err != nil {
+			bad++
+		}
+	}
+	if bad == 0 {
+		o.sp.AppendBatch(entries)
+		return
+	}
+	var good []spool.Entry
+	var idx []int
+	for i, e := range entries {
+		if e.Err == nil {
+			good = append(good, e)
+			idx = append(idx, i)
+		}
+	}
+	o.sp.AppendBatch(good)
+	for j, i := range idx {
+		entries[i] = good[j]
+	}
+}
+
+// deliverLocked hands a staged item, just written to the spool as record seq (or refused with
+// err), to its sender. An item the spool refused for want of room is dropped; one the disk
+// refused for another reason is still delivered from memory (record 0).
+func (o *streamOutbox) deliverLocked(it staged, seq uint64, err error) {
+	what := "log lines"
+	if it.res != nil {
+		what = "result of " + it.res.r.GetTriggerId()
+	}
+	switch {
+	case errors.Is(err, spool.ErrFull):
+		o.drop(what, 1, fmt.Errorf("spool holds %d bytes, SpoolMaxBytes %d: %w", o.sp.Bytes(), o.sp.MaxBytes(), err))
+		o.forgetLocked(it)
+		return
+	case errors.Is(err, spool.ErrClosed):
+		o.drop(what, 1, ackstream.ErrStopped)
+		o.forgetLocked(it)
+		return
+	case errors.Is(err, errEncode):
+		o.drop(what, 1, err)
+		o.forgetLocked(it)
+		return
+	case err != nil:
+		o.log.Error("writing to the spool failed; delivering from memory only (lost if the agent dies first)", "item", what, "error", err)
+	}
+	if it.line != nil {
+		o.queueLineLocked(spooled[*logsv1.LogLine]{seq, it.line})
+		return
+	}
+	it.res.seq = seq
+	o.deliverResultLocked(it.res)
+}
+
+// forgetLocked undoes what adding an item that is dropped before delivery counted.
+func (o *streamOutbox) forgetLocked(it staged) {
+	if it.line != nil {
+		o.lineDoneLocked(it.line.GetTriggerId())
+	}
+}
+
+// deliverResultLocked sends a result on, in the order results were added: a RUNNING one at once,
+// a final one after its fire's lines are acknowledged (parked until then).
+func (o *streamOutbox) deliverResultLocked(it *resultItem) {
+	id := it.r.GetTriggerId()
+	if it.r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING {
+		o.sendResultLocked(it)
+		return
+	}
+	if o.unacked[id] > 0 {
+		o.parked[id] = it
+		return
+	}
+	o.sendResultLocked(it)
 }
 
 func (o *streamOutbox) addLines(ls []*logsv1.LogLine) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// Counted under o.mu, so an acknowledgement (linesAcked) cannot overtake the count.
 	for _, l := range ls {
-		seq, ok := o.spoolLocked(kindLine, l, false, "log lines")
-		if !ok {
+		if !o.admitLocked(false, "log lines") {
 			continue
 		}
-		o.queueLineLocked(spooled[*logsv1.LogLine]{seq, l})
+		// Counted when added, so the fire's result, added after, waits for it.
+		o.unacked[l.GetTriggerId()]++
+		o.stageLocked(staged{line: l})
 	}
 }
 
 func (o *streamOutbox) queueLineLocked(it spooled[*logsv1.LogLine]) {
 	if err := o.lines.Send(it); err != nil {
 		o.drop("log lines", 1, err)
+		o.lineDoneLocked(it.v.GetTriggerId())
 		return
 	}
 	o.room()
-	o.unacked[it.v.GetTriggerId()]++
 }
 
 func (o *streamOutbox) addStart(r *logsv1.RunResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if seq, ok := o.spoolLocked(kindStart, r, true, "RUNNING result of "+r.GetTriggerId()); ok {
-		o.sendResultLocked(spooled[*logsv1.RunResult]{seq, r})
+	if !o.admitLocked(true, "RUNNING result of "+r.GetTriggerId()) {
+		return
 	}
+	o.stageLocked(staged{res: &resultItem{r: r}})
 }
 
 func (o *streamOutbox) addResult(r *logsv1.RunResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	seq, ok := o.spoolLocked(kindResult, r, true, "result of "+r.GetTriggerId())
-	if !ok {
+	if !o.admitLocked(true, "result of "+r.GetTriggerId()) {
 		return
 	}
-	it := spooled[*logsv1.RunResult]{seq, r}
-	if o.unacked[r.GetTriggerId()] > 0 {
-		o.parked[r.GetTriggerId()] = it
+	o.stageLocked(staged{res: &resultItem{r: r}})
+	o.waitWrittenLocked(o.added)
+}
+
+func (o *streamOutbox) waitSpooled() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.waitWrittenLocked(o.added)
+}
+
+// waitWrittenLocked waits until writeLoop has taken the first n items through the spool. Every
+// staged item is taken, also at stop, so this ends.
+func (o *streamOutbox) waitWrittenLocked(n uint64) {
+	for o.written < n && o.done != nil {
+		o.wrote.Wait()
+	}
+}
+
+// lineDoneLocked counts off a line of fire id that is acknowledged or dropped, and sends the
+// fire's parked result once no line of it is left.
+func (o *streamOutbox) lineDoneLocked(id string) {
+	if n := o.unacked[id] - 1; n > 0 {
+		o.unacked[id] = n
 		return
 	}
-	o.sendResultLocked(it)
+	delete(o.unacked, id)
+	if r, ok := o.parked[id]; ok {
+		delete(o.parked, id)
+		o.deliverResultLocked(r)
+	}
 }
 
 // linesAcked releases the lines' spool records and the results whose fire has no
@@ -315,31 +499,33 @@ func (o *streamOutbox) linesAcked(ls []spooled[*logsv1.LogLine]) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, l := range ls {
-		id := l.v.GetTriggerId()
-		if n := o.unacked[id] - 1; n > 0 {
-			o.unacked[id] = n
-			continue
-		}
-		delete(o.unacked, id)
-		if r, ok := o.parked[id]; ok {
-			delete(o.parked, id)
-			o.sendResultLocked(r)
-		}
+		o.lineDoneLocked(l.v.GetTriggerId())
 	}
+}
+
+// resultsBatch builds a request of results.
+func (o *streamOutbox) resultsBatch(id uint64, items []*resultItem) *logsv1.IngestResultsRequest {
+	rs := make([]*logsv1.RunResult, len(items))
+	for i, it := range items {
+		rs[i] = it.r
+	}
+	return &logsv1.IngestResultsRequest{BatchId: id, Results: rs}
 }
 
 // resultsAcked releases the results' spool records.
-func (o *streamOutbox) resultsAcked(rs []spooled[*logsv1.RunResult]) {
+func (o *streamOutbox) resultsAcked(rs []*resultItem) {
 	seqs := make([]uint64, 0, len(rs))
+	o.mu.Lock() // the records were set under it
 	for _, r := range rs {
 		seqs = append(seqs, r.seq)
 	}
+	o.mu.Unlock()
 	o.sp.Ack(seqs...)
 }
 
-func (o *streamOutbox) sendResultLocked(r spooled[*logsv1.RunResult]) {
+func (o *streamOutbox) sendResultLocked(r *resultItem) {
 	if err := o.results.Send(r); err != nil {
-		o.drop("result of "+r.v.GetTriggerId(), 1, err)
+		o.drop("result of "+r.r.GetTriggerId(), 1, err)
 		return
 	}
 	o.room()
@@ -368,6 +554,7 @@ func (o *streamOutbox) room() {
 }
 
 func (o *streamOutbox) flush(ctx context.Context) error {
+	o.waitSpooled()
 	if err := o.lines.Flush(ctx); err != nil {
 		return err
 	}
@@ -377,12 +564,21 @@ func (o *streamOutbox) flush(ctx context.Context) error {
 
 func (o *streamOutbox) pending() int {
 	o.mu.Lock()
-	parked := len(o.parked)
+	n := len(o.parked) + len(o.staging)
 	o.mu.Unlock()
-	return o.lines.Pending() + o.results.Pending() + parked
+	return o.lines.Pending() + o.results.Pending() + n
 }
 
+// stop writes what is staged to the spool, then ends delivery and closes the spool.
 func (o *streamOutbox) stop() {
+	o.mu.Lock()
+	o.stopped = true
+	done := o.done
+	o.work.Signal()
+	o.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 	o.lines.Stop()
 	o.results.Stop()
 	if err := o.conn.Close(); err != nil {

@@ -63,6 +63,8 @@ func (s *service) Run(_ context.Context, req *executorv1.RunRequest) (*executorv
 	for i, t := range req.GetTriggers() {
 		acks[i] = s.e.accept(t)
 	}
+	// The fires' RUNNING results are in the spool before the scheduler hears they were accepted.
+	s.e.out.waitSpooled()
 	return &executorv1.RunResponse{Acks: acks}, nil
 }
 

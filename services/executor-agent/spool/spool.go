@@ -2,9 +2,10 @@
 // disk that survives a crash of the agent, so results and log lines that logsvc has not yet
 // acknowledged are replayed, in order, after a restart.
 //
-// Records are numbered (seq) in the order they were appended and written at once to the current
-// segment file (so a killed process loses nothing: the kernel has the bytes); a background
-// syncer fsyncs within SyncInterval, so a power loss loses at most that much. Acknowledged
+// Records are numbered (seq) in the order they were appended and written to the current segment
+// file before Append returns (so a killed process loses nothing: the kernel has the bytes);
+// AppendBatch writes many records with one write (a group commit). A background syncer fsyncs
+// within SyncInterval, so a power loss loses at most that much. Acknowledged
 // records are forgotten: the highest contiguous acknowledged seq is persisted, and segments that
 // hold only acknowledged records are deleted. The spool is bounded by MaxBytes on disk and says
 // so (ErrFull) rather than growing.
@@ -91,6 +92,7 @@ type Spool struct {
 	toClose   []*os.File // rotated-out files, closed by the syncer after a last fsync
 	ackDirty  bool
 	closed    bool
+	buf       []byte // reused to encode appended records
 
 	wake chan struct{}
 	stop chan struct{}
@@ -279,54 +281,140 @@ func (s *Spool) rotateLocked() error {
 // Append adds a record and returns its seq. It fails with ErrFull when the spool's files would
 // pass 90% of MaxBytes: the rest is kept for AppendUrgent.
 func (s *Spool) Append(data []byte) (uint64, error) {
-	return s.append(data, int64(float64(s.cfg.MaxBytes)*ordinaryShare))
+	return s.appendOne(data, false)
 }
 
 // AppendUrgent is Append allowed to fill the spool to MaxBytes, for records that matter more
 // (a fire's result) than the many ordinary ones (its output lines).
 func (s *Spool) AppendUrgent(data []byte) (uint64, error) {
-	return s.append(data, s.cfg.MaxBytes)
+	return s.appendOne(data, true)
 }
 
-func (s *Spool) append(data []byte, limit int64) (uint64, error) {
-	need := int64(headerLen + len(data))
+func (s *Spool) appendOne(data []byte, urgent bool) (uint64, error) {
+	e := []Entry{{Data: data, Urgent: urgent}}
+	s.AppendBatch(e)
+	return e[0].Seq, e[0].Err
+}
+
+// Entry is a record for AppendBatch, and what became of it.
+type Entry struct {
+	// Data is the record.
+	Data []byte
+	// Urgent lets the record fill the spool to MaxBytes, as AppendUrgent does.
+	Urgent bool
+	// Seq is set by AppendBatch to the record's seq once it is written; 0 when it was not.
+	Seq uint64
+	// Err is set by AppendBatch when the record was not written: ErrFull (no room for it; the
+	// entries after it are still tried), ErrClosed, or the write's error.
+	Err error
+}
+
+// maxKeptBuf bounds the write buffer a spool keeps between appends.
+const maxKeptBuf = 1 << 20
+
+// AppendBatch appends entries in their order with one write to the segment file (one more each
+// time a segment fills): a group commit that costs about what a single Append does. On return
+// every entry with a Seq is written, exactly as after Append, so a killed process loses none of
+// them; numbers are consecutive in entry order, skipping the entries that were not written.
+func (s *Spool) AppendBatch(es []Entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return 0, ErrClosed
+	for i := range es {
+		es[i].Seq, es[i].Err = 0, nil
 	}
-	if s.diskBytes+need > limit {
-		return 0, ErrFull
+	if s.closed {
+		for i := range es {
+			es[i].Err = ErrClosed
+		}
+		return
+	}
+	ordinary := int64(float64(s.cfg.MaxBytes) * ordinaryShare)
+	buf := s.buf[:0]
+	var chunk []int // entries encoded in buf, not yet written
+	for i := range es {
+		e := &es[i]
+		need := int64(headerLen + len(e.Data))
+		limit := ordinary
+		if e.Urgent {
+			limit = s.cfg.MaxBytes
+		}
+		if s.diskBytes+int64(len(buf))+need > limit {
+			e.Err = ErrFull
+			continue
+		}
+		if size := s.segs[len(s.segs)-1].size + int64(len(buf)); size > 0 && size+need > s.cfg.SegmentBytes {
+			if err := s.writeLocked(buf, es, chunk); err != nil {
+				failRest(es[i:], err)
+				return
+			}
+			buf, chunk = buf[:0], chunk[:0]
+			if err := s.rotateLocked(); err != nil {
+				failRest(es[i:], fmt.Errorf("spool: new segment: %w", err))
+				return
+			}
+		}
+		seq := s.nextSeq + uint64(len(chunk))
+		off := len(buf)
+		buf = append(buf, make([]byte, headerLen)...)
+		binary.LittleEndian.PutUint32(buf[off:off+4], uint32(len(e.Data)))
+		binary.LittleEndian.PutUint64(buf[off+8:off+16], seq)
+		binary.LittleEndian.PutUint32(buf[off+4:off+8], crc32.Update(crc32.Checksum(buf[off+8:off+16], castagnoli), castagnoli, e.Data))
+		buf = append(buf, e.Data...)
+		e.Seq = seq
+		chunk = append(chunk, i)
+	}
+	if err := s.writeLocked(buf, es, chunk); err != nil {
+		return
+	}
+	if cap(buf) <= maxKeptBuf {
+		s.buf = buf[:0]
+	}
+}
+
+// failRest marks entries not yet tried as not written.
+func failRest(es []Entry, err error) {
+	for i := range es {
+		if es[i].Err == nil {
+			es[i].Err = err
+		}
+	}
+}
+
+// writeLocked writes buf, the encoded records of the entries es[chunk], to the current segment.
+// When the write fails, those entries are marked not written; their numbers are spent (counted
+// as acknowledged, so the acknowledged mark never waits for them) and the next records go to a
+// new segment. Whatever part of buf reached the file is either cut off at the next Open (a torn
+// record) or replayed then, which delivery tolerates (logsvc stores an item once).
+func (s *Spool) writeLocked(buf []byte, es []Entry, chunk []int) error {
+	if len(chunk) == 0 {
+		return nil
 	}
 	seg := s.segs[len(s.segs)-1]
-	if seg.size > 0 && seg.size+need > s.cfg.SegmentBytes {
-		if err := s.rotateLocked(); err != nil {
-			return 0, fmt.Errorf("spool: new segment: %w", err)
-		}
-		seg = s.segs[len(s.segs)-1]
-	}
-	seq := s.nextSeq
-	buf := make([]byte, headerLen+len(data))
-	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(data)))
-	binary.LittleEndian.PutUint64(buf[8:16], seq)
-	copy(buf[headerLen:], data)
-	binary.LittleEndian.PutUint32(buf[4:8], crc32.Update(crc32.Checksum(buf[8:16], castagnoli), castagnoli, data))
+	n := uint64(len(chunk))
 	if _, err := s.cur.Write(buf); err != nil {
-		// A partial write is cut off at the next Open; start a fresh segment for what follows.
-		s.log.Error("spool: write failed", "path", seg.path, "error", err)
+		s.log.Error("spool: write failed", "path", seg.path, "records", n, "error", err)
+		err = fmt.Errorf("spool: write: %w", err)
+		for _, i := range chunk {
+			es[i].Seq, es[i].Err = 0, err
+		}
+		for q := s.nextSeq; q < s.nextSeq+n; q++ {
+			s.ackedSet[q] = struct{}{}
+		}
+		s.nextSeq += n
 		_ = s.rotateLocked()
-		return 0, fmt.Errorf("spool: write: %w", err)
+		return err
 	}
-	s.nextSeq++
-	seg.size += need
-	seg.last = seq
-	s.diskBytes += need
+	size := int64(len(buf))
+	s.nextSeq += n
+	seg.size += size
+	seg.last = s.nextSeq - 1
+	s.diskBytes += size
 	s.dirty = true
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return seq, nil
+	return nil
 }
 
 // Ack marks records acknowledged; they are not returned by a later Open. Segments holding only

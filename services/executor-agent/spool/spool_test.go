@@ -172,3 +172,111 @@ func TestSecondOpenOfADirFails(t *testing.T) {
 		t.Fatalf("second Open: got %v, want an in-use error", err)
 	}
 }
+
+// crashCopy copies the spool's files as they are now into a new directory, as a crash of the
+// process would leave them: what was written is there, whether or not it was fsynced or closed.
+func crashCopy(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestAppendBatchIsWrittenOnReturn: once AppendBatch returns, its records are in the files (a
+// crash then loses none), numbered in entry order across segments; entries without room are
+// skipped and the ones after them still written.
+func TestAppendBatchIsWrittenOnReturn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// 100-byte segments: the batch spans several. 1,000 bytes in all: 900 for ordinary records.
+	s, _ := open(t, spool.Config{Dir: dir, SegmentBytes: 100, MaxBytes: 1000})
+	if _, err := s.Append([]byte(strings.Repeat("a", 684))); err != nil { // 700 bytes on disk
+		t.Fatal(err)
+	}
+	es := []spool.Entry{
+		{Data: []byte("b1-" + strings.Repeat("x", 61))}, // 80 bytes each
+		{Data: []byte("b2-" + strings.Repeat("x", 61))},
+		{Data: []byte("b3-" + strings.Repeat("x", 61))},               // 940 > 900: no room
+		{Data: []byte("b4")},                                          // 878: fits
+		{Data: []byte("b5-" + strings.Repeat("x", 61)), Urgent: true}, // 958 ≤ 1000
+		{Data: []byte("b6-" + strings.Repeat("x", 61)), Urgent: true}, // 1038: no room
+	}
+	s.AppendBatch(es)
+	var seqs []uint64
+	for i, e := range es {
+		seqs = append(seqs, e.Seq)
+		if wantFull := i == 2 || i == 5; wantFull != errors.Is(e.Err, spool.ErrFull) || wantFull != (e.Seq == 0) {
+			t.Errorf("entry %d: got seq %d, error %v; want ErrFull: %v", i+1, e.Seq, e.Err, wantFull)
+		}
+	}
+	if want := []uint64{2, 3, 0, 4, 5, 0}; !slices.Equal(seqs, want) {
+		t.Fatalf("seqs: got %v, want %v", seqs, want)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(dir, "*.seg")); len(segs) < 3 {
+		t.Fatalf("segments: got %d, want the batch spread over several", len(segs))
+	}
+
+	_, recs := open(t, spool.Config{Dir: crashCopy(t, dir), SegmentBytes: 100, MaxBytes: 1000})
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%d:%.2s", r.Seq, r.Data))
+	}
+	if want := []string{"1:aa", "2:b1", "3:b2", "4:b4", "5:b5"}; !slices.Equal(got, want) {
+		t.Fatalf("after a crash: got %q, want %q", got, want)
+	}
+}
+
+// TestAppendBatchAfterReopenContinues: batches and single appends share one numbering that goes
+// on after a reopen, and acknowledged records of a batch are not replayed.
+func TestAppendBatchAfterReopenContinues(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, spool.Config{Dir: dir})
+	es := make([]spool.Entry, 50)
+	for i := range es {
+		es[i].Data = fmt.Appendf(nil, "rec-%02d", i)
+	}
+	s.AppendBatch(es)
+	for _, e := range es {
+		if e.Err != nil {
+			t.Fatal(e.Err)
+		}
+	}
+	for _, e := range es[:40] {
+		s.Ack(e.Seq)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, recs := open(t, spool.Config{Dir: dir})
+	if got := datas(recs); !slices.Equal(got, []string{"rec-40", "rec-41", "rec-42", "rec-43", "rec-44", "rec-45", "rec-46", "rec-47", "rec-48", "rec-49"}) {
+		t.Fatalf("after reopen: got %q", got)
+	}
+	more := []spool.Entry{{Data: []byte("next-1")}, {Data: []byte("next-2")}}
+	s2.AppendBatch(more)
+	if more[0].Seq != 51 || more[1].Seq != 52 {
+		t.Fatalf("batch after reopen: got seqs %d, %d; want 51, 52", more[0].Seq, more[1].Seq)
+	}
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2.AppendBatch(more)
+	if !errors.Is(more[0].Err, spool.ErrClosed) || more[0].Seq != 0 {
+		t.Fatalf("AppendBatch after Close: got seq %d, %v; want ErrClosed", more[0].Seq, more[0].Err)
+	}
+}
