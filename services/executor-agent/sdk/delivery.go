@@ -23,7 +23,9 @@ import (
 // on-disk spool), or drops them when there is no logsvc (nopOutbox).
 // Items leave in the order they were added, except that a final result is delivered only after
 // every line of its fire added before it was acknowledged; a RUNNING result (addStart) goes out
-// without waiting for anything, so a fire's RUNNING result always precedes its final one.
+// without waiting for anything, so a fire's RUNNING result always precedes its final one. A
+// RUNNING result still waiting to leave when its fire's final result is added does not leave:
+// the final one, which carries all it says, leaves in its place.
 type outbox interface {
 	start(ctx context.Context)
 	// addLines queues lines of a running fire; they are in the spool by the time the fire's
@@ -66,10 +68,15 @@ type spooled[T any] struct {
 	v   T
 }
 
-// resultItem is a result on its way to logsvc.
+// resultItem is a result on its way to logsvc. Its fields are guarded by streamOutbox.mu while
+// the item is in starts (r may change then), and fixed once it is not.
 type resultItem struct {
 	r   *logsv1.RunResult
 	seq uint64 // its spool record; 0 when not on disk
+	// merged is the spool record of a final result that took the place of this RUNNING one.
+	merged uint64
+	// staged: not yet taken by writeLoop (so not yet marshalled for the spool).
+	staged bool
 }
 
 // Spool record kinds: the first byte of a record, then the protobuf.
@@ -98,6 +105,11 @@ type staged struct {
 // carries the items of many fires), and only then hands it to the senders, in order. So an item
 // is on disk before it can reach logsvc, and a killed agent loses nothing logsvc has not
 // acknowledged but what it added in the last moment, not yet written and never sent.
+//
+// A RUNNING result not yet batched for logsvc when its fire's final result comes is not sent:
+// the final result takes its place in the queue (it carries the start time, executor address
+// and trace the RUNNING one would have stored), and releases both spool records when
+// acknowledged.
 type streamOutbox struct {
 	log        *slog.Logger
 	conn       *grpc.ClientConn
@@ -117,7 +129,10 @@ type streamOutbox struct {
 	// unacked counts the lines of a fire added and not yet acknowledged (or dropped).
 	unacked map[string]int
 	// parked holds final results waiting for their fire's lines.
-	parked  map[string]*resultItem
+	parked map[string]*resultItem
+	// starts holds the RUNNING results not yet in a batch for logsvc, by trigger id: a final
+	// result may still take their place.
+	starts  map[string]*resultItem
 	full    bool // the queue is full (logged once per episode)
 	dropped int  // items dropped in this episode
 }
@@ -154,7 +169,7 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 	cli := logsv1.NewIngestServiceClient(conn)
 	o := &streamOutbox{
 		log: log, conn: conn, sp: sp, maxPending: cfg.MaxPending,
-		unacked: map[string]int{}, parked: map[string]*resultItem{},
+		unacked: map[string]int{}, parked: map[string]*resultItem{}, starts: map[string]*resultItem{},
 	}
 	o.work = sync.NewCond(&o.mu)
 	o.wrote = sync.NewCond(&o.mu)
@@ -302,6 +317,11 @@ func (o *streamOutbox) writeLoop() {
 		}
 		batch, o.staging = o.staging, batch[:0]
 		upTo := o.added
+		for _, it := range batch {
+			if it.res != nil {
+				it.res.staged = false // from now on its result stays as it is until delivered
+			}
+		}
 		o.mu.Unlock()
 
 		entries, buf = entries[:0], buf[:0]
@@ -401,19 +421,31 @@ func (o *streamOutbox) deliverLocked(it staged, seq uint64, err error) {
 func (o *streamOutbox) forgetLocked(it staged) {
 	if it.line != nil {
 		o.lineDoneLocked(it.line.GetTriggerId())
+		return
+	}
+	if id := it.res.r.GetTriggerId(); o.starts[id] == it.res {
+		delete(o.starts, id)
 	}
 }
 
-// deliverResultLocked sends a result on, in the order results were added: a RUNNING one at once,
-// a final one after its fire's lines are acknowledged (parked until then).
+// deliverResultLocked sends a result on, in the order results were added: a RUNNING one at once;
+// a final one after its fire's lines are acknowledged (parked until then), in the place of its
+// fire's RUNNING result when that has not been batched yet.
 func (o *streamOutbox) deliverResultLocked(it *resultItem) {
 	id := it.r.GetTriggerId()
 	if it.r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING {
+		o.starts[id] = it
 		o.sendResultLocked(it)
 		return
 	}
 	if o.unacked[id] > 0 {
 		o.parked[id] = it
+		return
+	}
+	if s, ok := o.starts[id]; ok && s != it {
+		// Its RUNNING result waits in the results queue: send this one in its place.
+		delete(o.starts, id)
+		s.r, s.merged = it.r, it.seq
 		return
 	}
 	o.sendResultLocked(it)
@@ -447,16 +479,25 @@ func (o *streamOutbox) addStart(r *logsv1.RunResult) {
 	if !o.admitLocked(true, "RUNNING result of "+r.GetTriggerId()) {
 		return
 	}
-	o.stageLocked(staged{res: &resultItem{r: r}})
+	it := &resultItem{r: r, staged: true}
+	o.starts[r.GetTriggerId()] = it
+	o.stageLocked(staged{res: it})
 }
 
 func (o *streamOutbox) addResult(r *logsv1.RunResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.admitLocked(true, "result of "+r.GetTriggerId()) {
-		return
+	id := r.GetTriggerId()
+	if s, ok := o.starts[id]; ok && s.staged && o.unacked[id] == 0 {
+		// Its RUNNING result is not even written yet: write and send this one instead.
+		delete(o.starts, id)
+		s.r = r
+	} else {
+		if !o.admitLocked(true, "result of "+id) {
+			return
+		}
+		o.stageLocked(staged{res: &resultItem{r: r}})
 	}
-	o.stageLocked(staged{res: &resultItem{r: r}})
 	o.waitWrittenLocked(o.added)
 }
 
@@ -503,21 +544,30 @@ func (o *streamOutbox) linesAcked(ls []spooled[*logsv1.LogLine]) {
 	}
 }
 
-// resultsBatch builds a request of results.
+// resultsBatch builds a request of results. From now on they are what logsvc receives (also
+// when the batch is resent): a RUNNING result in it can no longer give way to its final one.
 func (o *streamOutbox) resultsBatch(id uint64, items []*resultItem) *logsv1.IngestResultsRequest {
 	rs := make([]*logsv1.RunResult, len(items))
+	o.mu.Lock()
 	for i, it := range items {
+		if tid := it.r.GetTriggerId(); o.starts[tid] == it {
+			delete(o.starts, tid)
+		}
 		rs[i] = it.r
 	}
+	o.mu.Unlock()
 	return &logsv1.IngestResultsRequest{BatchId: id, Results: rs}
 }
 
 // resultsAcked releases the results' spool records.
 func (o *streamOutbox) resultsAcked(rs []*resultItem) {
-	seqs := make([]uint64, 0, len(rs))
+	seqs := make([]uint64, 0, 2*len(rs))
 	o.mu.Lock() // the records were set under it
 	for _, r := range rs {
 		seqs = append(seqs, r.seq)
+		if r.merged != 0 {
+			seqs = append(seqs, r.merged)
+		}
 	}
 	o.mu.Unlock()
 	o.sp.Ack(seqs...)
@@ -526,6 +576,9 @@ func (o *streamOutbox) resultsAcked(rs []*resultItem) {
 func (o *streamOutbox) sendResultLocked(r *resultItem) {
 	if err := o.results.Send(r); err != nil {
 		o.drop("result of "+r.r.GetTriggerId(), 1, err)
+		if id := r.r.GetTriggerId(); o.starts[id] == r {
+			delete(o.starts, id)
+		}
 		return
 	}
 	o.room()

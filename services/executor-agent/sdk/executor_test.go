@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -409,8 +411,17 @@ func TestDuplicateTriggerID(t *testing.T) {
 	if results, _ := h.ingest.Receipts("25-1-0-0"); results != 1 {
 		t.Fatalf("results received: got %d, want 1", results)
 	}
-	if got, want := h.ingest.Statuses("25-1-0-0"), []logsv1.RunStatus{logsv1.RunStatus_RUN_STATUS_RUNNING, logsv1.RunStatus_RUN_STATUS_SUCCESS}; !slices.Equal(got, want) {
-		t.Fatalf("results of a fire sent three times: got %v, want %v", got, want)
+	wantStatuses(t, h.ingest, "25-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS)
+}
+
+// wantStatuses checks the results logsvc received for a fire, in order: its RUNNING result and
+// then its final one, or the final one alone when the RUNNING result had not left yet as the
+// fire ended (it gives way to the final result).
+func wantStatuses(t *testing.T, ingest *sdktest.Ingest, id string, final logsv1.RunStatus) {
+	t.Helper()
+	got := ingest.Statuses(id)
+	if !slices.Equal(got, []logsv1.RunStatus{logsv1.RunStatus_RUN_STATUS_RUNNING, final}) && !slices.Equal(got, []logsv1.RunStatus{final}) {
+		t.Errorf("results of %s: got %v, want [RUNNING %v] or [%v]", id, got, final, final)
 	}
 }
 
@@ -504,7 +515,7 @@ func TestAcceptedFireReportsRunningThenFinal(t *testing.T) {
 		t.Errorf("results of 81-1-0-0: got %v, want %v", got, want)
 	}
 
-	// Fires that end at once, and one killed while queued, still report RUNNING first.
+	// Fires that end at once, and one killed while queued, never report RUNNING after the end.
 	h.exec.Handle("quick", func(ctx context.Context, job *sdk.Job) error {
 		job.Logf("quick %s", job.TriggerID)
 		return nil
@@ -529,12 +540,98 @@ func TestAcceptedFireReportsRunningThenFinal(t *testing.T) {
 	h.wantResult(t, "83-1-0-0", final, "")
 	for _, f := range fires {
 		h.wantResult(t, f.GetTriggerId(), final, "")
-		if got, want := h.ingest.Statuses(f.GetTriggerId()), []logsv1.RunStatus{running, final}; !slices.Equal(got, want) {
-			t.Errorf("results of %s: got %v, want %v", f.GetTriggerId(), got, want)
+		wantStatuses(t, h.ingest, f.GetTriggerId(), final)
+	}
+	wantStatuses(t, h.ingest, "83-2-0-0", logsv1.RunStatus_RUN_STATUS_KILLED)
+}
+
+// TestFinalResultTakesThePlaceOfAnUnsentRunning: while logsvc is unreachable nothing leaves, so
+// a fire's RUNNING result is still queued when the fire ends; only its final result is then
+// sent, carrying what the RUNNING one said (start, executor, job, trace), and both spool records
+// are released.
+func TestFinalResultTakesThePlaceOfAnUnsentRunning(t *testing.T) {
+	t.Parallel()
+	spoolDir := filepath.Join(t.TempDir(), "spool")
+	ended := make(chan sdk.Result, 10)
+	addr := deadAddr(t)
+	h := start(t, func(c *sdk.Config) {
+		c.LogsvcAddr, c.SpoolDir = addr, spoolDir
+		c.OnResult = func(r sdk.Result) { ended <- r }
+	})
+	h.exec.Handle("noop", func(context.Context, *sdk.Job) error { return nil })
+	h.exec.Handle("logs", func(_ context.Context, job *sdk.Job) error {
+		job.Logf("one line")
+		return nil
+	})
+	release := make(chan struct{})
+	h.exec.Handle("hold", func(ctx context.Context, _ *sdk.Job) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	noop := bean("84-1-0-0", 84, "noop", "")
+	noop.TraceContext = map[string]string{"traceparent": tp}
+	before := time.Now().UnixMilli()
+	h.accept(t, noop)
+	h.accept(t, bean("85-1-0-0", 85, "hold", ""))
+	h.accept(t, bean("85-2-0-0", 85, "hold", "")) // queued behind 85-1
+	h.accept(t, bean("86-1-0-0", 86, "logs", ""))
+	if resp, err := h.cli.Kill(ctxFor(t), &executorv1.KillRequest{TriggerId: "85-2-0-0"}); err != nil || !resp.GetKilled() {
+		t.Fatalf("Kill: got %v %v, want killed", resp, err)
+	}
+	close(release)
+	for range 4 {
+		select {
+		case <-ended:
+		case <-ctxFor(t).Done():
+			t.Fatal("fires did not end")
 		}
 	}
-	if got, want := h.ingest.Statuses("83-2-0-0"), []logsv1.RunStatus{running, logsv1.RunStatus_RUN_STATUS_KILLED}; !slices.Equal(got, want) {
-		t.Errorf("results of a fire killed while queued: got %v, want %v", got, want)
+	after := time.Now().UnixMilli()
+	// logsvc comes up.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	logsv1.RegisterIngestServiceServer(srv, h.ingest)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+
+	r := h.wantResult(t, "84-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if r.GetJobId() != 84 || r.GetExecutorAddress() != h.exec.AdvertiseAddr() || r.GetStartUnixMs() < before || r.GetStartUnixMs() > r.GetEndUnixMs() ||
+		r.GetEndUnixMs() > after || r.GetTraceId() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("final result: got %v, want job 84, address %s, start and end in [%d, %d], trace 4bf92f35…", r, h.exec.AdvertiseAddr(), before, after)
+	}
+	h.wantResult(t, "85-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	h.wantResult(t, "85-2-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "killed by request")
+	h.wantResult(t, "86-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	for id, want := range map[string][]logsv1.RunStatus{
+		"84-1-0-0": {logsv1.RunStatus_RUN_STATUS_SUCCESS},
+		"85-1-0-0": {logsv1.RunStatus_RUN_STATUS_SUCCESS},
+		"85-2-0-0": {logsv1.RunStatus_RUN_STATUS_KILLED},
+	} {
+		if got := h.ingest.Statuses(id); !slices.Equal(got, want) {
+			t.Errorf("results of %s: got %v, want %v", id, got, want)
+		}
+	}
+	// The fire that logged: its result waited for the line to be acknowledged, while the RUNNING
+	// result could leave as soon as logsvc was back.
+	wantStatuses(t, h.ingest, "86-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS)
+	// Every spool record was acknowledged, the RUNNING ones that gave way included.
+	h.exec.Stop()
+	segs, err := filepath.Glob(filepath.Join(spoolDir, "*.seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if fi, err := os.Stat(s); err != nil || fi.Size() != 0 {
+			t.Errorf("spool segment %s after everything was acknowledged: %v %v, want empty", filepath.Base(s), fi.Size(), err)
+		}
 	}
 }
 
