@@ -126,9 +126,12 @@ type Executor struct {
 	workers    map[int64]*worker    // the current worker of each job
 	allWorkers map[*worker]struct{} // every live worker goroutine, replaced ones included
 	active     map[string]*run      // queued or running fires by trigger id
-	recent     *recentIDs           // recently accepted trigger ids → log path
-	onReclaim  func(jobID int64)    // test hook: a worker was reclaimed
-	baseCtx    context.Context      // Start's values, never cancelled: parent of every run
+	recent     *recentIDs           // recently accepted trigger ids → the day of their log file
+	day        string               // dayLocked's: the current UTC date, valid in [dayStart, dayEnd)
+	dayStart   time.Time
+	dayEnd     time.Time
+	onReclaim  func(jobID int64) // test hook: a worker was reclaimed
+	baseCtx    context.Context   // Start's values, never cancelled: parent of every run
 
 	ln        net.Listener
 	srv       *grpc.Server

@@ -26,9 +26,10 @@ func (r *run) begin(now time.Time) {
 // nothing has no file, and reading its log finds no lines.
 func (r *run) openFile() {
 	r.opened = true
-	err := os.MkdirAll(filepath.Dir(r.logPath), 0o700)
+	path := r.logPath()
+	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
-		r.file, err = os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		r.file, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	}
 	if err != nil {
 		r.file = nil
@@ -83,12 +84,12 @@ func (e *Executor) findLog(triggerID string) (path string, active, known bool) {
 	e.mu.Lock()
 	if r, ok := e.active[triggerID]; ok {
 		e.mu.Unlock()
-		return r.logPath, true, true
+		return r.logPath(), true, true
 	}
-	p, ok := e.recent.get(triggerID)
+	day, ok := e.recent.get(triggerID)
 	e.mu.Unlock()
 	if ok {
-		return p, false, true
+		return e.runLogPath(day, triggerID), false, true
 	}
 	// After a restart: look through the day directories.
 	matches, _ := filepath.Glob(filepath.Join(e.cfg.LogDir, "runs", "*", triggerID+".log"))

@@ -75,15 +75,14 @@ func (w *worker) signal() {
 
 // run is one accepted fire.
 type run struct {
-	e       *Executor
-	t       *executorv1.Trigger
-	job     *Job
-	w       *worker
-	fn      HandlerFunc
-	logPath string
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	done    chan struct{} // closed once the result is recorded
+	e      *Executor
+	t      *executorv1.Trigger
+	job    *Job
+	w      *worker
+	fn     HandlerFunc
+	day    string // the UTC day it was accepted: its log file is runs/<day>/<trigger id>.log
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
 	started  time.Time
@@ -152,16 +151,17 @@ func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
 		e.allWorkers[w] = struct{}{}
 		go e.work(w)
 	}
-	r := e.newRunLocked(t, w, fn)
+	now := time.Now()
+	r := e.newRunLocked(t, w, fn, now)
 	w.queue = append(w.queue, r)
 	e.active[id] = r
-	e.recent.add(id, r.logPath)
+	e.recent.add(id, r.day)
 	// Tell logsvc at once that the fire reached this executor. Queued under e.mu, before any
 	// worker, kill or stop can see the run, so its final result is always queued after this.
 	tp := t.GetTraceContext()["traceparent"]
 	e.out.addStart(&logsv1.RunResult{
 		TriggerId: id, JobId: t.GetJobId(), Status: logsv1.RunStatus_RUN_STATUS_RUNNING,
-		StartUnixMs: time.Now().UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceIDOf(tp), Traceparent: tp,
+		StartUnixMs: now.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceIDOf(tp), Traceparent: tp,
 	})
 	w.signal()
 	e.mu.Unlock()
@@ -246,14 +246,10 @@ func changeCause(oldKey, newKey string) *stopCause {
 	return &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: msg}
 }
 
-// newRunLocked builds an accepted fire.
-func (e *Executor) newRunLocked(t *executorv1.Trigger, w *worker, fn HandlerFunc) *run {
+// newRunLocked builds a fire accepted at now.
+func (e *Executor) newRunLocked(t *executorv1.Trigger, w *worker, fn HandlerFunc, now time.Time) *run {
 	ctx, cancel := context.WithCancelCause(e.baseCtx)
-	day := time.Now().UTC().Format(time.DateOnly)
-	r := &run{
-		e: e, t: t, w: w, fn: fn, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		logPath: filepath.Join(e.cfg.LogDir, "runs", day, t.GetTriggerId()+".log"),
-	}
+	r := &run{e: e, t: t, w: w, fn: fn, ctx: ctx, cancel: cancel, day: e.dayLocked(now)}
 	total := int(t.GetShardTotal())
 	if total < 1 {
 		total = 1
@@ -270,6 +266,26 @@ func (e *Executor) newRunLocked(t *executorv1.Trigger, w *worker, fn HandlerFunc
 	}
 	return r
 }
+
+// dayLocked is now's UTC date, the name of the day directory of run log files; the string is
+// made once a day.
+func (e *Executor) dayLocked(now time.Time) string {
+	if now.Before(e.dayStart) || !now.Before(e.dayEnd) {
+		y, m, d := now.UTC().Date()
+		e.dayStart = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		e.dayEnd = e.dayStart.AddDate(0, 0, 1)
+		e.day = e.dayStart.Format(time.DateOnly)
+	}
+	return e.day
+}
+
+// runLogPath is where the local log of fire triggerID, accepted on day, is written.
+func (e *Executor) runLogPath(day, triggerID string) string {
+	return filepath.Join(e.cfg.LogDir, "runs", day, triggerID+".log")
+}
+
+// logPath is the fire's local log file.
+func (r *run) logPath() string { return r.e.runLogPath(r.day, r.t.GetTriggerId()) }
 
 // retireLocked takes w out of service; the caller ends what it held with endRetirement after
 // unlocking.
@@ -380,15 +396,25 @@ func (e *Executor) execute(w *worker, r *run) {
 		defer cancel()
 	}
 	ctx = w3c.Extract(ctx, propagation.MapCarrier(r.t.GetTraceContext()))
-	ctx, span := tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start), trace.WithAttributes(
-		attribute.Int64("jobmesh.job_id", r.t.GetJobId()),
-		attribute.String("jobmesh.trigger_id", r.t.GetTriggerId()),
-		attribute.String("jobmesh.handler", r.t.GetHandler()),
-		attribute.String("jobmesh.glue_type", strings.TrimPrefix(r.t.GetGlueType().String(), "GLUE_TYPE_")),
-		attribute.Int("jobmesh.attempt", int(r.t.GetAttempt())),
-		attribute.Int("jobmesh.shard_index", int(r.t.GetShardIndex())),
-	))
-	traceparent := traceparentOf(ctx)
+	parent := trace.SpanContextFromContext(ctx)
+	ctx, span := tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start))
+	// Without a tracer provider (or when sampled out) the span records nothing: skip building
+	// what it would record.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(
+			attribute.Int64("jobmesh.job_id", r.t.GetJobId()),
+			attribute.String("jobmesh.trigger_id", r.t.GetTriggerId()),
+			attribute.String("jobmesh.handler", r.t.GetHandler()),
+			attribute.String("jobmesh.glue_type", strings.TrimPrefix(r.t.GetGlueType().String(), "GLUE_TYPE_")),
+			attribute.Int("jobmesh.attempt", int(r.t.GetAttempt())),
+			attribute.Int("jobmesh.shard_index", int(r.t.GetShardIndex())),
+		)
+	}
+	traceparent := "" // the fire's own, unless the run span is a new one
+	if sc := span.SpanContext(); !sc.Equal(parent) {
+		traceparent = traceparentOf(ctx)
+	}
 
 	var err error
 	if w.bean != nil && w.bean.init != nil && !w.inited {
@@ -409,9 +435,11 @@ func (e *Executor) execute(w *worker, r *run) {
 		}
 	}
 	status, msg := outcome(ctx, err)
-	span.SetAttributes(attribute.String("jobmesh.run_status", strings.TrimPrefix(status.String(), "RUN_STATUS_")))
-	if status != logsv1.RunStatus_RUN_STATUS_SUCCESS {
-		span.SetStatus(codes.Error, msg)
+	if recording {
+		span.SetAttributes(attribute.String("jobmesh.run_status", strings.TrimPrefix(status.String(), "RUN_STATUS_")))
+		if status != logsv1.RunStatus_RUN_STATUS_SUCCESS {
+			span.SetStatus(codes.Error, msg)
+		}
 	}
 	end := time.Now()
 	span.End(trace.WithTimestamp(end))
@@ -515,18 +543,18 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 		delete(e.active, r.t.GetTriggerId())
 	}
 	e.mu.Unlock()
-	lctx := context.Background() // the run's trace ids on the line
-	if traceparent != "" && e.log.Enabled(lctx, slog.LevelDebug) {
-		lctx = w3c.Extract(lctx, propagation.MapCarrier{"traceparent": traceparent})
+	if lctx := context.Background(); e.log.Enabled(lctx, slog.LevelDebug) {
+		if traceparent != "" { // the run's trace ids on the line
+			lctx = w3c.Extract(lctx, propagation.MapCarrier{"traceparent": traceparent})
+		}
+		e.log.DebugContext(lctx, "fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
 	}
-	e.log.DebugContext(lctx, "fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
 	if e.cfg.OnResult != nil {
 		e.cfg.OnResult(Result{
 			TriggerID: r.t.GetTriggerId(), JobID: r.t.GetJobId(), Status: Status(strings.TrimPrefix(status.String(), "RUN_STATUS_")),
 			Message: msg, StartTime: start, EndTime: end,
 		})
 	}
-	close(r.done)
 }
 
 // kill ends fires: one by trigger id, or every fire of a job.
