@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -28,15 +29,16 @@ import (
 // the final one, which carries all it says, leaves in its place.
 type outbox interface {
 	start(ctx context.Context)
-	// addLines queues lines of a running fire; they are in the spool by the time the fire's
-	// result is (see addResult).
+	// addLines queues lines of a running fire, to be written at once.
 	addLines(lines []*logsv1.LogLine)
-	// addStart queues the RUNNING result of a fire just accepted, without waiting for anything.
+	// addStart queues the RUNNING result of a fire just accepted, without waiting for anything:
+	// it is written at the next waitSpooled, or with anything added after it that is written.
+	// (Run accepts all its fires, then waits once: their RUNNING results share one write.)
 	addStart(r *logsv1.RunResult)
-	// addResult queues a fire's final result and returns once it, and everything added before
-	// it, is in the spool (or dropped).
+	// addResult queues a fire's final result, to be written at once.
 	addResult(r *logsv1.RunResult)
-	// waitSpooled waits until everything added so far is in the spool (or dropped).
+	// waitSpooled waits until everything added so far is in the spool (or dropped). Run calls
+	// it before answering, Log before saying a fire ended, Stop before flushing.
 	waitSpooled()
 	// flush waits until everything added so far is acknowledged or ctx ends.
 	flush(ctx context.Context) error
@@ -104,7 +106,9 @@ type staged struct {
 // last write, writes it to the spool with one write (a group commit: under load, a write
 // carries the items of many fires), and only then hands it to the senders, in order. So an item
 // is on disk before it can reach logsvc, and a killed agent loses nothing logsvc has not
-// acknowledged but what it added in the last moment, not yet written and never sent.
+// acknowledged but what was added in its last moments, not yet written and never sent (as a
+// kill a moment earlier would have). What the executor tells others waits for the write: a Run
+// call's acks, a Log call's end of a fire.
 //
 // A RUNNING result not yet batched for logsvc when its fire's final result comes is not sent:
 // the final result takes its place in the queue (it carries the start time, executor address
@@ -279,11 +283,12 @@ func (o *streamOutbox) admitLocked(urgent bool, what string) bool {
 	return true
 }
 
-// stageLocked hands an item to writeLoop.
-func (o *streamOutbox) stageLocked(it staged) {
+// stageLocked hands an item to writeLoop; wake says to write it now rather than with the next
+// item that does or at the next waitSpooled.
+func (o *streamOutbox) stageLocked(it staged, wake bool) {
 	o.staging = append(o.staging, it)
 	o.added++
-	if len(o.staging) == 1 {
+	if wake {
 		o.work.Signal()
 	}
 }
@@ -315,6 +320,12 @@ func (o *streamOutbox) writeLoop() {
 			o.mu.Unlock()
 			return
 		}
+		// Let goroutines that are ready to run (workers ending their fires, a Run call accepting
+		// fires) add their items first: under load one write takes them all; when idle this
+		// returns at once.
+		o.mu.Unlock()
+		runtime.Gosched()
+		o.mu.Lock()
 		batch, o.staging = o.staging, batch[:0]
 		upTo := o.added
 		for _, it := range batch {
@@ -460,7 +471,7 @@ func (o *streamOutbox) addLines(ls []*logsv1.LogLine) {
 		}
 		// Counted when added, so the fire's result, added after, waits for it.
 		o.unacked[l.GetTriggerId()]++
-		o.stageLocked(staged{line: l})
+		o.stageLocked(staged{line: l}, true)
 	}
 }
 
@@ -481,7 +492,7 @@ func (o *streamOutbox) addStart(r *logsv1.RunResult) {
 	}
 	it := &resultItem{r: r, staged: true}
 	o.starts[r.GetTriggerId()] = it
-	o.stageLocked(staged{res: it})
+	o.stageLocked(staged{res: it}, false)
 }
 
 func (o *streamOutbox) addResult(r *logsv1.RunResult) {
@@ -492,13 +503,13 @@ func (o *streamOutbox) addResult(r *logsv1.RunResult) {
 		// Its RUNNING result is not even written yet: write and send this one instead.
 		delete(o.starts, id)
 		s.r = r
-	} else {
-		if !o.admitLocked(true, "result of "+id) {
-			return
-		}
-		o.stageLocked(staged{res: &resultItem{r: r}})
+		o.work.Signal()
+		return
 	}
-	o.waitWrittenLocked(o.added)
+	if !o.admitLocked(true, "result of "+id) {
+		return
+	}
+	o.stageLocked(staged{res: &resultItem{r: r}}, true)
 }
 
 func (o *streamOutbox) waitSpooled() {
@@ -510,6 +521,9 @@ func (o *streamOutbox) waitSpooled() {
 // waitWrittenLocked waits until writeLoop has taken the first n items through the spool. Every
 // staged item is taken, also at stop, so this ends.
 func (o *streamOutbox) waitWrittenLocked(n uint64) {
+	if o.written < n {
+		o.work.Signal()
+	}
 	for o.written < n && o.done != nil {
 		o.wrote.Wait()
 	}

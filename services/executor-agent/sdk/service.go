@@ -86,6 +86,10 @@ func (s *service) Log(_ context.Context, req *executorv1.LogRequest) (*executorv
 	if !known {
 		return nil, status.Errorf(codes.NotFound, "no log of fire %s on this executor", id)
 	}
+	if !active {
+		// The fire has ended: its result was queued; say so only once it is in the spool.
+		s.e.out.waitSpooled()
+	}
 	var lines []string
 	eof := true
 	if path != "" {

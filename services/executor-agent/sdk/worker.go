@@ -536,8 +536,8 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise,
 		TraceId: traceIDOf(traceparent), Traceparent: traceparent,
 	})
-	// Only now is the fire no longer active, so a Log call that says its end implies the result
-	// is in the spool.
+	// Only now is the fire no longer active: a Log call that says its end, which waits for what
+	// is queued to be written, implies the result is in the spool.
 	e.mu.Lock()
 	if e.active[r.t.GetTriggerId()] == r {
 		delete(e.active, r.t.GetTriggerId())
