@@ -73,6 +73,36 @@ func BenchmarkRunsNoop(b *testing.B) {
 	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(n), "cpu-µs/run")
 }
 
+// BenchmarkRunsNoopOnePerCall is BenchmarkRunsNoop with one fire per Run call, as a scheduler
+// that does not batch sends them: 100 calls at a time, each of one fire of its own job.
+func BenchmarkRunsNoopOnePerCall(b *testing.B) {
+	_, cli, ended := benchExecutor(b)
+	const batch = 100
+	n := 0
+	cpu := cpuTime(b)
+	errs := make(chan error, batch)
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range batch {
+			tr := &executorv1.Trigger{TriggerId: fmt.Sprintf("%d-%d-0-0", i+1, n), JobId: int64(i + 1), Handler: "noop", ShardTotal: 1}
+			n++
+			go func() {
+				_, err := cli.Run(context.Background(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{tr}})
+				errs <- err
+			}()
+		}
+		for range batch {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+			<-ended
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "runs/s")
+	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(n), "cpu-µs/run")
+}
+
 // BenchmarkIdleWorkerMemory measures the heap an idle job worker (one per job, kept until
 // IdleTimeout) costs, after its one fire has ended.
 func BenchmarkIdleWorkerMemory(b *testing.B) {

@@ -6,8 +6,9 @@
 // file before Append returns (so a killed process loses nothing: the kernel has the bytes);
 // AppendBatch writes many records with one write (a group commit). A background syncer fsyncs
 // within SyncInterval, so a power loss loses at most that much. Acknowledged
-// records are forgotten: the highest contiguous acknowledged seq is persisted, and segments that
-// hold only acknowledged records are deleted. The spool is bounded by MaxBytes on disk and says
+// records are forgotten: the highest contiguous acknowledged seq is persisted (within
+// AckSyncInterval: after a crash, records acknowledged since may be delivered again, which
+// logsvc tolerates), and segments that hold only acknowledged records are deleted. The spool is bounded by MaxBytes on disk and says
 // so (ErrFull) rather than growing.
 package spool
 
@@ -48,6 +49,11 @@ type Config struct {
 	SegmentBytes int64
 	// SyncInterval is the longest an appended record waits for fsync. Default 10 ms.
 	SyncInterval time.Duration
+	// AckSyncInterval is the longest an acknowledgement waits to be persisted (and its records'
+	// space to be freed). Persisting it costs two fsyncs, a rename and, once everything is
+	// acknowledged, a new segment file; a crash forgets at most this much of acknowledging.
+	// Default 1 s.
+	AckSyncInterval time.Duration
 	// Logger receives trouble with the files; nil discards.
 	Logger *slog.Logger
 }
@@ -115,6 +121,9 @@ func Open(cfg Config) (*Spool, []Record, error) {
 	cfg.SegmentBytes = min(cfg.SegmentBytes, max(cfg.MaxBytes/4, 1))
 	if cfg.SyncInterval <= 0 {
 		cfg.SyncInterval = 10 * time.Millisecond
+	}
+	if cfg.AckSyncInterval <= 0 {
+		cfg.AckSyncInterval = time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -458,21 +467,36 @@ func (s *Spool) MaxBytes() int64 { return s.cfg.MaxBytes }
 
 // Sync fsyncs everything appended so far and persists the acknowledged mark.
 func (s *Spool) Sync() error {
-	return s.syncOnce()
+	return s.syncOnce(true)
 }
 
 func (s *Spool) syncLoop() {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.SyncInterval)
 	defer t.Stop()
+	markT := time.NewTimer(s.cfg.AckSyncInterval) // armed while a mark waits to be persisted
+	markT.Stop()
+	var markC <-chan time.Time
+	var nextMark time.Time
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.wake:
+		case <-markC:
+			markC = nil
 		}
-		if err := s.syncOnce(); err != nil {
+		now := time.Now()
+		mark := !now.Before(nextMark)
+		if mark {
+			nextMark = now.Add(s.cfg.AckSyncInterval)
+		}
+		if err := s.syncOnce(mark); err != nil {
 			s.log.Error("spool: fsync failed", "dir", s.cfg.Dir, "error", err)
+		}
+		if markC == nil && s.markPending() {
+			markT.Reset(time.Until(nextMark))
+			markC = markT.C
 		}
 		// At most one fsync per interval: appends in between share the next one.
 		select {
@@ -483,16 +507,25 @@ func (s *Spool) syncLoop() {
 	}
 }
 
-// syncOnce fsyncs the written segments, persists the acknowledged mark and deletes segments
-// that hold only acknowledged records.
-func (s *Spool) syncOnce() error {
+// markPending reports whether acknowledgements wait to be persisted.
+func (s *Spool) markPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ackDirty
+}
+
+// syncOnce fsyncs the written segments and, with mark, persists the acknowledged mark and
+// deletes segments that hold only acknowledged records.
+func (s *Spool) syncOnce(mark bool) error {
 	s.mu.Lock()
 	cur, dirty := s.cur, s.dirty
 	s.dirty = false
 	closing := s.toClose
 	s.toClose = nil
-	ackDirty, acked := s.ackDirty, s.acked
-	s.ackDirty = false
+	ackDirty, acked := s.ackDirty && mark, s.acked
+	if ackDirty {
+		s.ackDirty = false
+	}
 	s.mu.Unlock()
 
 	var errs []error
@@ -551,7 +584,7 @@ func (s *Spool) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
-	err := s.syncOnce()
+	err := s.syncOnce(true)
 	s.mu.Lock()
 	cur := s.cur
 	s.cur = nil

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/jobmesh/jobmesh/services/executor-agent/spool"
 )
@@ -279,4 +281,42 @@ func TestAppendBatchAfterReopenContinues(t *testing.T) {
 	if !errors.Is(more[0].Err, spool.ErrClosed) || more[0].Seq != 0 {
 		t.Fatalf("AppendBatch after Close: got seq %d, %v; want ErrClosed", more[0].Seq, more[0].Err)
 	}
+}
+
+// TestAckIsPersistedWithinAckSyncInterval: without Sync or Close, acknowledgements reach the
+// disk at most AckSyncInterval after the last time they did, so a crash then replays only what
+// was not acknowledged; before that, a crash replays acknowledged records too (delivered again,
+// which logsvc tolerates).
+func TestAckIsPersistedWithinAckSyncInterval(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s, _ := open(t, spool.Config{Dir: dir, AckSyncInterval: time.Second})
+		crashReplays := func() []string {
+			synctest.Wait()
+			_, recs := open(t, spool.Config{Dir: crashCopy(t, dir)})
+			return datas(recs)
+		}
+		seq, err := s.Append([]byte("zero"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Ack(seq)
+		time.Sleep(20 * time.Millisecond)
+		if got := crashReplays(); len(got) != 0 {
+			t.Fatalf("first acknowledgement, persisted at once: got %q replayed, want nothing", got)
+		}
+
+		es := []spool.Entry{{Data: []byte("one")}, {Data: []byte("two")}, {Data: []byte("three")}}
+		s.AppendBatch(es)
+		s.Ack(es[0].Seq, es[1].Seq)
+		time.Sleep(100 * time.Millisecond)
+		if got := crashReplays(); !slices.Equal(got, []string{"one", "two", "three"}) {
+			t.Fatalf("a crash right after the next acknowledgements: got %q, want [one two three]", got)
+		}
+		time.Sleep(time.Second)
+		if got := crashReplays(); !slices.Equal(got, []string{"three"}) {
+			t.Fatalf("a crash after AckSyncInterval: got %q, want [three]", got)
+		}
+	})
 }
