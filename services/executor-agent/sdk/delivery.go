@@ -77,8 +77,9 @@ type resultItem struct {
 	seq uint64 // its spool record; 0 when not on disk
 	// merged is the spool record of a final result that took the place of this RUNNING one.
 	merged uint64
-	// staged: not yet taken by writeLoop (so not yet marshalled for the spool).
-	staged bool
+	// staged: not yet taken by writeLoop (so not yet marshalled for the spool); queued: handed
+	// to the results sender. A final result takes a RUNNING one's place only in either state.
+	staged, queued bool
 }
 
 // Spool record kinds: the first byte of a record, then the protobuf.
@@ -400,24 +401,25 @@ func (o *streamOutbox) appendBatch(entries []spool.Entry) {
 // err), to its sender. An item the spool refused for want of room is dropped; one the disk
 // refused for another reason is still delivered from memory (record 0).
 func (o *streamOutbox) deliverLocked(it staged, seq uint64, err error) {
-	what := "log lines"
-	if it.res != nil {
-		what = "result of " + it.res.r.GetTriggerId()
-	}
-	switch {
-	case errors.Is(err, spool.ErrFull):
-		o.drop(what, 1, fmt.Errorf("spool holds %d bytes, SpoolMaxBytes %d: %w", o.sp.Bytes(), o.sp.MaxBytes(), err))
-		o.forgetLocked(it)
-		return
-	case errors.Is(err, spool.ErrClosed):
-		o.drop(what, 1, ackstream.ErrStopped)
-		o.forgetLocked(it)
-		return
-	case errors.Is(err, errEncode):
-		o.drop(what, 1, err)
-		o.forgetLocked(it)
-		return
-	case err != nil:
+	if err != nil {
+		what := "log lines"
+		if it.res != nil {
+			what = "result of " + it.res.r.GetTriggerId()
+		}
+		switch {
+		case errors.Is(err, spool.ErrFull):
+			o.drop(what, 1, fmt.Errorf("spool holds %d bytes, SpoolMaxBytes %d: %w", o.sp.Bytes(), o.sp.MaxBytes(), err))
+			o.forgetLocked(it)
+			return
+		case errors.Is(err, spool.ErrClosed):
+			o.drop(what, 1, ackstream.ErrStopped)
+			o.forgetLocked(it)
+			return
+		case errors.Is(err, errEncode):
+			o.drop(what, 1, err)
+			o.forgetLocked(it)
+			return
+		}
 		o.log.Error("writing to the spool failed; delivering from memory only (lost if the agent dies first)", "item", what, "error", err)
 	}
 	if it.line != nil {
@@ -446,6 +448,7 @@ func (o *streamOutbox) deliverResultLocked(it *resultItem) {
 	id := it.r.GetTriggerId()
 	if it.r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING {
 		o.starts[id] = it
+		it.queued = true
 		o.sendResultLocked(it)
 		return
 	}
@@ -453,7 +456,7 @@ func (o *streamOutbox) deliverResultLocked(it *resultItem) {
 		o.parked[id] = it
 		return
 	}
-	if s, ok := o.starts[id]; ok && s != it {
+	if s, ok := o.starts[id]; ok && s.queued {
 		// Its RUNNING result waits in the results queue: send this one in its place.
 		delete(o.starts, id)
 		s.r, s.merged = it.r, it.seq
