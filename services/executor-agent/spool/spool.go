@@ -50,9 +50,9 @@ type Config struct {
 	// SyncInterval is the longest an appended record waits for fsync. Default 10 ms.
 	SyncInterval time.Duration
 	// AckSyncInterval is the longest an acknowledgement waits to be persisted (and its records'
-	// space to be freed). Persisting it costs two fsyncs, a rename and, once everything is
-	// acknowledged, a new segment file; a crash forgets at most this much of acknowledging.
-	// Default 1 s.
+	// space to be freed; with the files over half of MaxBytes it does not wait). Persisting it
+	// costs two fsyncs, a rename and, once everything is acknowledged, a new segment file; a
+	// crash forgets at most this much of acknowledging. Default 1 s.
 	AckSyncInterval time.Duration
 	// Logger receives trouble with the files; nil discards.
 	Logger *slog.Logger
@@ -487,14 +487,15 @@ func (s *Spool) syncLoop() {
 			markC = nil
 		}
 		now := time.Now()
-		mark := !now.Before(nextMark)
+		pending, filling := s.markPending()
+		mark := !now.Before(nextMark) || (pending && filling)
 		if mark {
 			nextMark = now.Add(s.cfg.AckSyncInterval)
 		}
 		if err := s.syncOnce(mark); err != nil {
 			s.log.Error("spool: fsync failed", "dir", s.cfg.Dir, "error", err)
 		}
-		if markC == nil && s.markPending() {
+		if pending, _ := s.markPending(); pending && markC == nil {
 			markT.Reset(time.Until(nextMark))
 			markC = markT.C
 		}
@@ -507,11 +508,12 @@ func (s *Spool) syncLoop() {
 	}
 }
 
-// markPending reports whether acknowledgements wait to be persisted.
-func (s *Spool) markPending() bool {
+// markPending reports whether acknowledgements wait to be persisted, and whether the files
+// fill half of MaxBytes, when freeing what is acknowledged should not wait.
+func (s *Spool) markPending() (pending, filling bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ackDirty
+	return s.ackDirty, s.diskBytes > s.cfg.MaxBytes/2
 }
 
 // syncOnce fsyncs the written segments and, with mark, persists the acknowledged mark and

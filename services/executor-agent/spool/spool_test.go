@@ -284,9 +284,9 @@ func TestAppendBatchAfterReopenContinues(t *testing.T) {
 }
 
 // TestAckIsPersistedWithinAckSyncInterval: without Sync or Close, acknowledgements reach the
-// disk at most AckSyncInterval after the last time they did, so a crash then replays only what
-// was not acknowledged; before that, a crash replays acknowledged records too (delivered again,
-// which logsvc tolerates).
+// disk at most AckSyncInterval after the mark was last persisted, so a crash then replays only
+// what was not acknowledged; before that, a crash replays acknowledged records too (delivered
+// again, which logsvc tolerates).
 func TestAckIsPersistedWithinAckSyncInterval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -297,26 +297,79 @@ func TestAckIsPersistedWithinAckSyncInterval(t *testing.T) {
 			_, recs := open(t, spool.Config{Dir: crashCopy(t, dir)})
 			return datas(recs)
 		}
+		// The append's sync persists the mark (nothing acknowledged yet): the next may wait 1 s.
 		seq, err := s.Append([]byte("zero"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
 		s.Ack(seq)
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
+		if got := crashReplays(); !slices.Equal(got, []string{"zero"}) {
+			t.Fatalf("a crash 0.5 s after the acknowledgement: got %q, want [zero]", got)
+		}
+		time.Sleep(550 * time.Millisecond)
 		if got := crashReplays(); len(got) != 0 {
-			t.Fatalf("first acknowledgement, persisted at once: got %q replayed, want nothing", got)
+			t.Fatalf("a crash 1 s after the mark was persisted: got %q, want nothing", got)
 		}
 
 		es := []spool.Entry{{Data: []byte("one")}, {Data: []byte("two")}, {Data: []byte("three")}}
 		s.AppendBatch(es)
 		s.Ack(es[0].Seq, es[1].Seq)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
 		if got := crashReplays(); !slices.Equal(got, []string{"one", "two", "three"}) {
 			t.Fatalf("a crash right after the next acknowledgements: got %q, want [one two three]", got)
 		}
 		time.Sleep(time.Second)
 		if got := crashReplays(); !slices.Equal(got, []string{"three"}) {
 			t.Fatalf("a crash after AckSyncInterval: got %q, want [three]", got)
+		}
+	})
+}
+
+// TestAckIsPersistedAtOnceWhenFilling: with the files over half of MaxBytes, acknowledged
+// records are freed without waiting for AckSyncInterval.
+func TestAckIsPersistedAtOnceWhenFilling(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := open(t, spool.Config{Dir: t.TempDir(), MaxBytes: 1000, SegmentBytes: 100, AckSyncInterval: time.Hour})
+		rec := []byte(strings.Repeat("x", 84)) // 100 bytes with its header
+		// The first acknowledgement is persisted at once; the next ones could wait an hour.
+		first, err := s.Append(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Ack(first)
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		if b := s.Bytes(); b != 0 {
+			t.Fatalf("bytes after the first acknowledgement: got %d, want 0", b)
+		}
+		var seqs []uint64
+		for range 6 {
+			seq, err := s.Append(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, seq)
+		}
+		s.Ack(seqs...)
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		if b := s.Bytes(); b != 0 {
+			t.Fatalf("bytes after acknowledging everything at 600 of 1,000: got %d, want 0", b)
+		}
+		// Below half, the same waits.
+		seq, err := s.Append(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Ack(seq)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if b := s.Bytes(); b != 100 {
+			t.Fatalf("bytes a minute after acknowledging 100 of 1,000: got %d, want 100 until AckSyncInterval", b)
 		}
 	})
 }
