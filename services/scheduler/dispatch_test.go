@@ -46,3 +46,21 @@ func TestFullPoolRefuses(t *testing.T) {
 		t.Error("fire accepted by a stopped pool")
 	}
 }
+
+// TestDropReportLogsAnOverloadOnceInAWhile: the first dropped record is reported at once, later
+// ones are counted and reported at most every dropReportEvery, with the count since.
+func TestDropReportLogsAnOverloadOnceInAWhile(t *testing.T) {
+	var d dropReport
+	t0 := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	if n, ok := d.add(t0); !ok || n != 1 {
+		t.Fatalf("first drop: %d, %v; want reported with 1", n, ok)
+	}
+	for i := range 999 {
+		if _, ok := d.add(t0.Add(time.Duration(i) * time.Millisecond)); ok {
+			t.Fatalf("drop %d within %v of the report was reported", i+2, dropReportEvery)
+		}
+	}
+	if n, ok := d.add(t0.Add(dropReportEvery)); !ok || n != 1000 {
+		t.Fatalf("drop after %v: %d, %v; want reported with 1000", dropReportEvery, n, ok)
+	}
+}

@@ -153,6 +153,7 @@ type Service struct {
 	slowness *slowTracker
 	metrics  *metrics
 	records  *ackstream.Sender[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]
+	dropped  dropReport // trigger records the records queue refused
 
 	mu      sync.Mutex
 	started bool
