@@ -3,16 +3,20 @@ package logsvc
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/cluster"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
@@ -162,6 +166,141 @@ func BenchmarkIngest(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), kind+"/s")
 		})
+	}
+}
+
+// BenchmarkIngestFires measures fires stored per second as a cluster sends them: per fire a
+// trigger record on the scheduler's stream and a RUNNING and a final result on one of two
+// agents' streams, as many items per batch on every stream, the three streams sending at once without waiting for
+// acknowledgements (as ackstream does). The streams race, so a fire's result often comes before
+// its record. It reports fires/s, allocations per fire (client and server together) and, when
+// Postgres runs on this machine, the CPU its server processes spent per fire (pg-µs/fire).
+func BenchmarkIngestFires(b *testing.B) {
+	// 500 is a sender's largest batch (ackstream's MaxBatch), what it sends once behind; 50 is
+	// what it sends at 5,000 fires/s when it keeps up (a batch per 10 ms linger).
+	for _, perBatch := range []int{500, 50} {
+		b.Run(fmt.Sprintf("batch=%d", perBatch), func(b *testing.B) { benchIngestFires(b, perBatch) })
+	}
+}
+
+func benchIngestFires(b *testing.B, perBatch int) {
+	u := dbtest.NewPostgres(b)
+	e := newBenchEnv(b, u)
+	ctx := context.Background()
+	fires := (b.N + perBatch - 1) / perBatch * perBatch
+	var recs []*logsv1.IngestTriggerRecordsRequest
+	var res [2][]*logsv1.IngestResultsRequest
+	for i := 0; i < fires; i += perBatch {
+		rr := &logsv1.IngestTriggerRecordsRequest{BatchId: uint64(len(recs))}
+		for j := i; j < i+perBatch; j++ {
+			id := "f-" + strconv.Itoa(j)
+			job, sched := int64(j%1000+1), base+int64(j)
+			r := record(id, job, sched)
+			r.GroupId = int64(j%20 + 1)
+			rr.Records = append(rr.Records, r)
+		}
+		recs = append(recs, rr)
+		for a := range res { // agent a runs the fires j with j%2 == a
+			q := &logsv1.IngestResultsRequest{BatchId: uint64(len(res[a]))}
+			for j := i + a; j < i+perBatch; j += 2 {
+				id := "f-" + strconv.Itoa(j)
+				job, sched := int64(j%1000+1), base+int64(j)
+				q.Results = append(q.Results, result(id, job, logsv1.RunStatus_RUN_STATUS_RUNNING, sched+3),
+					result(id, job, logsv1.RunStatus_RUN_STATUS_SUCCESS, sched+3))
+			}
+			res[a] = append(res[a], q)
+		}
+	}
+	pgCPU := postgresCPU(b, e.db, u)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() { errs <- pipeline(ctx, e.ingest.IngestTriggerRecords, recs) })
+	for a := range res {
+		wg.Go(func() { errs <- pipeline(ctx, e.ingest.IngestResults, res[a]) })
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if pg := pgCPU(); pg > 0 {
+		b.ReportMetric(float64(pg.Microseconds())/float64(fires), "pg-µs/fire")
+	}
+	var done int
+	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM completions`).Scan(&done); err != nil {
+		b.Fatal(err)
+	}
+	if done != fires {
+		b.Fatalf("completions: got %d, want %d (every fire has its record and final result)", done, fires)
+	}
+	b.ReportMetric(float64(fires)/b.Elapsed().Seconds(), "fires/s")
+}
+
+// pipeline sends reqs on a new stream without waiting for acknowledgements and returns once
+// every batch is acknowledged.
+func pipeline[Req, Resp any, S bidi[Req, Resp]](ctx context.Context, open func(context.Context, ...grpc.CallOption) (S, error), reqs []*Req) error {
+	st, err := open(ctx)
+	if err != nil {
+		return err
+	}
+	sent := make(chan error, 1)
+	go func() {
+		for _, r := range reqs {
+			if err := st.Send(r); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- st.CloseSend()
+	}()
+	for range reqs {
+		if _, err := st.Recv(); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	return <-sent
+}
+
+// postgresCPU notes the CPU time of the Postgres server processes serving the database at dbURL
+// and returns a function that gives what they have used since (processes that started since
+// count whole); it gives 0 when they cannot be read (a server on another machine).
+func postgresCPU(b *testing.B, d *db.DB, dbURL string) func() time.Duration {
+	b.Helper()
+	pu, err := url.Parse(dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := strings.TrimPrefix(pu.Path, "/")
+	read := func() map[int]time.Duration {
+		rows, err := d.QueryContext(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = $1`, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[int]time.Duration{}
+		for rows.Next() {
+			var pid int
+			if err := rows.Scan(&pid); err != nil {
+				b.Fatal(err)
+			}
+			if u, err := cluster.ReadUsage(pid); err == nil {
+				out[pid] = u.CPU
+			}
+		}
+		return out
+	}
+	before := read()
+	return func() time.Duration {
+		var sum time.Duration
+		for pid, cpu := range read() {
+			sum += cpu - before[pid]
+		}
+		return sum
 	}
 }
 
