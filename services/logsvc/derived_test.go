@@ -621,10 +621,10 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("validate: %v", err)
 	}
-	if c.LostAfter != 10*time.Minute || c.RecordWait != 10*time.Minute || c.SweepInterval != time.Minute || c.MaxWritingBatches != 8 {
+	if c.LostAfter != 10*time.Minute || c.RecordWait != 10*time.Minute || c.SweepInterval != time.Minute || c.MaxQueuedItems != 50000 {
 		t.Errorf("defaults: got %+v", c)
 	}
-	for _, bad := range []Config{{LostAfter: -1}, {RecordWait: -1}, {SweepInterval: -1}, {MaxWritingBatches: -1}} {
+	for _, bad := range []Config{{LostAfter: -1}, {RecordWait: -1}, {SweepInterval: -1}, {MaxQueuedItems: -1}} {
 		if err := bad.validate(); err == nil {
 			t.Errorf("validate(%+v): got nil, want an error", bad)
 		}

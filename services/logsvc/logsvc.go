@@ -71,10 +71,11 @@ type Config struct {
 	// AlarmChannels deliver failure alarms (EmailChannel, WebhookChannel, or any other). With
 	// none, failed runs are marked NOT_NEEDED.
 	AlarmChannels []AlarmChannel
-	// MaxWritingBatches caps the ingest batches written at once across all streams; a stream
-	// whose batch must wait reads nothing more, so a slow store pushes back on senders through
-	// gRPC flow control instead of filling memory. 0 means 8.
-	MaxWritingBatches int
+	// MaxQueuedItems caps the items (records, results, lines) of the ingest batches received and
+	// not yet committed, across all streams; a stream whose batch must wait reads nothing more,
+	// so a slow store pushes back on senders through gRPC flow control instead of filling
+	// memory. 0 means 50,000.
+	MaxQueuedItems int
 }
 
 func (c *Config) validate() error {
@@ -93,8 +94,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("logsvc: record wait %v: must not be negative", c.RecordWait)
 	case c.SweepInterval < 0:
 		return fmt.Errorf("logsvc: sweep interval %v: must not be negative", c.SweepInterval)
-	case c.MaxWritingBatches < 0:
-		return fmt.Errorf("logsvc: max writing batches %d: must not be negative", c.MaxWritingBatches)
+	case c.MaxQueuedItems < 0:
+		return fmt.Errorf("logsvc: max queued items %d: must not be negative", c.MaxQueuedItems)
 	}
 	if c.LostAfter == 0 {
 		c.LostAfter = 10 * time.Minute
@@ -105,8 +106,8 @@ func (c *Config) validate() error {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Minute
 	}
-	if c.MaxWritingBatches == 0 {
-		c.MaxWritingBatches = 8
+	if c.MaxQueuedItems == 0 {
+		c.MaxQueuedItems = 50000
 	}
 	if c.WatchBatch == 0 {
 		c.WatchBatch = 500
@@ -134,8 +135,8 @@ type Service struct {
 	killer Killer
 	now    func() time.Time
 	hub    *hub
-	// writing holds a token per ingest batch being written (Config.MaxWritingBatches).
-	writing chan struct{}
+	// queue holds the ingest batches waiting for their write cycle (commit.go).
+	queue *queue
 	// beforeCommit, when set (tests only), runs between a transaction's last write and its
 	// commit: where a crash must lose the batch and its acknowledgement together.
 	beforeCommit func(context.Context, *sql.Tx)
@@ -161,7 +162,7 @@ func New(cfg Config, store *db.DB, killer Killer) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub(),
-		writing: make(chan struct{}, cfg.MaxWritingBatches), metrics: newMetrics()}, nil
+		queue: newQueue(), metrics: newMetrics()}, nil
 }
 
 // Register adds IngestService and LogService to g.
@@ -273,7 +274,8 @@ func (s *Service) prune(ctx context.Context) (int64, error) {
 }
 
 // inTx runs fn in a transaction and commits it, retrying a few times when Postgres aborts it
-// for a deadlock or a serialization failure (fn must be safe to run again).
+// for a deadlock or a serialization failure, or a write cycle met a run stored concurrently
+// (fn must be safe to run again).
 func (s *Service) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := s.tx(ctx, fn)
@@ -304,5 +306,5 @@ func (s *Service) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 func retryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	return errors.Is(err, errRunRace) || errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }

@@ -52,7 +52,7 @@ func newMetrics() *metrics {
 		metric.WithDescription("Items (trigger records, results or log lines) in one committed ingest batch."),
 		metric.WithExplicitBucketBoundaries(telemetry.SizeBuckets...))
 	mt.duration, _ = m.Float64Histogram("jobmesh.logsvc.ingest.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to store one ingest batch, from its write slot to commit; error.type is set when it was not stored."),
+		metric.WithDescription("Time to store one ingest batch, from its queueing for a write cycle to commit; error.type is set when it was not stored."),
 		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
 	mt.lag, _ = m.Float64Histogram("jobmesh.logsvc.ingest.lag", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest item of a committed batch at commit: event time (dispatch, run start or end, line written) to stored."),
@@ -71,18 +71,18 @@ func newMetrics() *metrics {
 	return mt
 }
 
-// observe registers the callback that reports the ingest write slots in use.
+// observe registers the callback that reports the ingest queue.
 func (mt *metrics) observe(s *Service) {
 	m := otel.Meter(meterName)
-	writing, _ := m.Int64ObservableUpDownCounter("jobmesh.logsvc.ingest.writing", metric.WithUnit("{batch}"),
-		metric.WithDescription("Ingest batches being written now; at jobmesh.logsvc.ingest.writing.limit senders are held back."))
-	limit, _ := m.Int64ObservableUpDownCounter("jobmesh.logsvc.ingest.writing.limit", metric.WithUnit("{batch}"),
-		metric.WithDescription("Ingest batches written at once at most (MaxWritingBatches)."))
+	queued, _ := m.Int64ObservableUpDownCounter("jobmesh.logsvc.ingest.queued", metric.WithUnit("{item}"),
+		metric.WithDescription("Items of ingest batches received and not yet committed; at jobmesh.logsvc.ingest.queued.limit senders are held back."))
+	limit, _ := m.Int64ObservableUpDownCounter("jobmesh.logsvc.ingest.queued.limit", metric.WithUnit("{item}"),
+		metric.WithDescription("Items of ingest batches held at most (MaxQueuedItems)."))
 	mt.reg, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(writing, int64(len(s.writing)))
-		o.ObserveInt64(limit, int64(cap(s.writing)))
+		o.ObserveInt64(queued, int64(s.queue.queued()))
+		o.ObserveInt64(limit, int64(s.cfg.MaxQueuedItems))
 		return nil
-	}, writing, limit)
+	}, queued, limit)
 }
 
 // stop unregisters the callback.
