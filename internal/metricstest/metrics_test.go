@@ -116,7 +116,7 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	d2.want(t, "executors online, dev app", series{"jobmesh_registry_executors_online", map[string]string{"jobmesh_executor_app": devstack.DevApp}}, equal(1))
 	d2.want(t, "ingest latency of results", series{"jobmesh_logsvc_ingest_duration_seconds", map[string]string{"jobmesh_ingest_stream": "results"}}, atLeast(1))
 	d2.want(t, "ingest lag of log lines", series{"jobmesh_logsvc_ingest_lag_seconds", map[string]string{"jobmesh_ingest_stream": "log_lines"}}, atLeast(1))
-	d2.want(t, "ingest slots limit", series{"jobmesh_logsvc_ingest_writing_limit", nil}, equal(8))
+	d2.want(t, "ingest queue limit", series{"jobmesh_logsvc_ingest_queued_limit", nil}, equal(50000))
 	d2.want(t, "in-process executor's running handlers", series{"jobmesh_executor_runs", map[string]string{"jobmesh_executor_app": devstack.DevApp, "jobmesh_run_state": "running"}}, atLeast(0))
 	d2.want(t, "in-process executor's undelivered items", series{"jobmesh_executor_delivery_pending", map[string]string{"jobmesh_executor_app": devstack.DevApp}}, atLeast(0))
 	for _, pool := range []string{"scheduler", "registry", "logs", "auth"} {

@@ -271,7 +271,8 @@ const (
 )
 
 // alarmPass follows the completions outbox from the stored alarm cursor: a successful run's
-// alarm is NOT_NEEDED; a failed one (failure, timeout, kill, trigger failure, lost) goes to
+// alarm is NOT_NEEDED (ingestion has set it already when it completed the run, in the same row
+// write; this covers runs the sweeps completed); a failed one (failure, timeout, kill, trigger failure, lost) goes to
 // every channel and its run records SENT, FAILED, or NOT_NEEDED when no channel had anything to
 // do. A replica claims a batch by moving the cursor past it (compare-and-set), so replicas never
 // alarm twice; a replica that dies between claim and send loses that batch's alarms (they stay

@@ -283,7 +283,7 @@ func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, tickets []*ticket) (
 			var r run
 			if err := rows.Scan(&r.id, &r.job, &r.group, &r.triggerType, &r.schedMs, &r.trigMs, &r.address, &r.handler, &r.params,
 				&r.shardIndex, &r.shardTotal, &r.attempt, &r.retriesLeft, &r.route, &r.outcome, &r.triggerMsg, &r.status,
-				&r.handleMsg, &r.startMs, &r.endMs, &r.traceID); err != nil {
+				&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm); err != nil {
 				return err
 			}
 			out[r.id] = r
@@ -319,17 +319,17 @@ func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, tickets []*ticket) (
 // readRuns scans them and runColumnar lists them.
 const ingestColumns = `trigger_id, job_id, group_id, trigger_type, scheduled_ms, trigger_ms, executor_address, handler, params,
 	shard_index, shard_total, attempt, retries_left, route_strategy, trigger_outcome, trigger_message, status,
-	handle_message, start_ms, end_ms, trace_id`
+	handle_message, start_ms, end_ms, trace_id, alarm_status`
 
 // ingestTypes are ingestColumns' Postgres array types, for unnest.
 var ingestTypes = []string{"text", "bigint", "bigint", "int", "bigint", "bigint", "text", "text", "text",
-	"int", "int", "int", "int", "int", "int", "text", "int", "text", "bigint", "bigint", "text"}
+	"int", "int", "int", "int", "int", "int", "text", "int", "text", "bigint", "bigint", "text", "int"}
 
 // runValues lists a run's ingestColumns values.
 func runValues(r *run) []any {
 	return []any{r.id, r.job, r.group, r.triggerType, r.schedMs, r.trigMs, r.address, r.handler, r.params,
 		r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft, r.route, r.outcome, r.triggerMsg, r.status,
-		r.handleMsg, r.startMs, r.endMs, r.traceID}
+		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm}
 }
 
 // runColumnar lists runs' ingestColumns values as one array per column (for unnest).
@@ -337,13 +337,13 @@ func runColumnar(runs []*run) []any {
 	n := len(runs)
 	ids, addrs, handlers, params, tmsgs, hmsgs, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	jobs, groups, scheds, trigs, starts, ends := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	ttypes, sidx, stot, atts, rets, routes, outs, sts := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	ttypes, sidx, stot, atts, rets, routes, outs, sts, alarms := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	for i, r := range runs {
 		ids[i], jobs[i], groups[i], ttypes[i], scheds[i], trigs[i], addrs[i], handlers[i], params[i] = r.id, r.job, r.group, r.triggerType, r.schedMs, r.trigMs, r.address, r.handler, r.params
 		sidx[i], stot[i], atts[i], rets[i], routes[i], outs[i], tmsgs[i], sts[i] = r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft, r.route, r.outcome, r.triggerMsg, r.status
-		hmsgs[i], starts[i], ends[i], traces[i] = r.handleMsg, r.startMs, r.endMs, r.traceID
+		hmsgs[i], starts[i], ends[i], traces[i], alarms[i] = r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm
 	}
-	return []any{ids, jobs, groups, ttypes, scheds, trigs, addrs, handlers, params, sidx, stot, atts, rets, routes, outs, tmsgs, sts, hmsgs, starts, ends, traces}
+	return []any{ids, jobs, groups, ttypes, scheds, trigs, addrs, handlers, params, sidx, stot, atts, rets, routes, outs, tmsgs, sts, hmsgs, starts, ends, traces, alarms}
 }
 
 // unnest is a FROM item over n array parameters of the given types, numbered from 1.
@@ -365,7 +365,7 @@ var (
 			params = u.params, shard_index = u.shard_index, shard_total = u.shard_total, attempt = u.attempt,
 			retries_left = u.retries_left, route_strategy = u.route_strategy, trigger_outcome = u.trigger_outcome,
 			trigger_message = u.trigger_message, status = u.status, handle_message = u.handle_message, start_ms = u.start_ms,
-			end_ms = u.end_ms, trace_id = u.trace_id
+			end_ms = u.end_ms, trace_id = u.trace_id, alarm_status = u.alarm_status
 		FROM ` + unnest(ingestTypes) + ` AS u (` + ingestColumns + `)
 		WHERE runs.trigger_id = u.trigger_id`
 	// upsertRunsSQLite's ON CONFLICT clause follows its VALUES.
@@ -375,7 +375,7 @@ var (
 			shard_index = excluded.shard_index, shard_total = excluded.shard_total, attempt = excluded.attempt,
 			retries_left = excluded.retries_left, route_strategy = excluded.route_strategy, trigger_outcome = excluded.trigger_outcome,
 			trigger_message = excluded.trigger_message, status = excluded.status, handle_message = excluded.handle_message,
-			start_ms = excluded.start_ms, end_ms = excluded.end_ms, trace_id = excluded.trace_id`
+			start_ms = excluded.start_ms, end_ms = excluded.end_ms, trace_id = excluded.trace_id, alarm_status = excluded.alarm_status`
 )
 
 // insertRuns stores runs not stored before, in trigger id order (seq follows it).

@@ -20,13 +20,13 @@ import (
 // a running run lacks; a final result applies only to a running run and is refused otherwise.
 
 // run is a runs row as ingestion reads and writes it: every column but seq (the store assigns
-// it) and alarm_status (only the alarms change it).
+// it).
 type run struct {
 	id, address, handler, params, triggerMsg, handleMsg, traceID string
 
 	job, group, schedMs, trigMs, startMs, endMs int64
 
-	triggerType, shardIndex, shardTotal, attempt, retriesLeft, route, outcome, status int32
+	triggerType, shardIndex, shardTotal, attempt, retriesLeft, route, outcome, status, alarm int32
 }
 
 // runSet holds the runs of one write cycle by trigger id: nil for a run not stored yet, and for
@@ -57,7 +57,7 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 	want := int32(rec.GetTriggerOutcome())
 	r := rs.cur[id]
 	if r == nil {
-		r = &run{id: id, outcome: want, status: statusRunning}
+		r = &run{id: id, outcome: want, status: statusRunning, alarm: alarmPending}
 		rs.cur[id] = r
 	}
 	st, outcome, startMs := r.status, r.outcome, r.startMs // before the record
@@ -88,13 +88,23 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 		if r.endMs <= 0 {
 			r.endMs = rs.now
 		}
-		rs.done = append(rs.done, id)
+		rs.complete(r)
 		return
 	default:
 		r.outcome = want
 	}
 	if final(st) && outcome == outcomeNone {
-		rs.done = append(rs.done, id) // the result came first
+		rs.complete(r) // the result came first
+	}
+}
+
+// complete notes that run r has ended and has its record: its completion is to be published.
+// A successful run needs no alarm, and says so now rather than in another row version when
+// the alarm pass reads its completion.
+func (rs *runSet) complete(r *run) {
+	rs.done = append(rs.done, r.id)
+	if r.status == int32(logsv1.RunStatus_RUN_STATUS_SUCCESS) && r.alarm == alarmPending {
+		r.alarm = alarmNotNeeded
 	}
 }
 
@@ -110,7 +120,7 @@ func (rs *runSet) start(res *logsv1.RunResult) {
 			sched = rs.now
 		}
 		rs.cur[id] = &run{id: id, job: res.GetJobId(), startMs: res.GetStartUnixMs(), address: clean(res.GetExecutorAddress()),
-			traceID: traceIDOf(res.GetTraceId(), res.GetTraceparent()), schedMs: sched, status: statusRunning, shardTotal: 1}
+			traceID: traceIDOf(res.GetTraceId(), res.GetTraceparent()), schedMs: sched, status: statusRunning, shardTotal: 1, alarm: alarmPending}
 		return
 	}
 	if r.status != statusRunning {
@@ -139,7 +149,7 @@ func (rs *runSet) end(res *logsv1.RunResult) bool {
 		if sched == 0 {
 			sched = endMs
 		}
-		r = &run{id: id, schedMs: sched, shardTotal: 1}
+		r = &run{id: id, schedMs: sched, shardTotal: 1, alarm: alarmPending}
 		rs.cur[id] = r
 	} else if r.status != statusRunning {
 		return false
@@ -150,7 +160,7 @@ func (rs *runSet) end(res *logsv1.RunResult) bool {
 	}
 	r.fill(res)
 	if r.outcome != outcomeNone {
-		rs.done = append(rs.done, id)
+		rs.complete(r)
 	}
 	return true
 }
