@@ -270,9 +270,9 @@ const (
 	alarmCursorName = "alarms"
 )
 
-// alarmPass follows the completions outbox from the stored alarm cursor: a successful run's
-// alarm is NOT_NEEDED (ingestion has set it already when it completed the run, in the same row
-// write; this covers runs the sweeps completed); a failed one (failure, timeout, kill, trigger failure, lost) goes to
+// alarmPass follows the completions outbox from the stored alarm cursor. A successful run's
+// alarm is NOT_NEEDED, set by whatever completed it in the same row write (ingestion, the
+// missing-record sweep), so the pass has nothing to do for it; a failed one (failure, timeout, kill, trigger failure, lost) goes to
 // every channel and its run records SENT, FAILED, or NOT_NEEDED when no channel had anything to
 // do. A replica claims a batch by moving the cursor past it (compare-and-set), so replicas never
 // alarm twice; a replica that dies between claim and send loses that batch's alarms (they stay
@@ -294,18 +294,11 @@ func (s *Service) alarmPass(ctx context.Context) (int, error) {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return 0, nil // another replica took them
 	}
-	var ok, failed []string
 	for _, c := range cs {
 		if c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS {
-			ok = append(ok, c.GetTriggerId())
-		} else {
-			failed = append(failed, c.GetTriggerId())
+			continue
 		}
-	}
-	if err := s.setAlarm(ctx, ok, alarmNotNeeded); err != nil {
-		return 0, err
-	}
-	for _, id := range failed {
+		id := c.GetTriggerId()
 		st := s.alarm(ctx, id)
 		if err := s.setAlarm(ctx, []string{id}, st); err != nil {
 			return 0, err

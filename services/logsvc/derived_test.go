@@ -194,6 +194,41 @@ func TestLostRuns(t *testing.T) {
 	}
 }
 
+// TestSuccessNeedsNoAlarm checks that a successful run's alarm status is NOT_NEEDED as soon as
+// it is completed, by ingestion or by the missing-record sweep, before any alarm pass, while a
+// failed one waits PENDING for the pass.
+func TestSuccessNeedsNoAlarm(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, st, Config{Retention: -1, RecordWait: time.Minute}, false)
+			now := time.UnixMilli(base)
+			e.svc.now = func() time.Time { return now }
+			const job = 135
+			e.mustResults(t, result("135-a", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base))
+			e.mustRecords(t, record("135-a", job, base), record("135-b", job, base))
+			e.mustResults(t, result("135-b", job, logsv1.RunStatus_RUN_STATUS_FAIL, base),
+				result("135-c", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base-10))
+			if got := e.run(t, "135-c").GetAlarmStatus(); got != logsv1.AlarmStatus_ALARM_STATUS_PENDING {
+				t.Errorf("alarm status of a run not completed yet: got %s, want PENDING", got)
+			}
+			now = now.Add(2 * time.Minute)
+			if n, err := e.svc.sweepUnrecorded(ctxFor(t)); err != nil || n != 1 {
+				t.Fatalf("missing-record sweep: got %d, %v, want 1", n, err)
+			}
+			for id, want := range map[string]logsv1.AlarmStatus{
+				"135-a": logsv1.AlarmStatus_ALARM_STATUS_NOT_NEEDED, "135-b": logsv1.AlarmStatus_ALARM_STATUS_PENDING,
+				"135-c": logsv1.AlarmStatus_ALARM_STATUS_NOT_NEEDED,
+			} {
+				if got := e.run(t, id).GetAlarmStatus(); got != want {
+					t.Errorf("alarm status of %s before any alarm pass: got %s, want %s", id, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestResultWithoutRecordCompletesOnce(t *testing.T) {
 	t.Parallel()
 	for _, st := range dbtest.Stores(t) {

@@ -33,6 +33,7 @@ const (
 
 const (
 	statusRunning = int32(logsv1.RunStatus_RUN_STATUS_RUNNING)
+	statusSuccess = int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)
 	statusFail    = int32(logsv1.RunStatus_RUN_STATUS_FAIL)
 	outcomeNone   = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED)
 	outcomeOK     = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK)

@@ -295,8 +295,10 @@ func (s *Service) sweepUnrecorded(ctx context.Context) (int, error) {
 			if len(ids) == 0 {
 				return nil
 			}
-			// It reached an executor: the result says so.
-			q := `UPDATE runs SET trigger_outcome = ` + s.ph(1) + `, trigger_message = ` + s.ph(2) + `
+			// It reached an executor: the result says so. A successful run needs no alarm.
+			q := `UPDATE runs SET trigger_outcome = ` + s.ph(1) + `, trigger_message = ` + s.ph(2) + `,
+					alarm_status = ` + fmt.Sprintf(`CASE WHEN status = %d AND alarm_status = %d THEN %d ELSE alarm_status END`,
+				statusSuccess, alarmPending, alarmNotNeeded) + `
 				WHERE trigger_outcome = ` + s.ph(3) + ` AND trigger_id IN ` + s.in(len(ids), 4)
 			args := append([]any{outcomeOK, "the scheduler's trigger record never arrived; completed from the executor's result", outcomeNone}, anys(ids)...)
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {

@@ -103,7 +103,7 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 // the alarm pass reads its completion.
 func (rs *runSet) complete(r *run) {
 	rs.done = append(rs.done, r.id)
-	if r.status == int32(logsv1.RunStatus_RUN_STATUS_SUCCESS) && r.alarm == alarmPending {
+	if r.status == statusSuccess && r.alarm == alarmPending {
 		r.alarm = alarmNotNeeded
 	}
 }
