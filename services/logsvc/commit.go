@@ -20,51 +20,122 @@ import (
 // writer takes everything queued (up to maxCycleItems) and writes it in one transaction, a
 // write cycle: a fire's record and results that came on different streams meet there and are
 // written as one row, and a busy store takes fewer, larger transactions instead of falling
-// further behind one small batch at a time. A batch is acknowledged after its cycle commits.
+// further behind one small batch at a time. A batch is acknowledged once everything in it has
+// been written and committed.
+//
+// A record or result for a run that is not stored yet, whose counterpart (the results, or the
+// record) is not in the cycle, is held back (parked) for the next cycle, and for parkFor at
+// most: the two sides of a fire reach logsvc a few milliseconds apart, often on either
+// side of a cycle's start, and a run written from one side is written again when the other
+// comes. All items of a trigger id in a cycle are parked or written together, in order.
 //
 // The writer is a goroutine that starts when a batch is queued and none runs, and ends when
-// the queue is empty. A cycle's work stops once every stream waiting on it has ended.
+// nothing is queued or parked. A cycle's work stops once every stream waiting on it has ended.
 
-// maxCycleItems caps the items one write cycle takes (it takes at least one batch, which may
-// hold up to maxBatchItems).
-const maxCycleItems = 10000
+const (
+	// maxCycleItems caps the items one write cycle takes (it takes at least one batch, which
+	// may hold up to maxBatchItems).
+	maxCycleItems = 10000
+	// parkFor is how long a record or result may wait for its counterpart.
+	parkFor = 50 * time.Millisecond
+)
 
-// ticket is one ingest batch (one of records, results or lines) on its way to the store.
+// ticket is one ingest batch on its way to the store.
 type ticket struct {
-	records []*logsv1.TriggerRecord
-	results []*logsv1.RunResult
-	lines   []*logsv1.LogLine
+	// ops are the batch's records or results, in the order they apply; lines its log lines.
+	ops   []op
+	lines []*logsv1.LogLine
 	// ctx is the stream's: a ticket whose stream has ended is dropped unwritten.
 	ctx context.Context
 	// queued is when the batch was queued.
 	queued time.Time
 
-	// Set by the writer before it closes done.
+	// Owned by the writer; set before it closes done.
+	left      int      // ops not yet written
 	refused   []string // results refused: their runs had ended
 	committed time.Time
 	err       error
+	finished  bool
 	done      chan struct{}
 }
 
-func (t *ticket) items() int { return len(t.records) + len(t.results) + len(t.lines) }
+func (t *ticket) items() int { return len(t.ops) + len(t.lines) }
 
+// finish ends the ticket's wait, once.
 func (t *ticket) finish(committed time.Time, err error) {
+	if t.finished {
+		return
+	}
+	t.finished = true
 	t.committed, t.err = committed, err
+	slices.Sort(t.refused)
+	t.refused = slices.Compact(t.refused)
 	close(t.done)
 }
 
-// queue holds the batches waiting for the writer.
+// recordsTicket holds a batch of trigger records: the last record of a trigger id in the batch
+// counts.
+func recordsTicket(recs []*logsv1.TriggerRecord) *ticket {
+	t := &ticket{done: make(chan struct{})}
+	last := make(map[string]int, len(recs))
+	for i, r := range recs {
+		last[r.GetTriggerId()] = i
+	}
+	for i, r := range recs {
+		if last[r.GetTriggerId()] == i {
+			t.ops = append(t.ops, op{t: t, id: r.GetTriggerId(), rec: r})
+		}
+	}
+	return t
+}
+
+// resultsTicket holds a batch of results. The first RUNNING and the first final result of a
+// trigger id in the batch count; a later RUNNING is dropped, a later final result is refused
+// like any result for a run that ended. RUNNING results go first, so a batch holding a fire's
+// RUNNING and its final result ends with the final one whatever their order.
+func resultsTicket(results []*logsv1.RunResult) *ticket {
+	t := &ticket{done: make(chan struct{})}
+	started := map[string]bool{}
+	for _, r := range results {
+		if id := r.GetTriggerId(); int32(r.GetStatus()) == statusRunning && !started[id] {
+			started[id] = true
+			t.ops = append(t.ops, op{t: t, id: id, res: r})
+		}
+	}
+	ended := make(map[string]bool, len(results))
+	for _, r := range results {
+		id := r.GetTriggerId()
+		switch {
+		case int32(r.GetStatus()) == statusRunning:
+		case ended[id]:
+			t.refused = append(t.refused, id)
+		default:
+			ended[id] = true
+			t.ops = append(t.ops, op{t: t, id: id, res: r})
+		}
+	}
+	return t
+}
+
+// linesTicket holds a batch of log lines.
+func linesTicket(lines []*logsv1.LogLine) *ticket {
+	return &ticket{lines: lines, done: make(chan struct{})}
+}
+
+// queue holds the batches waiting for the writer, and the items it parked.
 type queue struct {
 	mu      sync.Mutex
 	waiting []*ticket
-	held    int           // items queued or being written
+	held    int           // items queued, parked or being written
 	writing bool          // a writer goroutine runs
 	room    chan struct{} // closed and replaced when held drops
+	arrived chan struct{} // closed and replaced when a batch is queued
+	parked  []op          // owned by the writer
 }
 
-func newQueue() *queue { return &queue{room: make(chan struct{})} }
+func newQueue() *queue { return &queue{room: make(chan struct{}), arrived: make(chan struct{})} }
 
-// queued reports the items queued or being written.
+// queued reports the items queued, parked or being written.
 func (q *queue) queued() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -80,8 +151,11 @@ func (s *Service) submit(t *ticket) error {
 		q.mu.Lock()
 		if q.held == 0 || q.held+n <= s.cfg.MaxQueuedItems {
 			t.queued = time.Now()
+			t.left = len(t.ops)
 			q.waiting = append(q.waiting, t)
 			q.held += n
+			close(q.arrived)
+			q.arrived = make(chan struct{})
 			if !q.writing {
 				q.writing = true
 				go s.drain()
@@ -99,13 +173,24 @@ func (s *Service) submit(t *ticket) error {
 	}
 }
 
-// drain writes what is queued, a cycle at a time, until the queue is empty.
+// drain writes what is queued and parked, a cycle at a time, until nothing is left.
 func (s *Service) drain() {
 	q := s.queue
 	for {
 		q.mu.Lock()
-		var cycle []*ticket
-		n := 0
+		// Parked items of streams that have ended are dropped.
+		parked := q.parked[:0]
+		for _, o := range q.parked {
+			if o.t.ctx.Err() != nil {
+				q.held--
+				o.t.finish(time.Now(), o.t.ctx.Err())
+				continue
+			}
+			parked = append(parked, o)
+		}
+		q.parked = parked
+		var taken []*ticket
+		n := len(parked)
 		for len(q.waiting) > 0 {
 			t := q.waiting[0]
 			if t.ctx.Err() != nil { // its stream ended: nobody waits for it
@@ -114,60 +199,135 @@ func (s *Service) drain() {
 				t.finish(time.Now(), t.ctx.Err())
 				continue
 			}
-			if len(cycle) > 0 && n+t.items() > maxCycleItems {
+			if (len(taken) > 0 || len(parked) > 0) && n+t.items() > maxCycleItems {
 				break
 			}
 			q.waiting = q.waiting[1:]
-			cycle = append(cycle, t)
+			taken = append(taken, t)
 			n += t.items()
 		}
-		if len(cycle) == 0 {
+		if len(taken) == 0 && len(parked) == 0 {
 			q.writing = false
 			q.waiting = nil
-			close(q.room)
-			q.room = make(chan struct{})
 			q.mu.Unlock()
 			return
 		}
+		if len(taken) == 0 {
+			// Only parked items: wait for their counterparts, or until one may wait no more.
+			due := parked[0].parked
+			for _, o := range parked {
+				if o.parked.Before(due) {
+					due = o.parked
+				}
+			}
+			if wait := time.Until(due.Add(parkFor)); wait > 0 {
+				arrived := q.arrived
+				q.mu.Unlock()
+				timer := time.NewTimer(wait)
+				select {
+				case <-arrived:
+				case <-timer.C:
+				}
+				timer.Stop()
+				continue
+			}
+		}
+		q.parked = nil
 		q.mu.Unlock()
-		s.writeCycle(cycle)
+		var ops []op
+		ops = append(ops, parked...)
+		for _, t := range taken {
+			ops = append(ops, t.ops...)
+		}
+		still, released := s.writeCycle(ops, taken, true)
 		q.mu.Lock()
-		q.held -= n
+		q.parked = still
+		q.held -= released
 		close(q.room)
 		q.room = make(chan struct{})
 		q.mu.Unlock()
 	}
 }
 
-// writeCycle writes tickets in one transaction and finishes them. When the store refuses a
-// cycle of several batches, each is written again alone, so a batch the store cannot take
-// fails only its own stream.
-func (s *Service) writeCycle(tickets []*ticket) {
+// writeCycle writes ops (parked ones first, then those of the batches taken, in order) and the
+// lines of the batches taken in one transaction, parking what may wait when park is set, and
+// finishes every batch that has nothing left to write. It returns the ops parked and how many
+// items it is done with (written, or failed with their batch). When the store refuses a cycle
+// of several batches, each is written again alone, so a batch the store cannot take fails only
+// its own stream.
+func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op, released int) {
+	// The batches involved, oldest first: those of the ops, then those that bring only lines.
+	var tickets []*ticket
+	involved := map[*ticket]bool{}
+	for _, o := range ops {
+		if !involved[o.t] {
+			involved[o.t] = true
+			tickets = append(tickets, o.t)
+		}
+	}
+	var lines []*logsv1.LogLine
+	for _, t := range taken {
+		lines = append(lines, t.lines...)
+		if !involved[t] {
+			involved[t] = true
+			tickets = append(tickets, t)
+		}
+	}
 	ctx, cancel := cycleContext(tickets)
 	defer cancel()
-	var out cycleOutcome
+	var plan cyclePlan
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = s.writeTickets(ctx, tx, tickets)
+		plan, err = s.writeOps(ctx, tx, ops, lines, park)
+		if err == nil && len(plan.applied) == 0 && len(lines) == 0 {
+			return errAllParked // nothing to commit
+		}
 		return err
 	})
-	if err != nil && len(tickets) > 1 && ctx.Err() == nil {
-		s.log.WarnContext(ctx, "ingest write cycle failed; writing its batches one at a time", "batches", len(tickets), "error", err)
-		for _, t := range tickets {
-			s.writeCycle([]*ticket{t})
-		}
-		return
+	if errors.Is(err, errAllParked) {
+		err = nil
 	}
 	now := time.Now()
-	if err == nil {
-		s.hub.runsChanged(out.ids)
-		if out.completed {
-			s.hub.completionsChanged()
+	if err != nil {
+		if len(tickets) > 1 && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "ingest write cycle failed; writing its batches one at a time", "batches", len(tickets), "error", err)
+			for _, t := range tickets {
+				var own []op
+				for _, o := range ops {
+					if o.t == t {
+						own = append(own, o)
+					}
+				}
+				var alone []*ticket
+				if slices.Contains(taken, t) {
+					alone = []*ticket{t}
+				}
+				_, n := s.writeCycle(own, alone, false)
+				released += n
+			}
+			return nil, released
 		}
+		for _, t := range tickets {
+			t.finish(now, err)
+		}
+		return nil, len(ops) + len(lines)
+	}
+	s.hub.runsChanged(plan.ids)
+	if plan.completed {
+		s.hub.completionsChanged()
+	}
+	for _, o := range plan.applied {
+		o.t.left--
+	}
+	for t, ids := range plan.refused {
+		t.refused = append(t.refused, ids...)
 	}
 	for _, t := range tickets {
-		t.finish(now, err)
+		if t.left == 0 {
+			t.finish(now, nil)
+		}
 	}
+	return plan.parked, len(plan.applied) + len(lines)
 }
 
 // cycleContext is canceled once the streams of all tickets have ended.
@@ -191,91 +351,121 @@ func cycleContext(tickets []*ticket) (context.Context, context.CancelFunc) {
 	}
 }
 
-// cycleOutcome is what a committed cycle changed: the runs its batches named, and whether it
-// published completions.
-type cycleOutcome struct {
-	ids       []string
-	completed bool
+// cyclePlan is what a committed cycle did.
+type cyclePlan struct {
+	ids       []string             // the runs it wrote or wrote lines of, sorted
+	completed bool                 // it published completions
+	applied   []op                 // the ops it applied
+	parked    []op                 // the ops it held back
+	refused   map[*ticket][]string // final results refused, by batch
 }
 
-// writeTickets applies the tickets, in order, to the runs they name (read and locked first) and
-// writes each changed run once, then the log lines, then the completions of the runs that
-// ended. It sets each results ticket's refused ids.
-func (s *Service) writeTickets(ctx context.Context, tx *sql.Tx, tickets []*ticket) (cycleOutcome, error) {
-	var out cycleOutcome
-	named := map[string]bool{}
-	var lines []*logsv1.LogLine
-	for _, t := range tickets {
-		for _, r := range t.records {
-			named[r.GetTriggerId()] = true
+// writeOps reads and locks the runs ops name, applies ops to them in order, except those it
+// parks, and writes each changed run once, then lines, then the completions of the runs that
+// ended.
+func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*logsv1.LogLine, park bool) (cyclePlan, error) {
+	plan := cyclePlan{refused: map[*ticket][]string{}}
+	seen := map[string]bool{}
+	var ids []string
+	for _, o := range ops {
+		if !seen[o.id] {
+			seen[o.id] = true
+			ids = append(ids, o.id)
 		}
-		for _, r := range t.results {
-			named[r.GetTriggerId()] = true
-		}
-		for _, l := range t.lines {
-			named[l.GetTriggerId()] = true
-		}
-		lines = append(lines, t.lines...)
 	}
-	out.ids = make([]string, 0, len(named))
-	for id := range named {
-		out.ids = append(out.ids, id)
-	}
-	slices.Sort(out.ids)
-	now := s.now().UnixMilli()
-	stored, err := s.readRuns(ctx, tx, tickets)
+	slices.Sort(ids)
+	stored, err := s.readRuns(ctx, tx, ids)
 	if err != nil {
-		return out, err
+		return plan, err
 	}
-	rs := newRunSet(stored, now)
-	for _, t := range tickets {
-		switch {
-		case t.records != nil:
-			rs.records(t.records)
-		case t.results != nil:
-			t.refused = rs.results(t.results)
+	waits := map[string]bool{}
+	if park {
+		waits = mayWait(ops, stored)
+	}
+	rs := newRunSet(stored, s.now().UnixMilli())
+	named := map[string]bool{}
+	now := time.Now()
+	for _, o := range ops {
+		if waits[o.id] {
+			if o.parked.IsZero() {
+				o.parked = now
+			}
+			plan.parked = append(plan.parked, o)
+			continue
 		}
+		if !rs.apply(o) {
+			plan.refused[o.t] = append(plan.refused[o.t], o.id)
+		}
+		plan.applied = append(plan.applied, o)
+		named[o.id] = true
 	}
+	for _, l := range lines {
+		named[l.GetTriggerId()] = true
+	}
+	for id := range named {
+		plan.ids = append(plan.ids, id)
+	}
+	slices.Sort(plan.ids)
 	inserts, updates := rs.changes()
 	if err := s.insertRuns(ctx, tx, inserts); err != nil {
-		return out, err
+		return plan, err
 	}
 	if err := s.updateRuns(ctx, tx, updates); err != nil {
-		return out, err
+		return plan, err
 	}
 	if err := s.insertLines(ctx, tx, lines); err != nil {
-		return out, err
+		return plan, err
 	}
 	slices.Sort(rs.done)
 	done := slices.Compact(rs.done)
-	out.completed = len(done) > 0
-	return out, s.complete(ctx, tx, done, now)
+	plan.completed = len(done) > 0
+	return plan, s.complete(ctx, tx, done, rs.now)
 }
+
+// mayWait returns the trigger ids whose ops may be parked: the run is not stored, the ops are
+// all records or all results (the other side has not come), none is a FAILED record (no result
+// follows one), and none was parked parkFor ago or longer.
+func mayWait(ops []op, stored map[string]run) map[string]bool {
+	type sides struct {
+		rec, res, failed bool
+		first            time.Time // parked first; zero if never
+	}
+	byID := map[string]*sides{}
+	for _, o := range ops {
+		if _, ok := stored[o.id]; ok {
+			continue
+		}
+		sd := byID[o.id]
+		if sd == nil {
+			sd = &sides{first: o.parked}
+			byID[o.id] = sd
+		}
+		if o.rec != nil {
+			sd.rec = true
+			sd.failed = sd.failed || int32(o.rec.GetTriggerOutcome()) == outcomeFailed
+		} else {
+			sd.res = true
+		}
+	}
+	out := map[string]bool{}
+	for id, sd := range byID {
+		if sd.rec != sd.res && !sd.failed && (sd.first.IsZero() || time.Since(sd.first) < parkFor) {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// errAllParked: a cycle parked everything it took; its transaction is rolled back.
+var errAllParked = errors.New("every item parked")
 
 // errRunRace: a run the cycle did not find when it read the runs was stored before it could
 // insert it (another replica's write); the cycle is run again.
 var errRunRace = errors.New("a run was stored concurrently")
 
-// readRuns reads the stored runs that the tickets' records and results name, locking them on
-// Postgres (in trigger id order) until the cycle commits.
-func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, tickets []*ticket) (map[string]run, error) {
-	seen := map[string]bool{}
-	var ids []string
-	for _, t := range tickets {
-		for _, r := range t.records {
-			if id := r.GetTriggerId(); !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-		for _, r := range t.results {
-			if id := r.GetTriggerId(); !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-	}
-	slices.Sort(ids)
+// readRuns reads the stored runs ids (sorted), locking them on Postgres (in that order) until
+// the cycle commits.
+func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, ids []string) (map[string]run, error) {
 	out := make(map[string]run, len(ids))
 	scan := func(rows *sql.Rows) error {
 		defer rows.Close()

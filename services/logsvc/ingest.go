@@ -206,7 +206,7 @@ func checkRecords(req *logsv1.IngestTriggerRecordsRequest) (*ticket, error) {
 			return nil, apierr.Field(fmt.Sprintf("records[%d].trigger_outcome", i), "want OK or FAILED, got %s", o)
 		}
 	}
-	return &ticket{records: nonNil(recs), done: make(chan struct{})}, nil
+	return recordsTicket(recs), nil
 }
 
 // checkResults checks a batch of results.
@@ -223,7 +223,7 @@ func checkResults(req *logsv1.IngestResultsRequest) (*ticket, error) {
 			return nil, apierr.Field(fmt.Sprintf("results[%d].status", i), "want RUNNING, SUCCESS, FAIL, TIMEOUT or KILLED, got %s", r.GetStatus())
 		}
 	}
-	return &ticket{results: nonNil(results), done: make(chan struct{})}, nil
+	return resultsTicket(results), nil
 }
 
 // checkLines checks a batch of log lines.
@@ -240,16 +240,7 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 			return nil, apierr.Field(fmt.Sprintf("lines[%d].line_no", i), "want 1 or more, got %d", l.GetLineNo())
 		}
 	}
-	return &ticket{lines: lines, done: make(chan struct{})}, nil
-}
-
-// nonNil returns xs, or an empty slice for none, so a ticket says what kind of batch it holds
-// even when the batch is empty.
-func nonNil[T any](xs []T) []T {
-	if xs == nil {
-		return []T{}
-	}
-	return xs
+	return linesTicket(lines), nil
 }
 
 // complete publishes the runs ids as completions, once each, from their stored rows, and counts

@@ -3,12 +3,13 @@ package logsvc
 import (
 	"slices"
 	"strings"
+	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 )
 
 // A write cycle (see commit.go) reads the stored rows of the runs its batches name, applies the
-// batches to them here, in memory and in the order they arrived, and then writes every run that
+// batches' records and results to them here, in memory and in the order they arrived, and then writes every run that
 // changed once. A fire's trigger record, its RUNNING result and its final result, which reach
 // logsvc on different streams within milliseconds, then cost one row write instead of the four
 // upserts and updates a batch at a time took: on the runs table, with its nine indexes, a row
@@ -175,47 +176,28 @@ func (r *run) fill(res *logsv1.RunResult) {
 	}
 }
 
-// records applies a batch of trigger records: the last record of a trigger id in the batch
-// counts.
-func (rs *runSet) records(recs []*logsv1.TriggerRecord) {
-	last := make(map[string]int, len(recs))
-	for i, r := range recs {
-		last[r.GetTriggerId()] = i
-	}
-	for i, r := range recs {
-		if last[r.GetTriggerId()] == i {
-			rs.record(r)
-		}
-	}
+// op is one thing a write cycle applies to a run: a trigger record, or a RUNNING or final
+// result, and the batch it came in.
+type op struct {
+	t   *ticket
+	id  string
+	rec *logsv1.TriggerRecord // a record; else res
+	res *logsv1.RunResult
+	// parked is when a cycle first held it back (commit.go); zero until then.
+	parked time.Time
 }
 
-// results applies a batch of results and returns the trigger ids of the final results it
-// refused, sorted. The first RUNNING and the first final result of a trigger id in the batch
-// count; a later RUNNING is dropped, a later final result is refused like any result for a run
-// that ended. RUNNING results go first, so a batch holding a fire's RUNNING and its final
-// result ends with the final one whatever their order.
-func (rs *runSet) results(results []*logsv1.RunResult) []string {
-	started := map[string]bool{}
-	for _, r := range results {
-		if id := r.GetTriggerId(); int32(r.GetStatus()) == statusRunning && !started[id] {
-			started[id] = true
-			rs.start(r)
-		}
+// apply applies o and reports whether it was taken: false only for a final result refused.
+func (rs *runSet) apply(o op) bool {
+	switch {
+	case o.rec != nil:
+		rs.record(o.rec)
+	case int32(o.res.GetStatus()) == statusRunning:
+		rs.start(o.res)
+	default:
+		return rs.end(o.res)
 	}
-	ended := make(map[string]bool, len(results))
-	var refused []string
-	for _, r := range results {
-		id := r.GetTriggerId()
-		if int32(r.GetStatus()) == statusRunning {
-			continue
-		}
-		if ended[id] || !rs.end(r) {
-			refused = append(refused, id)
-		}
-		ended[id] = true
-	}
-	slices.Sort(refused)
-	return slices.Compact(refused)
+	return true
 }
 
 // changes returns the runs to insert (not stored before) and to update (stored, and changed),
