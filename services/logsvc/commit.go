@@ -25,9 +25,11 @@ import (
 //
 // A record or result for a run that is not stored yet, whose counterpart (the results, or the
 // record) is not in the cycle, is held back (parked) for the next cycle, and for parkFor at
-// most: the two sides of a fire reach logsvc a few milliseconds apart, often on either
-// side of a cycle's start, and a run written from one side is written again when the other
-// comes. All items of a trigger id in a cycle are parked or written together, in order.
+// most: the two sides of a fire reach logsvc a few milliseconds apart, often on either side of
+// a cycle's start, and a run written from one side is written again when the other comes. Only
+// a cycle that took every batch waiting parks: behind a backlog the other side is rarely just
+// one cycle away, and parked items would take the room of the batches that wait. All items of
+// a trigger id in a cycle are parked or written together, in order.
 //
 // The writer is a goroutine that starts when a batch is queued and none runs, and ends when
 // nothing is queued or parked. A cycle's work stops once every stream waiting on it has ended.
@@ -233,13 +235,14 @@ func (s *Service) drain() {
 			}
 		}
 		q.parked = nil
+		park := len(q.waiting) == 0 // no backlog
 		q.mu.Unlock()
 		var ops []op
 		ops = append(ops, parked...)
 		for _, t := range taken {
 			ops = append(ops, t.ops...)
 		}
-		still, released := s.writeCycle(ops, taken, true)
+		still, released := s.writeCycle(ops, taken, park)
 		q.mu.Lock()
 		q.parked = still
 		q.held -= released
