@@ -688,7 +688,7 @@ func TestRetentionLeavesNewerRowsAlone(t *testing.T) {
 			now := day.AddDate(0, 0, 60)
 			e.svc.now = func() time.Time { return day } // completions written "then"
 			var old, recent []*logsv1.TriggerRecord
-			var oldRes []*logsv1.RunResult
+			var oldRes, recentRes []*logsv1.RunResult
 			var lines []*logsv1.LogLine
 			for i := range deleteBatch + 300 {
 				id := fmt.Sprintf("135-old-%05d", i)
@@ -699,11 +699,14 @@ func TestRetentionLeavesNewerRowsAlone(t *testing.T) {
 			for i := range 20 {
 				id := fmt.Sprintf("135-new-%02d", i)
 				recent = append(recent, record(id, 135, now.AddDate(0, 0, -29).UnixMilli()))
+				recentRes = append(recentRes, result(id, 135, logsv1.RunStatus_RUN_STATUS_SUCCESS, now.AddDate(0, 0, -29).UnixMilli()))
 				lines = append(lines, line(id, 1, "new"))
 			}
 			e.mustRecords(t, append(old, recent...)...)
 			e.mustResults(t, oldRes...)
 			e.mustLines(t, lines...)
+			e.svc.now = func() time.Time { return now.AddDate(0, 0, -1) } // recent completions
+			e.mustResults(t, recentRes...)
 			e.svc.now = func() time.Time { return now }
 			n, err := e.svc.prune(ctxFor(t))
 			if err != nil || n != int64(len(old)) {
@@ -718,11 +721,12 @@ func TestRetentionLeavesNewerRowsAlone(t *testing.T) {
 				return n
 			}
 			for q, want := range map[string]int{
-				`SELECT COUNT(*) FROM runs WHERE trigger_id LIKE '135-old-%'`:      0,
-				`SELECT COUNT(*) FROM run_lines WHERE trigger_id LIKE '135-old-%'`: 0,
-				`SELECT COUNT(*) FROM completions WHERE job_id = 135`:              0,
-				`SELECT COUNT(*) FROM runs WHERE trigger_id LIKE '135-new-%'`:      20,
-				`SELECT COUNT(*) FROM run_lines WHERE trigger_id LIKE '135-new-%'`: 20,
+				`SELECT COUNT(*) FROM runs WHERE trigger_id LIKE '135-old-%'`:        0,
+				`SELECT COUNT(*) FROM run_lines WHERE trigger_id LIKE '135-old-%'`:   0,
+				`SELECT COUNT(*) FROM completions WHERE trigger_id LIKE '135-old-%'`: 0,
+				`SELECT COUNT(*) FROM completions WHERE trigger_id LIKE '135-new-%'`: 20,
+				`SELECT COUNT(*) FROM runs WHERE trigger_id LIKE '135-new-%'`:        20,
+				`SELECT COUNT(*) FROM run_lines WHERE trigger_id LIKE '135-new-%'`:   20,
 			} {
 				if got := count(q); got != want {
 					t.Errorf("%s: got %d, want %d", q, got, want)

@@ -262,8 +262,11 @@ func (s *Service) prune(ctx context.Context) (int64, error) {
 		return n, err
 	}
 	for {
-		res, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM completions WHERE cursor IN
-			(SELECT cursor FROM completions WHERE created_ms < $1 ORDER BY cursor LIMIT $2)`), cutoff, deleteBatch)
+		// Cursors follow creation (writers serialize on completionsLock; created_ms is taken
+		// shortly before): the oldest completions are the first cursors, and a batch that holds
+		// a newer one is the last.
+		res, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM completions WHERE created_ms < $1 AND cursor IN
+			(SELECT cursor FROM completions ORDER BY cursor LIMIT $2)`), cutoff, deleteBatch)
 		if err != nil {
 			return n, fmt.Errorf("prune completions: %w", err)
 		}

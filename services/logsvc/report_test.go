@@ -201,7 +201,7 @@ func TestGroupReportsMigration(t *testing.T) {
 			t.Parallel()
 			old := fstest.MapFS{}
 			err := fs.WalkDir(MigrationsFS(), ".", func(path string, d fs.DirEntry, err error) error {
-				if err != nil || d.IsDir() || strings.Contains(path, "/00003_") {
+				if err != nil || d.IsDir() || d.Name() >= "00003_" { // the migrations before 00003
 					return err
 				}
 				b, err := fs.ReadFile(MigrationsFS(), path)
