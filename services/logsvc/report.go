@@ -11,6 +11,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/db"
 )
 
 // Reports are kept as runs complete: complete() counts every completion it publishes into
@@ -78,20 +79,21 @@ func (c reportCounts) add(schedMs, group, job int64, st int32) {
 // counterTables are the upserts of each kind of counter row.
 var counterTables = [...]struct {
 	table    string
-	cols     int // columns of a row
-	insert   string
+	cols     int    // columns of a row
+	columns  string // their names
 	conflict string
 }{
-	perDay: {"report_group_days", 4, `INSERT INTO report_group_days (day, group_id, success, fail) VALUES `,
+	perDay: {"report_group_days", 4, `day, group_id, success, fail`,
 		` ON CONFLICT (day, group_id) DO UPDATE SET success = report_group_days.success + excluded.success, fail = report_group_days.fail + excluded.fail`},
-	perJob: {"report_group_jobs", 5, `INSERT INTO report_group_jobs (day, group_id, job_id, success, fail) VALUES `,
+	perJob: {"report_group_jobs", 5, `day, group_id, job_id, success, fail`,
 		` ON CONFLICT (day, group_id, job_id) DO UPDATE SET success = report_group_jobs.success + excluded.success, fail = report_group_jobs.fail + excluded.fail`},
-	perMinute: {"report_minutes", 4, `INSERT INTO report_minutes (minute, group_id, success, fail) VALUES `,
+	perMinute: {"report_minutes", 4, `minute, group_id, success, fail`,
 		` ON CONFLICT (minute, group_id) DO UPDATE SET success = report_minutes.success + excluded.success, fail = report_minutes.fail + excluded.fail`},
 }
 
 // bumpReports adds counts to the report tables. Rows are written in key order; on Postgres the
-// caller holds the completions lock, so counter rows never deadlock.
+// caller holds the completions lock, so counter rows never deadlock. Postgres takes each table's
+// rows as arrays, in one statement whose text never changes (so it is prepared once).
 func (s *Service) bumpReports(ctx context.Context, tx *sql.Tx, counts reportCounts) error {
 	if len(counts.rows) == 0 {
 		return nil
@@ -99,20 +101,43 @@ func (s *Service) bumpReports(ctx context.Context, tx *sql.Tx, counts reportCoun
 	keys := slices.SortedFunc(maps.Keys(counts.rows), func(a, b reportKey) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.at, b.at), cmp.Compare(a.group, b.group), cmp.Compare(a.job, b.job))
 	})
-	var args [len(counterTables)][]any
+	var rows [len(counterTables)][][]int64 // per kind, a row of column values per key
 	for _, k := range keys {
 		c := counts.rows[k]
 		if k.kind == perJob {
-			args[k.kind] = append(args[k.kind], k.at, k.group, k.job, c[0], c[1])
+			rows[k.kind] = append(rows[k.kind], []int64{k.at, k.group, k.job, c[0], c[1]})
 		} else {
-			args[k.kind] = append(args[k.kind], k.at, k.group, c[0], c[1])
+			rows[k.kind] = append(rows[k.kind], []int64{k.at, k.group, c[0], c[1]})
 		}
 	}
 	for kind, t := range counterTables {
-		width := t.cols
-		for _, chunk := range chunks(args[kind], width*rowsPerStatement) {
-			q := t.insert + s.values(len(chunk)/width, width, "") + t.conflict
-			if _, err := tx.ExecContext(ctx, q, chunk...); err != nil {
+		if len(rows[kind]) == 0 {
+			continue
+		}
+		insert := `INSERT INTO ` + t.table + ` (` + t.columns + `) `
+		if s.store.Dialect() == db.Postgres {
+			cols := make([]any, t.cols)
+			types := make([]string, t.cols)
+			for c := range t.cols {
+				col := make([]int64, len(rows[kind]))
+				for i, r := range rows[kind] {
+					col[i] = r[c]
+				}
+				cols[c], types[c] = col, "bigint"
+			}
+			if _, err := tx.ExecContext(ctx, insert+`SELECT * FROM `+unnest(types)+t.conflict, cols...); err != nil {
+				return fmt.Errorf("count runs in %s: %w", t.table, err)
+			}
+			continue
+		}
+		for _, chunk := range chunks(rows[kind], rowsPerStatement) {
+			args := make([]any, 0, len(chunk)*t.cols)
+			for _, r := range chunk {
+				for _, v := range r {
+					args = append(args, v)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, insert+`VALUES `+s.values(len(chunk), t.cols, "")+t.conflict, args...); err != nil {
 				return fmt.Errorf("count runs in %s: %w", t.table, err)
 			}
 		}
