@@ -214,7 +214,7 @@ func (s *Service) drain() {
 			q.mu.Unlock()
 			return
 		}
-		if len(taken) == 0 {
+		if len(taken) == 0 && len(q.waiting) == 0 {
 			// Only parked items: wait for their counterparts, or until one may wait no more.
 			due := parked[0].parked
 			for _, o := range parked {
