@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,249 +15,13 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 )
 
-// Ingest batches of every stream (trigger records, results, log lines) go through one queue. A
-// writer takes everything queued (up to maxCycleItems) and writes it in one transaction, a
-// write cycle: a fire's record and results that came on different streams meet there and are
-// written as one row, and a busy store takes fewer, larger transactions instead of falling
-// further behind one small batch at a time. A batch is acknowledged once everything in it has
-// been written and committed.
-//
-// A record or result for a run that is not stored yet, whose counterpart (the results, or the
-// record) is not in the cycle, is held back (parked) for the next cycle, and for parkFor at
-// most: the two sides of a fire reach logsvc a few milliseconds apart, often on either side of
-// a cycle's start, and a run written from one side is written again when the other comes. Only
-// a cycle that took every batch waiting parks: behind a backlog the other side is rarely just
-// one cycle away, and parked items would take the room of the batches that wait. All items of
-// a trigger id in a cycle are parked or written together, in order.
-//
-// The writer is a goroutine that starts when a batch is queued and none runs, and ends when
-// nothing is queued or parked. A cycle's work stops once every stream waiting on it has ended.
-
-const (
-	// maxCycleItems caps the items one write cycle takes (it takes at least one batch, which
-	// may hold up to maxBatchItems).
-	maxCycleItems = 10000
-	// parkFor is how long a record or result may wait for its counterpart.
-	parkFor = 50 * time.Millisecond
-)
-
-// ticket is one ingest batch on its way to the store.
-type ticket struct {
-	// ops are the batch's records or results, in the order they apply; lines its log lines.
-	ops   []op
-	lines []*logsv1.LogLine
-	// ctx is the stream's: a ticket whose stream has ended is dropped unwritten.
-	ctx context.Context
-	// queued is when the batch was queued.
-	queued time.Time
-
-	// Owned by the writer; set before it closes done.
-	left      int      // ops not yet written
-	refused   []string // results refused: their runs had ended
-	committed time.Time
-	err       error
-	finished  bool
-	done      chan struct{}
-}
-
-func (t *ticket) items() int { return len(t.ops) + len(t.lines) }
-
-// finish ends the ticket's wait, once.
-func (t *ticket) finish(committed time.Time, err error) {
-	if t.finished {
-		return
-	}
-	t.finished = true
-	t.committed, t.err = committed, err
-	slices.Sort(t.refused)
-	t.refused = slices.Compact(t.refused)
-	close(t.done)
-}
-
-// recordsTicket holds a batch of trigger records: the last record of a trigger id in the batch
-// counts.
-func recordsTicket(recs []*logsv1.TriggerRecord) *ticket {
-	t := &ticket{done: make(chan struct{})}
-	last := make(map[string]int, len(recs))
-	for i, r := range recs {
-		last[r.GetTriggerId()] = i
-	}
-	for i, r := range recs {
-		if last[r.GetTriggerId()] == i {
-			t.ops = append(t.ops, op{t: t, id: r.GetTriggerId(), rec: r})
-		}
-	}
-	return t
-}
-
-// resultsTicket holds a batch of results. The first RUNNING and the first final result of a
-// trigger id in the batch count; a later RUNNING is dropped, a later final result is refused
-// like any result for a run that ended. RUNNING results go first, so a batch holding a fire's
-// RUNNING and its final result ends with the final one whatever their order.
-func resultsTicket(results []*logsv1.RunResult) *ticket {
-	t := &ticket{done: make(chan struct{})}
-	started := map[string]bool{}
-	for _, r := range results {
-		if id := r.GetTriggerId(); int32(r.GetStatus()) == statusRunning && !started[id] {
-			started[id] = true
-			t.ops = append(t.ops, op{t: t, id: id, res: r})
-		}
-	}
-	ended := make(map[string]bool, len(results))
-	for _, r := range results {
-		id := r.GetTriggerId()
-		switch {
-		case int32(r.GetStatus()) == statusRunning:
-		case ended[id]:
-			t.refused = append(t.refused, id)
-		default:
-			ended[id] = true
-			t.ops = append(t.ops, op{t: t, id: id, res: r})
-		}
-	}
-	return t
-}
-
-// linesTicket holds a batch of log lines.
-func linesTicket(lines []*logsv1.LogLine) *ticket {
-	return &ticket{lines: lines, done: make(chan struct{})}
-}
-
-// queue holds the batches waiting for the writer, and the items it parked.
-type queue struct {
-	mu      sync.Mutex
-	waiting []*ticket
-	held    int           // items queued, parked or being written
-	writing bool          // a writer goroutine runs
-	room    chan struct{} // closed and replaced when held drops
-	arrived chan struct{} // closed and replaced when a batch is queued
-	parked  []op          // owned by the writer
-}
-
-func newQueue() *queue { return &queue{room: make(chan struct{}), arrived: make(chan struct{})} }
-
-// queued reports the items queued, parked or being written.
-func (q *queue) queued() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.held
-}
-
-// submit queues t for writing, waiting while the queue holds MaxQueuedItems already (one batch
-// is always let in, however large). It fails only when t's stream ends first.
-func (s *Service) submit(t *ticket) error {
-	q := s.queue
-	n := t.items()
-	for {
-		q.mu.Lock()
-		if q.held == 0 || q.held+n <= s.cfg.MaxQueuedItems {
-			t.queued = time.Now()
-			t.left = len(t.ops)
-			q.waiting = append(q.waiting, t)
-			q.held += n
-			close(q.arrived)
-			q.arrived = make(chan struct{})
-			if !q.writing {
-				q.writing = true
-				go s.drain()
-			}
-			q.mu.Unlock()
-			return nil
-		}
-		room := q.room
-		q.mu.Unlock()
-		select {
-		case <-room:
-		case <-t.ctx.Done():
-			return t.ctx.Err()
-		}
-	}
-}
-
-// drain writes what is queued and parked, a cycle at a time, until nothing is left.
-func (s *Service) drain() {
-	q := s.queue
-	for {
-		q.mu.Lock()
-		// Parked items of streams that have ended are dropped.
-		parked := q.parked[:0]
-		for _, o := range q.parked {
-			if o.t.ctx.Err() != nil {
-				q.held--
-				o.t.finish(time.Now(), o.t.ctx.Err())
-				continue
-			}
-			parked = append(parked, o)
-		}
-		q.parked = parked
-		var taken []*ticket
-		n := len(parked)
-		for len(q.waiting) > 0 {
-			t := q.waiting[0]
-			if t.ctx.Err() != nil { // its stream ended: nobody waits for it
-				q.waiting = q.waiting[1:]
-				q.held -= t.items()
-				t.finish(time.Now(), t.ctx.Err())
-				continue
-			}
-			if (len(taken) > 0 || len(parked) > 0) && n+t.items() > maxCycleItems {
-				break
-			}
-			q.waiting = q.waiting[1:]
-			taken = append(taken, t)
-			n += t.items()
-		}
-		if len(taken) == 0 && len(parked) == 0 {
-			q.writing = false
-			q.waiting = nil
-			q.mu.Unlock()
-			return
-		}
-		if len(taken) == 0 && len(q.waiting) == 0 {
-			// Only parked items: wait for their counterparts, or until one may wait no more.
-			due := parked[0].parked
-			for _, o := range parked {
-				if o.parked.Before(due) {
-					due = o.parked
-				}
-			}
-			if wait := time.Until(due.Add(parkFor)); wait > 0 {
-				arrived := q.arrived
-				q.mu.Unlock()
-				timer := time.NewTimer(wait)
-				select {
-				case <-arrived:
-				case <-timer.C:
-				}
-				timer.Stop()
-				continue
-			}
-		}
-		q.parked = nil
-		park := len(q.waiting) == 0 // no backlog
-		q.mu.Unlock()
-		var ops []op
-		ops = append(ops, parked...)
-		for _, t := range taken {
-			ops = append(ops, t.ops...)
-		}
-		still, released := s.writeCycle(ops, taken, park)
-		q.mu.Lock()
-		q.parked = still
-		q.held -= released
-		close(q.room)
-		q.room = make(chan struct{})
-		q.mu.Unlock()
-	}
-}
-
 // writeCycle writes ops (parked ones first, then those of the batches taken, in order) and the
 // lines of the batches taken in one transaction, parking what may wait when park is set, and
-// finishes every batch that has nothing left to write. It returns the ops parked and how many
-// items it is done with (written, or failed with their batch). When the store refuses a cycle
-// of several batches, each is written again alone, so a batch the store cannot take fails only
-// its own stream.
-func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op, released int) {
+// finishes every batch that has nothing left to write. It returns the ops parked and, per
+// batch, how many items it is done with (written, or failed with their batch). When the store
+// refuses a cycle of several batches, each is written again alone, so a batch the store cannot
+// take fails only its own stream.
+func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op, released map[*ticket]int) {
 	// The batches involved, oldest first: those of the ops, then those that bring only lines.
 	var tickets []*ticket
 	involved := map[*ticket]bool{}
@@ -291,6 +54,7 @@ func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op,
 		err = nil
 	}
 	now := time.Now()
+	released = map[*ticket]int{}
 	if err != nil {
 		if len(tickets) > 1 && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "ingest write cycle failed; writing its batches one at a time", "batches", len(tickets), "error", err)
@@ -306,14 +70,20 @@ func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op,
 					alone = []*ticket{t}
 				}
 				_, n := s.writeCycle(own, alone, false)
-				released += n
+				released[t] += n[t]
 			}
 			return nil, released
+		}
+		for _, o := range ops {
+			released[o.t]++
+		}
+		for _, t := range taken {
+			released[t] += len(t.lines)
 		}
 		for _, t := range tickets {
 			t.finish(now, err)
 		}
-		return nil, len(ops) + len(lines)
+		return nil, released
 	}
 	s.hub.runsChanged(plan.ids)
 	if plan.completed {
@@ -321,6 +91,10 @@ func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op,
 	}
 	for _, o := range plan.applied {
 		o.t.left--
+		released[o.t]++
+	}
+	for _, t := range taken {
+		released[t] += len(t.lines)
 	}
 	for t, ids := range plan.refused {
 		t.refused = append(t.refused, ids...)
@@ -330,7 +104,7 @@ func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op,
 			t.finish(now, nil)
 		}
 	}
-	return plan.parked, len(plan.applied) + len(lines)
+	return plan.parked, released
 }
 
 // cycleContext is canceled once the streams of all tickets have ended.

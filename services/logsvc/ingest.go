@@ -83,6 +83,8 @@ func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req
 	traced func(*Req, *Resp) ingestBatch, check func(*Req) (*ticket, error), ack func(*Req, *ticket) *Resp) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	queued := s.queue.open()
+	defer s.queue.close(queued)
 	type received struct {
 		req   *Req
 		t     *ticket
@@ -104,7 +106,8 @@ func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req
 				b.t, b.err = check(req)
 			}
 			if b.err == nil {
-				b.t.ctx = ctx
+				b.t.ctx, b.t.lane = ctx, queued
+				_, b.t.eventMs = stats(req)
 				b.err = s.submit(b.t)
 			}
 			select {
