@@ -114,20 +114,7 @@ func TestRunCoalescesFiresPerExecutor(t *testing.T) {
 	tokCtx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer other")
 	go fire(tokCtx, "tok")
 	// Wait until every fire has queued behind the held call (the token's lane is idle: it goes).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		l := p.lane(addr, "")
-		l.mu.Lock()
-		n := len(l.queue)
-		l.mu.Unlock()
-		if n == queued {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d fires queued, want %d", n, queued)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitQueued(t, p, addr, queued)
 	close(e.gate)
 
 	for range queued + 2 {
@@ -232,16 +219,7 @@ func TestRunBatchesStayUnderTheMessageLimit(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for {
-		l := p.lane(addr, "")
-		l.mu.Lock()
-		q := len(l.queue)
-		l.mu.Unlock()
-		if q == n {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitQueued(t, p, addr, n)
 	close(e.gate)
 	for range n + 1 {
 		if err := <-errs; err != nil {
@@ -257,6 +235,25 @@ func TestRunBatchesStayUnderTheMessageLimit(t *testing.T) {
 	}
 	if len(calls) < 1+(n+per-1)/per {
 		t.Fatalf("calls %v: want the %d big fires in at least %d calls", sizes(calls), n, (n+per-1)/per)
+	}
+}
+
+// waitQueued waits until n fires wait in the token-less lane of addr.
+func waitQueued(t *testing.T, p *executorPool, addr string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l := p.lane(addr, "")
+		l.mu.Lock()
+		q := len(l.queue)
+		l.mu.Unlock()
+		if q == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fires queued, want %d", q, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
