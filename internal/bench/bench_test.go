@@ -206,7 +206,7 @@ func TestMarkdown(t *testing.T) {
 		Machine: Machine{NProc: 2, CPU: "Test CPU", MemoryMB: 2048}, Setup: Setup{Schedulers: 1, Agents: 2, Interval: "1s", CronFraction: 0.1, Route: "ROUND"},
 		Steps: []Step{{TargetRate: 5000, Jobs: 5000, Seconds: 20, Fires: Fires{Expected: 100000, Dispatched: -1, Executed: 99990, Stored: -1, Completed: -1, Lost: 10},
 			LatenessMs: Percentiles{P50: 1.5, P90: 3, P99: 12.25, P999: 40, Max: 250}, CPUMicrosPerFire: 123.4, LoadAvg: [3]float64{1.5},
-			Processes: []ProcUsage{{Name: "scheduler-r1", CPUSeconds: 2, CPUMicrosPerFire: 20, PeakRSSMB: 150}, {Name: "postgres", CPUSeconds: 3}},
+			Processes: []ProcUsage{{Name: "scheduler-r1", CPUSeconds: 2, CPUMicrosPerFire: 20, PeakRSSMB: 150}, {Name: "postgres/logsvc", CPUSeconds: 3}},
 			Held:      &held, Why: "10 lost", LostSamples: []string{"job 1 scheduled 12:00:01.000"}}},
 		Failover: &Failover{Kills: 2, GapsMs: []float64{1500, 0}, GapMedianMs: 1500, GapMaxMs: 1500, LostPerKill: []int{0, 0}},
 		Notes:    []string{"a note"}}
@@ -217,7 +217,7 @@ func TestMarkdown(t *testing.T) {
 	got := b.String()
 	for _, want := range []string{"### jobmesh bench ramp, 2026-11-23 12:00 UTC", "2 CPUs (Test CPU), 2.0 GiB",
 		"| 5000 | 5000 | 20.0 | 100000 | n/a | 99990 | n/a | n/a | 10 | 0 |", "1.50 / 3.00 / 12.2 / 40.0 / 250", "| 123 |",
-		"no: 10 lost", "| scheduler-r1 | 2.00 | 20.0 | 150 |", "| postgres | 3.00 | 0.0 | – |", "- lost: job 1 scheduled",
+		"no: 10 lost", "| scheduler-r1 | 2.00 | 20.0 | 150 |", "| postgres/logsvc | 3.00 | 0.0 | – |", "- lost: job 1 scheduled",
 		"Failover: 2 kills", "gaps ms: 1500, 0", "- note: a note", "Highest rate held: **0 fires/s**"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, got)

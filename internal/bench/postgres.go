@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,19 +129,49 @@ func setBenchJobs(ctx context.Context, conn *pgx.Conn, ids []int64) error {
 	return nil
 }
 
-// backendPids returns the pids of the Postgres server processes serving database name.
-func backendPids(ctx context.Context, conn *pgx.Conn, name string) ([]int, error) {
-	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+// appNamePrefix marks the application_name the bench gives each service's database
+// connections, so that Postgres CPU can be told apart by client.
+const appNamePrefix = "jobmesh:"
+
+// withAppName returns the database URL (or key=value DSN) dsn with application_name set to name.
+func withAppName(dsn, name string) string {
+	if dsn == "" {
+		return ""
+	}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("application_name", appNamePrefix+name)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " application_name=" + appNamePrefix + name
+}
+
+// backends returns the Postgres server processes serving database name, by pid, each with who
+// it works for: the service named by its connection's application_name (withAppName), or else
+// its backend type (autovacuum worker, …) or "other".
+func backends(ctx context.Context, conn *pgx.Conn, name string) (map[int]string, error) {
+	rows, err := conn.Query(ctx, `SELECT pid, coalesce(application_name, ''), coalesce(backend_type, '')
+		FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
 	if err != nil {
 		return nil, fmt.Errorf("list postgres backends: %w", err)
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return nil, fmt.Errorf("list postgres backends: %w", err)
+	defer rows.Close()
+	out := map[int]string{}
+	for rows.Next() {
+		var pid int32
+		var app, typ string
+		if err := rows.Scan(&pid, &app, &typ); err != nil {
+			return nil, fmt.Errorf("list postgres backends: %w", err)
+		}
+		switch {
+		case strings.HasPrefix(app, appNamePrefix):
+			out[int(pid)] = strings.TrimPrefix(app, appNamePrefix)
+		case typ != "" && typ != "client backend":
+			out[int(pid)] = typ
+		default:
+			out[int(pid)] = "other"
+		}
 	}
-	out := make([]int, len(pids))
-	for i, p := range pids {
-		out[i] = int(p)
-	}
-	return out, nil
+	return out, rows.Err()
 }

@@ -212,7 +212,7 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if _, err := t.start(ctx, "registry", append([]string{"registry", "--grpc-addr", reg, "--etcd-endpoints", t.etcdEndpoints[0],
-		"--database-url", t.dbURL, "--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, append(common, m...)...), regEnv, "registry grpc "); err != nil {
+		"--database-url", withAppName(t.dbURL, "registry"), "--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, append(common, m...)...), regEnv, "registry grpc "); err != nil {
 		return "", err
 	}
 	logsPprof, logsEnv, err := pprof("logsvc")
@@ -223,7 +223,7 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 	if m, _, err = metrics(); err != nil {
 		return "", err
 	}
-	if _, err := t.start(ctx, "logsvc", append([]string{"logsvc", "--grpc-addr", logs, "--database-url", t.dbURL,
+	if _, err := t.start(ctx, "logsvc", append([]string{"logsvc", "--grpc-addr", logs, "--database-url", withAppName(t.dbURL, "logsvc"),
 		"--agent-token", t.agentToken, "--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, append(common, m...)...), logsEnv, "logsvc grpc "); err != nil {
 		return "", err
 	}
@@ -231,13 +231,13 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if _, err := t.start(ctx, "gateway", append([]string{"gateway", "--http-addr", httpAddr, "--grpc-addr", authAddr,
-		"--database-url", t.dbURL, "--admin-password", randHex(12), "--scheduler-addr", sched1, "--registry-addr", reg,
+		"--database-url", withAppName(t.dbURL, "gateway"), "--admin-password", randHex(12), "--scheduler-addr", sched1, "--registry-addr", reg,
 		"--logs-addr", logs}, append(common, m...)...), nil, "gateway http "); err != nil {
 		return "", err
 	}
 	for _, r := range t.scheds {
 		r.args = append([]string{"scheduler", "--grpc-addr", r.addr, "--etcd-endpoints", t.etcdEndpoints[0],
-			"--database-url", t.dbURL, "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
+			"--database-url", withAppName(t.dbURL, r.id), "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
 			"--replica-id", r.id}, common...)
 		if cfg.SessionTTL > 0 {
 			r.args = append(r.args, "--session-ttl", cfg.SessionTTL.String())

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 // a window.
 type ProcUsage struct {
 	// Name is the process's name: etcd, registry, logsvc, gateway, scheduler-r1, agent-a1, …;
-	// "postgres" sums the server processes serving the run's database.
+	// "postgres/<client>" sums the server processes serving the run's database for one client:
+	// a service (logsvc, scheduler-r1, …), "autovacuum worker" and the like, or "other".
 	Name string `json:"name"`
 	// CPUSeconds is user + system CPU time within the window.
 	CPUSeconds float64 `json:"cpu_seconds"`
@@ -70,13 +72,15 @@ func (t *topology) windowUsage(ctx context.Context, fires int) []ProcUsage {
 		add(m.name, max(u.CPU-base.CPU, 0), u.PeakRSS)
 	}
 	if pg := t.postgresUsage(ctx); len(pg) > 0 {
-		var cpu time.Duration
+		cpu := map[string]time.Duration{}
 		t.mu.Lock()
-		for pid, u := range pg {
-			cpu += max(u.CPU-t.pgBase[pid], 0)
+		for pid, b := range pg {
+			cpu[b.client] += max(b.CPU-t.pgBase[pid], 0)
 		}
 		t.mu.Unlock()
-		add("postgres", cpu, 0)
+		for _, c := range slices.Sorted(maps.Keys(cpu)) {
+			add("postgres/"+c, cpu[c], 0)
+		}
 	}
 	out := make([]ProcUsage, 0, len(names))
 	for _, n := range names {
@@ -89,21 +93,28 @@ func (t *topology) windowUsage(ctx context.Context, fires int) []ProcUsage {
 	return out
 }
 
-// postgresUsage reads the usage of the Postgres server processes serving the run's database
-// (none when the database is unknown or the server is not on this machine).
-func (t *topology) postgresUsage(ctx context.Context) map[int]cluster.Usage {
+// pgBackend is one Postgres server process serving the run's database: whom it serves (see
+// backends) and what it has used.
+type pgBackend struct {
+	client string
+	cluster.Usage
+}
+
+// postgresUsage reads the usage of the Postgres server processes serving the run's database, by
+// pid (none when the database is unknown or the server is not on this machine).
+func (t *topology) postgresUsage(ctx context.Context) map[int]pgBackend {
 	if t.pg == nil || t.dbName == "" {
 		return nil
 	}
-	pids, err := backendPids(ctx, t.pg, t.dbName)
+	bs, err := backends(ctx, t.pg, t.dbName)
 	if err != nil {
 		t.log.Warn("postgres backends", "error", err)
 		return nil
 	}
-	out := map[int]cluster.Usage{}
-	for _, pid := range pids {
+	out := map[int]pgBackend{}
+	for pid, client := range bs {
 		if u, err := cluster.ReadUsage(pid); err == nil {
-			out[pid] = u
+			out[pid] = pgBackend{client, u}
 		}
 	}
 	return out
