@@ -237,7 +237,7 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 	}
 	for _, r := range t.scheds {
 		r.args = append([]string{"scheduler", "--grpc-addr", r.addr, "--etcd-endpoints", t.etcdEndpoints[0],
-			"--database-url", withAppName(t.dbURL, r.id), "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
+			"--database-url", withAppName(t.dbURL, "scheduler-"+r.id), "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
 			"--replica-id", r.id}, common...)
 		if cfg.SessionTTL > 0 {
 			r.args = append(r.args, "--session-ttl", cfg.SessionTTL.String())
