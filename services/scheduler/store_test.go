@@ -2,9 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
@@ -39,6 +41,86 @@ func TestFenceRefusesAnOlderEpoch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFenceSharesAmongOneLeadersTransactions: on Postgres, a leader's transactions hold the fence
+// together (a pre-read does not wait for a completions batch), while a newer leader's raise waits
+// until they have all ended and deposes the old leader after.
+func TestFenceSharesAmongOneLeadersTransactions(t *testing.T) {
+	t.Parallel()
+	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
+	s := store{d}
+	ctx := context.Background()
+	begin := func(epoch int64) *sql.Tx {
+		t.Helper()
+		tx, err := d.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		t.Cleanup(func() { tx.Rollback() })
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second) // fails rather than hangs if it queues
+		defer cancel()
+		if err := s.fence(fctx, tx, epoch, "r"); err != nil {
+			t.Fatalf("fence(%d): %v", epoch, err)
+		}
+		return tx
+	}
+	if err := begin(5).Commit(); err != nil { // the leader of epoch 5 raises the fence
+		t.Fatal(err)
+	}
+	first := begin(5)
+	second := begin(5) // would block behind first with an exclusive fence
+	if err := second.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	raised := make(chan error, 1)
+	go func() {
+		tx, err := d.BeginTx(ctx, nil)
+		if err == nil {
+			if err = s.fence(ctx, tx, 6, "r2"); err == nil {
+				err = tx.Commit()
+			} else {
+				tx.Rollback()
+			}
+		}
+		raised <- err
+	}()
+	// The raise must be waiting for first's lock: wait until Postgres says so.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := d.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE leader_fence%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+		select {
+		case err := <-raised:
+			t.Fatalf("the newer leader raised the fence while the old leader's transaction was open (err %v)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the newer leader's raise never waited for the fence")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-raised; err != nil {
+		t.Fatalf("fence(6) after the old leader's commit: %v", err)
+	}
+	tx, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := s.fence(ctx, tx, 5, "r"); !errors.Is(err, errDeposed) {
+		t.Fatalf("fence(5) after epoch 6 = %v, want deposed", err)
 	}
 }
 
