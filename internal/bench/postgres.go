@@ -108,6 +108,20 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 	return s, nil
 }
 
+// countCompleted counts the successful completions of group's scheduled fires within
+// [fromMs, toMs] that logsvc wrote after completion cursor after (an index range, however big
+// logsvc's tables have grown).
+func countCompleted(ctx context.Context, conn *pgx.Conn, group, after, fromMs, toMs int64) (int, error) {
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM logs.completions WHERE cursor > $1 AND group_id = $2
+		AND trigger_type = $3 AND status = $4 AND scheduled_ms BETWEEN $5 AND $6`,
+		after, group, int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), int32(logsv1.RunStatus_RUN_STATUS_SUCCESS), fromMs, toMs).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count completions: %w", err)
+	}
+	return n, nil
+}
+
 // setBenchJobs fills the session's temporary table bench_jobs with the bench's job ids.
 func setBenchJobs(ctx context.Context, conn *pgx.Conn, ids []int64) error {
 	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS bench_jobs (id BIGINT PRIMARY KEY)`); err != nil {

@@ -90,9 +90,12 @@ func TestReadStored(t *testing.T) {
 			('1-9000-0-0', 1, 5, 2, 9000, 1, 2, 9005)`,
 		`INSERT INTO logs.runs (trigger_id, job_id, scheduled_ms, status, end_ms) VALUES
 			('2-1800-0-0', 2, 2500, 2, 2502), ('4-1800-0-0', 4, 2500, 2, 2502)`,
-		`INSERT INTO logs.completions (trigger_id, job_id, status, trigger_outcome, attempt, shard_index, shard_total,
+		`INSERT INTO logs.completions (trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
 			scheduled_ms, end_ms, trigger_type, params, created_ms) VALUES
-			('1-1000-0-0', 1, 2, 1, 0, 0, 1, 1000, 1005, 2, '', 1040)`,
+			('1-1000-0-0', 1, 5, 2, 1, 0, 0, 1, 1000, 1005, 2, '', 1040),
+			('4-1800-0-0', 4, 6, 2, 1, 0, 0, 1, 1800, 1805, 2, '', 1840),
+			('1-1000-0-1', 1, 5, 2, 1, 1, 0, 1, 1000, 1100, 3, '', 1140),
+			('1-9000-0-0', 1, 5, 2, 1, 0, 0, 1, 9000, 9005, 2, '', 9040)`,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -108,5 +111,18 @@ func TestReadStored(t *testing.T) {
 	want := stored{Dispatched: 2, Stored: 2, Completed: 1, E2E50: 40, E2E99: 40}
 	if s != want {
 		t.Errorf("readStored = %+v, want %+v", s, want)
+	}
+	// The polls count the same complete runs from the completions written after a cursor.
+	var first int64
+	if err := conn.QueryRow(ctx, `SELECT cursor FROM logs.completions WHERE trigger_id = '1-1000-0-0'`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		after int64
+		want  int
+	}{{first - 1, 1}, {first, 0}} {
+		if n, err := countCompleted(ctx, conn, group, c.after, 1000, 2000); err != nil || n != c.want {
+			t.Errorf("countCompleted(after %d) = %d, %v; want %d", c.after, n, err, c.want)
+		}
 	}
 }

@@ -72,6 +72,9 @@ type topology struct {
 	reg     registryv1.RegistryServiceClient
 	conns   []*grpc.ClientConn
 	pgBase  map[int]time.Duration // Postgres backend pid → CPU at the window's start
+	// completionsFrom is the last completion cursor before the window: the window's fires
+	// complete after it (logsvc numbers completions as it writes them).
+	completionsFrom int64
 	crashes []string
 }
 

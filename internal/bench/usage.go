@@ -41,8 +41,15 @@ func (t *topology) windowStart(ctx context.Context) {
 	for pid, u := range t.postgresUsage(ctx) {
 		base[pid] = u.CPU
 	}
+	var from int64
+	if t.pg != nil {
+		if err := t.pg.QueryRow(ctx, `SELECT coalesce(max(cursor), 0) FROM logs.completions`).Scan(&from); err != nil {
+			t.log.Warn("completions cursor", "error", err)
+		}
+	}
 	t.mu.Lock()
 	t.pgBase = base
+	t.completionsFrom = from
 	t.mu.Unlock()
 }
 
