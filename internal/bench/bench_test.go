@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobmesh/jobmesh/internal/cluster"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/internal/firecheck"
 )
 
 // TestSmoke is CI's run of the load tool: `jobmesh bench rate --preset smoke` against its own
@@ -222,5 +223,27 @@ func TestMarkdown(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestLatenessBySchedule: the window's first runs of scheduled fires, split between FIX_RATE and
+// cron jobs; retries, fires outside the window and a fire run twice are left out.
+func TestLatenessBySchedule(t *testing.T) {
+	l := newLoad()
+	l.cron[2] = true
+	at := func(job int64, id string, sched, lateMs int64, typ string) firecheck.Execution {
+		return firecheck.Execution{JobID: job, TriggerID: id, ScheduledMs: sched, ArrivedNs: (sched + lateMs) * int64(time.Millisecond), TriggerType: typ}
+	}
+	execs := []firecheck.Execution{
+		at(1, "1-1000", 1000, 2, "CRON"), at(1, "1-2000", 2000, 4, "CRON"), at(1, "1-2000", 2000, 900, "CRON"),
+		at(2, "2-1000", 1000, 30, "CRON"), at(2, "2-1000r", 1000, 500, "RETRY"), at(2, "2-9000", 9000, 700, "CRON"),
+	}
+	got := latenessBySchedule(execs, l, 1000, 2000)
+	if len(got) != 2 || got[0].Schedule != "FIX_RATE" || got[0].Fires != 2 || got[0].LatenessMs.Max != 4 ||
+		got[1].Schedule != "cron" || got[1].Fires != 1 || got[1].LatenessMs.Max != 30 {
+		t.Fatalf("latenessBySchedule = %+v", got)
+	}
+	if got := latenessBySchedule(execs[:2], l, 1000, 2000); got != nil {
+		t.Errorf("FIX_RATE only: %+v, want nil", got)
 	}
 }

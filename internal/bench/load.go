@@ -16,10 +16,18 @@ import (
 type load struct {
 	mu    sync.Mutex
 	grids map[int64]firecheck.Grid // by job id: First and Period
+	cron  map[int64]bool           // the cron jobs (all fire at once, on the second)
 	next  int                      // the next job's number, for names
 }
 
-func newLoad() *load { return &load{grids: map[int64]firecheck.Grid{}} }
+func newLoad() *load { return &load{grids: map[int64]firecheck.Grid{}, cron: map[int64]bool{}} }
+
+// isCron says whether job id is one of the load's cron jobs.
+func (l *load) isCron(id int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cron[id]
+}
 
 // jobs returns how many jobs the load has.
 func (l *load) jobs() int {
@@ -114,6 +122,9 @@ func (l *load) create(ctx context.Context, t *topology, n int) (time.Duration, e
 				l.mu.Lock()
 				l.grids[j.GetId()] = firecheck.Grid{Period: period, First: firecheck.FirstFire(
 					j.GetNextFireTime().AsTime().UnixMilli(), j.GetCreateTime().AsTime().UnixMilli(), period)}
+				if cfg.isCron(i) {
+					l.cron[j.GetId()] = true
+				}
 				l.mu.Unlock()
 			}
 		})

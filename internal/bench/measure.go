@@ -37,6 +37,7 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		DoubledSameID: rep.DoubledSameID, OffSchedule: rep.OffGrid, Dispatched: -1, DispatchFailed: -1, Stored: -1, Completed: -1,
 		PerSecond: float64(rep.Executed) / st.Seconds}
 	st.LatenessMs = percentilesOf(rep.Lateness)
+	st.LatenessBySchedule = latenessBySchedule(execs, l, fromMs, toMs)
 	st.LostSamples, st.DoubledSamples, st.OffGridSamples = rep.LostSamples, rep.DoubledSamples, rep.OffGridSamples
 	if t.pg != nil {
 		if err := setBenchJobs(ctx, t.pg, l.ids()); err != nil {
@@ -65,6 +66,31 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		"lost", rep.Lost, "doubled", rep.Doubled, "stored", st.Fires.Stored, "lateness_p99_ms", st.LatenessMs.P99,
 		"cpu_us_per_fire", int(st.CPUMicrosPerFire))
 	return st, rep, t.checkCrashes()
+}
+
+// latenessBySchedule splits the lateness of the window's scheduled fires (first runs) between
+// FIX_RATE and cron jobs; nil when the load has only one kind.
+func latenessBySchedule(execs []firecheck.Execution, l *load, fromMs, toMs int64) []ScheduleLateness {
+	var fixRate, cron []time.Duration
+	seen := map[string]bool{}
+	for _, e := range execs {
+		if e.TriggerType != "CRON" || e.ScheduledMs < fromMs || e.ScheduledMs > toMs || seen[e.TriggerID] {
+			continue
+		}
+		seen[e.TriggerID] = true
+		if l.isCron(e.JobID) {
+			cron = append(cron, e.Lateness())
+		} else {
+			fixRate = append(fixRate, e.Lateness())
+		}
+	}
+	if len(fixRate) == 0 || len(cron) == 0 {
+		return nil
+	}
+	return []ScheduleLateness{
+		{Schedule: "FIX_RATE", Fires: len(fixRate), LatenessMs: percentilesOf(firecheck.NewDist(fixRate))},
+		{Schedule: "cron", Fires: len(cron), LatenessMs: percentilesOf(firecheck.NewDist(cron))},
+	}
 }
 
 // settle waits until the fires of the window that are coming have come: until the agents have

@@ -65,6 +65,9 @@ type Step struct {
 	// LatenessMs is scheduled time → the agent's handler got the fire, over the fires expected
 	// in the window.
 	LatenessMs Percentiles `json:"lateness_ms"`
+	// LatenessBySchedule splits LatenessMs: the FIX_RATE jobs' fires, spread over each second,
+	// and the cron jobs' fires, which all fall on the same millisecond of each second.
+	LatenessBySchedule []ScheduleLateness `json:"lateness_by_schedule,omitempty"`
 	// EndToEndMs is scheduled time → logsvc published the run's completion (result and trigger
 	// record stored), p50 and p99, over the completed runs.
 	EndToEndMs Percentiles `json:"end_to_end_ms"`
@@ -122,6 +125,15 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 
 func percentilesOf(d firecheck.Dist) Percentiles {
 	return Percentiles{P50: msOf(d.P50), P90: msOf(d.P90), P99: msOf(d.P99), P999: msOf(d.P999), Max: msOf(d.Max)}
+}
+
+// ScheduleLateness is the lateness of the fires of one kind of schedule.
+type ScheduleLateness struct {
+	// Schedule is "FIX_RATE" or "cron".
+	Schedule string `json:"schedule"`
+	// Fires counts the runs measured (the scheduled first runs of the window).
+	Fires      int         `json:"fires"`
+	LatenessMs Percentiles `json:"lateness_ms"`
 }
 
 // Failover is what the kills did.
@@ -252,6 +264,17 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if r.Scenario == "ramp" {
 		fmt.Fprintf(&b, "\nHighest rate held: **%.0f fires/s**.\n", r.HighestHeld)
+	}
+	if n := len(r.Steps); n > 0 && len(r.Steps[n-1].LatenessBySchedule) > 0 {
+		b.WriteString("\nLateness by schedule")
+		if n > 1 {
+			b.WriteString(" (last step)")
+		}
+		b.WriteString(":\n\n| schedule | fires | lateness p50 / p90 / p99 / p99.9 / max ms |\n|---|---:|---|\n")
+		for _, sl := range r.Steps[n-1].LatenessBySchedule {
+			l := sl.LatenessMs
+			fmt.Fprintf(&b, "| %s | %d | %s / %s / %s / %s / %s |\n", sl.Schedule, sl.Fires, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max))
+		}
 	}
 	if n := len(r.Steps); n > 0 {
 		last := r.Steps[n-1]
