@@ -45,6 +45,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(t.postgresUsage(ctx)) == 0 {
 		rep.Notes = append(rep.Notes, "postgres CPU not measured: its server processes are not readable here")
 	}
+	if t.pg != nil {
+		var av string
+		if err := t.pg.QueryRow(ctx, `SHOW autovacuum`).Scan(&av); err == nil && av == "off" {
+			rep.Notes = append(rep.Notes, "the Postgres server runs with autovacuum off: rows updated again and again (job_state, "+
+				"logsvc's counters and cursors) keep their dead versions for the whole run, which makes later writes costlier "+
+				"than on a server with it on (the default)")
+		}
+	}
 	l := newLoad()
 	switch cfg.Scenario {
 	case "rate":
