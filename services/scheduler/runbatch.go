@@ -66,10 +66,8 @@ func (p *executorPool) lane(addr, auth string) *runLane {
 // the time they waited).
 func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger) (*executorv1.RunAck, error) {
 	var auth string
-	if md, ok := metadata.FromOutgoingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			auth = v[len(v)-1]
-		}
+	if v := metadata.ValueFromOutgoingContext(ctx, "authorization"); len(v) > 0 { // no copy of the whole MD
+		auth = v[len(v)-1]
 	}
 	l := p.lane(addr, auth)
 	c := &runCall{ctx: ctx, trig: t, done: make(chan struct{})}
@@ -118,7 +116,7 @@ func (l *runLane) drain(inline bool) {
 }
 
 // takeLocked removes the next call's fires from the queue: those whose caller still waits, up
-// to maxBatchFires and maxBatchBytes (always at least one).
+// to maxBatchFires and maxBatchBytes (always at least one). A fire that goes alone is not sized.
 func (l *runLane) takeLocked() []*runCall {
 	var batch []*runCall
 	size, n := 0, 0
@@ -129,8 +127,15 @@ func (l *runLane) takeLocked() []*runCall {
 			close(c.done)
 			continue
 		}
+		if len(batch) == 0 {
+			batch = append(batch, c)
+			continue
+		}
+		if len(batch) == 1 {
+			size = proto.Size(batch[0].trig)
+		}
 		sz := proto.Size(c.trig)
-		if len(batch) > 0 && size+sz > maxBatchBytes {
+		if size+sz > maxBatchBytes {
 			break
 		}
 		batch, size = append(batch, c), size+sz
