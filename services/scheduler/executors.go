@@ -23,11 +23,13 @@ import (
 )
 
 // executorPool keeps one long-lived connection per executor address, and coalesces the Run
-// calls to each executor (runbatch.go).
+// calls to each executor (runbatch.go). Connections and lanes unused for idleConnAfter are
+// closed (prune): executors come and go (a redeploy gives them new addresses), and the pool
+// must not keep every address it ever called.
 type executorPool struct {
 	opts  []grpc.DialOption
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*poolConn
 	lanes map[laneKey]*runLane
 	// batched, when set, is told the number of fires of each Run call (metrics).
 	batched func(fires int)
@@ -38,21 +40,80 @@ func newExecutorPool(opts []grpc.DialOption) *executorPool {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler())) // the Run client span, and W3C context in metadata
-	return &executorPool{opts: opts, conns: map[string]*grpc.ClientConn{}, lanes: map[laneKey]*runLane{}}
+	return &executorPool{opts: opts, conns: map[string]*poolConn{}, lanes: map[laneKey]*runLane{}}
 }
 
+// poolConn is an executor connection and when a call last took it.
+type poolConn struct {
+	cc       *grpc.ClientConn
+	lastUsed time.Time
+}
+
+// idleConnAfter is how long an executor connection may go unused before prune closes it: far
+// longer than any call (dispatch deadlines are seconds), so a call never loses its connection.
+const idleConnAfter = 30 * time.Minute
+
 func (p *executorPool) client(addr string) (executorv1.ExecutorServiceClient, error) {
+	now := time.Now() // housekeeping, not scheduling: the wall clock
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.conns[addr]; ok {
-		return executorv1.NewExecutorServiceClient(c), nil
+		c.lastUsed = now
+		return executorv1.NewExecutorServiceClient(c.cc), nil
 	}
-	c, err := grpc.NewClient(addr, p.opts...)
+	cc, err := grpc.NewClient(addr, p.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial executor %s: %w", addr, err)
 	}
-	p.conns[addr] = c
-	return executorv1.NewExecutorServiceClient(c), nil
+	p.conns[addr] = &poolConn{cc: cc, lastUsed: now}
+	return executorv1.NewExecutorServiceClient(cc), nil
+}
+
+// prune closes the connections last used before cutoff, except those of an executor whose Run
+// lane has fires queued or a call in flight, and forgets the idle Run lanes of the addresses it
+// closed; it returns how many connections it closed.
+func (p *executorPool) prune(cutoff time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	busy := map[string]bool{}
+	for k, l := range p.lanes {
+		l.mu.Lock()
+		if l.sending || len(l.queue) > 0 {
+			busy[k.addr] = true
+		}
+		l.mu.Unlock()
+	}
+	n := 0
+	for addr, c := range p.conns {
+		if busy[addr] || !c.lastUsed.Before(cutoff) {
+			continue
+		}
+		c.cc.Close()
+		delete(p.conns, addr)
+		n++
+	}
+	for k := range p.lanes {
+		if _, open := p.conns[k.addr]; !open && !busy[k.addr] {
+			delete(p.lanes, k)
+		}
+	}
+	return n
+}
+
+// pruneLoop closes idle executor connections every few minutes until ctx ends.
+func (p *executorPool) pruneLoop(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(idleConnAfter / 6)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if n := p.prune(now.Add(-idleConnAfter)); n > 0 {
+				log.Info("closed idle executor connections", "closed", n)
+			}
+		}
+	}
 }
 
 // Beat implements route.Prober.
@@ -82,7 +143,7 @@ func (p *executorPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for a, c := range p.conns {
-		c.Close()
+		c.cc.Close()
 		delete(p.conns, a)
 	}
 }

@@ -264,3 +264,56 @@ func sizes(calls [][]string) []int {
 	}
 	return out
 }
+
+// TestPoolClosesIdleConnections: connections unused for idleConnAfter are closed and their idle
+// lanes forgotten; an executor with a call in flight keeps both; a later call dials again.
+func TestPoolClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	busy := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	idle := &gatedExecutor{arrived: make(chan struct{}, 1)}
+	busyAddr, idleAddr := serveExecutor(t, busy), serveExecutor(t, idle)
+	p := newExecutorPool(nil)
+	t.Cleanup(p.close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.run(ctx, idleAddr, trig("1-1-0-0")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.run(ctx, busyAddr, trig("2-1-0-0")); done <- err }()
+	select {
+	case <-busy.arrived:
+	case <-ctx.Done():
+		t.Fatal("the busy executor's call never arrived")
+	}
+	if n := p.prune(time.Now().Add(-idleConnAfter)); n != 0 {
+		t.Fatalf("pruned %d connections used just now", n)
+	}
+	// Both connections age past the cutoff; the busy lane's call is still in flight.
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.lastUsed = c.lastUsed.Add(-2 * idleConnAfter)
+	}
+	p.mu.Unlock()
+	if n := p.prune(time.Now().Add(-idleConnAfter)); n != 1 {
+		t.Fatalf("pruned %d connections, want 1 (the idle executor's)", n)
+	}
+	p.mu.Lock()
+	_, idleLane := p.lanes[laneKey{idleAddr, ""}]
+	_, busyLane := p.lanes[laneKey{busyAddr, ""}]
+	conns := len(p.conns)
+	p.mu.Unlock()
+	if idleLane || !busyLane || conns != 1 {
+		t.Fatalf("after prune: idle lane kept %v, busy lane kept %v, %d connections; want false, true, 1", idleLane, busyLane, conns)
+	}
+	close(busy.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("the call in flight during prune: %v", err)
+	}
+	if _, err := p.run(ctx, idleAddr, trig("1-2-0-0")); err != nil {
+		t.Fatalf("a call after prune: %v", err)
+	}
+	if calls, _ := idle.snapshot(); len(calls) != 2 {
+		t.Errorf("idle executor got %d calls, want 2", len(calls))
+	}
+}

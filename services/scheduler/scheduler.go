@@ -218,9 +218,10 @@ func (s *Service) Start(ctx context.Context) error {
 	s.metrics.observe(s)
 	s.fast.start(s.dispatch)
 	s.slow.start(s.dispatch)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.groups.run(ctx) }()
 	go func() { defer s.wg.Done(); s.campaignLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.execs.pruneLoop(ctx, s.log) }()
 	return nil
 }
 
