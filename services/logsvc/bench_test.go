@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,20 +44,7 @@ func fillRuns(tb testing.TB, d *db.DB, n int) {
 
 func explain(tb testing.TB, d *db.DB, q string, args ...any) string {
 	tb.Helper()
-	rows, err := d.QueryContext(context.Background(), "EXPLAIN "+q, args...)
-	if err != nil {
-		tb.Fatalf("explain: %v\n%s", err, q)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var l string
-		if err := rows.Scan(&l); err != nil {
-			tb.Fatalf("explain: %v", err)
-		}
-		plan = append(plan, l)
-	}
-	return strings.Join(plan, "\n")
+	return explainTx(tb, d, "", q, args...)
 }
 
 // TestListRunsUsesIndexes checks on Postgres with 200,000 runs that every list filter the UI
@@ -176,6 +164,10 @@ func BenchmarkIngest(b *testing.B) {
 // its record. The alarm passes over the completions run after the last acknowledgement, inside
 // the measurement. It reports fires/s, allocations per fire (client and server together) and, when Postgres runs
 // on this machine, the CPU its server processes spent per fire (pg-µs/fire).
+//
+// The runs table starts empty, unless JOBMESH_BENCH_STORED_RUNS says how many runs it holds
+// first (a deployment keeps days of them; lookups by trigger id that scan the table show only
+// then).
 func BenchmarkIngestFires(b *testing.B) {
 	// 500 is a sender's largest batch (ackstream's MaxBatch), what it sends once behind; 50 is
 	// what it sends at 5,000 fires/s when it keeps up (a batch per 10 ms linger).
@@ -187,6 +179,13 @@ func BenchmarkIngestFires(b *testing.B) {
 func benchIngestFires(b *testing.B, perBatch int) {
 	u := dbtest.NewPostgres(b)
 	e := newBenchEnv(b, u)
+	if v := os.Getenv("JOBMESH_BENCH_STORED_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("JOBMESH_BENCH_STORED_RUNS: %v", err)
+		}
+		fillRuns(b, e.db, n)
+	}
 	ctx := context.Background()
 	fires := (b.N + perBatch - 1) / perBatch * perBatch
 	var recs []*logsv1.IngestTriggerRecordsRequest
@@ -355,4 +354,75 @@ func BenchmarkListRuns(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestIngestLookupsUseIndexes checks on Postgres with 200,000 runs that a write cycle, with the
+// plan settings it makes, reads and updates the runs of 3,500 trigger ids (most not stored)
+// through the trigger id index and never scans the table, as Postgres would for that many ids
+// without them.
+func TestIngestLookupsUseIndexes(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}, Config{Retention: -1}, false)
+	fillRuns(t, e.db, 200_000)
+	var ids []string
+	for i := range 3500 {
+		if i%10 == 0 {
+			ids = append(ids, "r"+strconv.Itoa(i*50+1)) // stored
+		} else {
+			ids = append(ids, "new-"+strconv.Itoa(i))
+		}
+	}
+	slices.Sort(ids)
+	plan := explainTx(t, e.db, indexPlansPG, readRunsPG, ids)
+	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "runs_trigger_id_key") {
+		var short []string // the plan without its 3,500 ids
+		for l := range strings.Lines(plan) {
+			if len(l) > 120 {
+				l = l[:120] + "…\n"
+			}
+			short = append(short, l)
+		}
+		t.Errorf("read runs: plan\n%s\nwant an index scan of runs_trigger_id_key and no sequential scan", strings.Join(short, ""))
+	}
+	// A backlog of results for runs whose records were stored long before updates a cycle's
+	// thousands of runs.
+	var updates []*run
+	for i := range 3500 {
+		updates = append(updates, &run{id: "r" + strconv.Itoa(i*50+1), status: statusSuccess})
+	}
+	slices.SortFunc(updates, func(a, b *run) int { return strings.Compare(a.id, b.id) })
+	plan = explainTx(t, e.db, indexPlansPG, updateRunsPG, runColumnar(updates)...)
+	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "runs_trigger_id_key") {
+		t.Errorf("update runs: plan\n%s\nwant an index scan of runs_trigger_id_key and no sequential scan", plan)
+	}
+}
+
+// explainTx explains q in a transaction after setup (none when ""), as the write cycle runs it.
+func explainTx(tb testing.TB, d *db.DB, setup, q string, args ...any) string {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		tb.Fatalf("begin: %v", err)
+	}
+	defer tx.Rollback()
+	if setup != "" {
+		if _, err := tx.ExecContext(ctx, setup); err != nil {
+			tb.Fatalf("%s: %v", setup, err)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, "EXPLAIN "+q, args...)
+	if err != nil {
+		tb.Fatalf("explain: %v\n%s", err, q)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			tb.Fatalf("explain: %v", err)
+		}
+		plan = append(plan, l)
+	}
+	return strings.Join(plan, "\n")
 }

@@ -247,10 +247,8 @@ func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, ids []string) (map[s
 	scan := func(rows *sql.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
-			var r run
-			if err := rows.Scan(&r.id, &r.job, &r.group, &r.triggerType, &r.schedMs, &r.trigMs, &r.address, &r.handler, &r.params,
-				&r.shardIndex, &r.shardTotal, &r.attempt, &r.retriesLeft, &r.route, &r.outcome, &r.triggerMsg, &r.status,
-				&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm); err != nil {
+			r, err := scanIngest(rows)
+			if err != nil {
 				return err
 			}
 			out[r.id] = r
@@ -261,7 +259,11 @@ func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, ids []string) (map[s
 		return out, nil
 	}
 	if s.store.Dialect() == db.Postgres {
-		rows, err := tx.QueryContext(ctx, `SELECT `+ingestColumns+` FROM runs WHERE trigger_id = ANY($1) ORDER BY trigger_id FOR UPDATE`, ids)
+		// For the update of the runs read too.
+		if _, err := tx.ExecContext(ctx, indexPlansPG); err != nil {
+			return nil, fmt.Errorf("read runs: %w", err)
+		}
+		rows, err := tx.QueryContext(ctx, readRunsPG, ids)
 		if err == nil {
 			err = scan(rows)
 		}
@@ -280,6 +282,15 @@ func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, ids []string) (map[s
 		}
 	}
 	return out, nil
+}
+
+// scanIngest scans a row of ingestColumns.
+func scanIngest(row interface{ Scan(...any) error }) (run, error) {
+	var r run
+	err := row.Scan(&r.id, &r.job, &r.group, &r.triggerType, &r.schedMs, &r.trigMs, &r.address, &r.handler, &r.params,
+		&r.shardIndex, &r.shardTotal, &r.attempt, &r.retriesLeft, &r.route, &r.outcome, &r.triggerMsg, &r.status,
+		&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm)
+	return r, err
 }
 
 // ingestColumns are the runs columns ingestion reads and writes, in run's field order as
@@ -326,6 +337,14 @@ func unnest(types []string) string {
 }
 
 var (
+	// indexPlansPG makes every plan of the rest of the transaction probe indexes: no scan of a
+	// whole table, no hash or merge join. A write cycle names thousands of runs by trigger id,
+	// and with its arrays of ids or values as parameters Postgres would rather scan the whole
+	// runs table (readRuns: a seq scan with the array as a hashed filter; updateRuns: a hash
+	// join) than probe the index thousands of times, a cost that grows with the table.
+	indexPlansPG = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+		set_config('enable_mergejoin', 'off', true)`
+	readRunsPG   = `SELECT ` + ingestColumns + ` FROM runs WHERE trigger_id = ANY($1) ORDER BY trigger_id FOR UPDATE`
 	insertRunsPG = `INSERT INTO runs (` + ingestColumns + `) SELECT * FROM ` + unnest(ingestTypes)
 	updateRunsPG = `UPDATE runs SET job_id = u.job_id, group_id = u.group_id, trigger_type = u.trigger_type,
 			scheduled_ms = u.scheduled_ms, trigger_ms = u.trigger_ms, executor_address = u.executor_address, handler = u.handler,
@@ -362,7 +381,8 @@ func (s *Service) insertRuns(ctx context.Context, tx *sql.Tx, runs []*run) error
 	return s.valuesRuns(ctx, tx, runs, "")
 }
 
-// updateRuns writes runs the cycle changed (read and locked by readRuns).
+// updateRuns writes runs the cycle changed (read and locked by readRuns, which set the
+// transaction's plans to probe the trigger id index).
 func (s *Service) updateRuns(ctx context.Context, tx *sql.Tx, runs []*run) error {
 	if len(runs) == 0 {
 		return nil
