@@ -193,8 +193,10 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 	if err := s.insertLines(ctx, tx, lines); err != nil {
 		return plan, err
 	}
-	slices.Sort(rs.done)
-	done := slices.Compact(rs.done)
+	done := make([]*run, len(rs.done))
+	for i, id := range rs.done {
+		done[i] = rs.cur[id]
+	}
 	plan.completed = len(done) > 0
 	return plan, s.complete(ctx, tx, done, rs.now)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -246,13 +247,17 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 	return linesTicket(lines), nil
 }
 
-// complete publishes the runs ids as completions, once each, from their stored rows, and counts
-// the ones it publishes in the reports.
-func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now int64) error {
-	if len(ids) == 0 {
+// complete publishes runs (as the transaction wrote them) as completions, once each, and counts
+// the ones it publishes in the reports. The values come from the caller, which has just
+// written or read the rows: looking the runs up again by trigger id cost a cycle as much as
+// reading them.
+func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int64) error {
+	if len(runs) == 0 {
 		return nil
 	}
-	slices.Sort(ids)
+	runs = slices.Clone(runs)
+	slices.SortFunc(runs, func(a, b *run) int { return strings.Compare(a.id, b.id) })
+	runs = slices.CompactFunc(runs, func(a, b *run) bool { return a.id == b.id })
 	if s.store.Dialect() == db.Postgres {
 		// Held to commit: completion cursors are then committed in increasing order.
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, completionsLock); err != nil {
@@ -272,16 +277,8 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 		}
 		return rows.Err()
 	}
-	const insert = `INSERT INTO completions (trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
-			scheduled_ms, end_ms, trigger_type, params, created_ms)
-		SELECT trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
-			scheduled_ms, end_ms, trigger_type, params, CAST(`
-	const conflict = `
-		ORDER BY trigger_id
-		ON CONFLICT (trigger_id) DO NOTHING
-		RETURNING scheduled_ms, group_id, job_id, status`
 	if s.store.Dialect() == db.Postgres {
-		rows, err := tx.QueryContext(ctx, insert+`$1 AS BIGINT) FROM runs WHERE trigger_id = ANY($2)`+conflict, now, ids)
+		rows, err := tx.QueryContext(ctx, insertCompletionsPG, append(completionColumnar(runs), now)...)
 		if err == nil {
 			err = count(rows)
 		}
@@ -290,8 +287,14 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 		}
 		return s.bumpReports(ctx, tx, counts)
 	}
-	for _, chunk := range chunks(ids, rowsPerStatement) {
-		rows, err := tx.QueryContext(ctx, insert+s.ph(1)+` AS BIGINT) FROM runs WHERE trigger_id IN `+s.in(len(chunk), 2)+conflict, append([]any{now}, anys(chunk)...)...)
+	for _, chunk := range chunks(runs, rowsPerStatement) {
+		args := make([]any, 0, len(chunk)*(len(completionTypes)+1))
+		for _, r := range chunk {
+			args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
+				r.schedMs, r.endMs, r.triggerType, r.params, now)
+		}
+		q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), len(completionTypes)+1, "") + completionConflict
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err == nil {
 			err = count(rows)
 		}
@@ -300,4 +303,33 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, ids []string, now in
 		}
 	}
 	return s.bumpReports(ctx, tx, counts)
+}
+
+// completionColumns are the completions columns taken from a run, as completionColumnar lists
+// them; completionTypes are their Postgres array types.
+const completionColumns = `trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
+	scheduled_ms, end_ms, trigger_type, params`
+
+var completionTypes = []string{"text", "bigint", "bigint", "int", "int", "int", "int", "int", "bigint", "bigint", "int", "text"}
+
+// completionConflict publishes a run once: a run completed again (a record that comes after
+// the lost-run sweep completed it) is neither published nor counted twice.
+const completionConflict = `
+		ON CONFLICT (trigger_id) DO NOTHING
+		RETURNING scheduled_ms, group_id, job_id, status`
+
+var insertCompletionsPG = `INSERT INTO completions (` + completionColumns + `, created_ms)
+		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u` + completionConflict
+
+// completionColumnar lists runs' completionColumns values as one array per column (for unnest).
+func completionColumnar(runs []*run) []any {
+	n := len(runs)
+	ids, params := make([]string, n), make([]string, n)
+	jobs, groups, scheds, ends := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	sts, outs, atts, sidx, stot, ttypes := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	for i, r := range runs {
+		ids[i], jobs[i], groups[i], sts[i], outs[i], atts[i] = r.id, r.job, r.group, r.status, r.outcome, r.attempt
+		sidx[i], stot[i], scheds[i], ends[i], ttypes[i], params[i] = r.shardIndex, r.shardTotal, r.schedMs, r.endMs, r.triggerType, r.params
+	}
+	return []any{ids, jobs, groups, sts, outs, atts, sidx, stot, scheds, ends, ttypes, params}
 }

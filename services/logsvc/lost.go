@@ -226,15 +226,14 @@ func (s *Service) sweepLost(ctx context.Context) (int, error) {
 		var ids []string
 		err := s.inTx(ctx, func(tx *sql.Tx) error {
 			ids = ids[:0]
-			var done []string
+			var done []*run
 			for _, c := range chunk {
 				msg := fmt.Sprintf("lost: still running %v after it was triggered, and its executor %q has left the registry", s.cfg.LostAfter, c.addr)
-				var outcome int32
 				// Guarded by status: a result that landed since the scan wins.
-				err := tx.QueryRowContext(ctx, s.store.Q(`UPDATE runs SET status = $1, end_ms = $2,
+				r, err := scanIngest(tx.QueryRowContext(ctx, s.store.Q(`UPDATE runs SET status = $1, end_ms = $2,
 						handle_message = CASE WHEN handle_message = '' THEN $3 ELSE handle_message || ' | ' || $3 END
-					WHERE trigger_id = $4 AND status = $5 RETURNING trigger_outcome`),
-					statusFail, now.UnixMilli(), msg, c.id, statusRunning).Scan(&outcome)
+					WHERE trigger_id = $4 AND status = $5 RETURNING `+ingestColumns),
+					statusFail, now.UnixMilli(), msg, c.id, statusRunning))
 				if err == sql.ErrNoRows {
 					continue
 				}
@@ -242,8 +241,8 @@ func (s *Service) sweepLost(ctx context.Context) (int, error) {
 					return fmt.Errorf("mark run %q lost: %w", c.id, err)
 				}
 				ids = append(ids, c.id)
-				if outcome != outcomeNone {
-					done = append(done, c.id) // without its record it waits, like a result
+				if r.outcome != outcomeNone {
+					done = append(done, &r) // without its record it waits, like a result
 				}
 			}
 			return s.complete(ctx, tx, done, now.UnixMilli())
@@ -301,10 +300,24 @@ func (s *Service) sweepUnrecorded(ctx context.Context) (int, error) {
 				statusSuccess, alarmPending, alarmNotNeeded) + `
 				WHERE trigger_outcome = ` + s.ph(3) + ` AND trigger_id IN ` + s.in(len(ids), 4)
 			args := append([]any{outcomeOK, "the scheduler's trigger record never arrived; completed from the executor's result", outcomeNone}, anys(ids)...)
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			rows, err = tx.QueryContext(ctx, q+` RETURNING `+ingestColumns, args...)
+			if err != nil {
 				return fmt.Errorf("complete runs without a record: %w", err)
 			}
-			return s.complete(ctx, tx, ids, now.UnixMilli())
+			var done []*run
+			for rows.Next() {
+				r, err := scanIngest(rows)
+				if err != nil {
+					rows.Close()
+					return fmt.Errorf("complete runs without a record: %w", err)
+				}
+				done = append(done, &r)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("complete runs without a record: %w", err)
+			}
+			return s.complete(ctx, tx, done, now.UnixMilli())
 		})
 		if err != nil {
 			return total, err
