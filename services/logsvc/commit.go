@@ -371,6 +371,9 @@ func (s *Service) insertRuns(ctx context.Context, tx *sql.Tx, runs []*run) error
 	if len(runs) == 0 {
 		return nil
 	}
+	if s.beforeInsertRuns != nil {
+		s.beforeInsertRuns(ctx)
+	}
 	if s.store.Dialect() == db.Postgres {
 		if _, err := tx.ExecContext(ctx, insertRunsPG, runColumnar(runs)...); err != nil {
 			if db.IsUniqueViolation(err) {

@@ -650,6 +650,69 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestRunStoredConcurrently runs two replicas on one database. Replica b stores a fire's
+// record before a's cycle, and another's between a's read of the runs and its insert: a's insert
+// then meets the run b committed, and the cycle is run again on the stored rows. Both final
+// results a takes are applied to b's runs: nothing refused, one row per fire holding both
+// sides, one completion each.
+func TestRunStoredConcurrently(t *testing.T) {
+	t.Parallel()
+	st := dbtest.Stores(t)[0]
+	if st.Name != "postgres" {
+		t.Fatalf("want the postgres store first, got %s", st.Name)
+	}
+	a := newEnvWith(t, st, Config{Retention: -1}, false)
+	b := newEnvWith(t, st, Config{Retention: -1}, false)
+	const job = 134
+	b.mustRecords(t, record("134-before", job, base))
+	stored := make(chan error, 1)
+	var once sync.Once
+	a.svc.beforeInsertRuns = func(ctx context.Context) {
+		once.Do(func() { // runs in a's writer: it waits until b has committed the record
+			stored <- func() error {
+				ctx, cancel := context.WithTimeout(ctx, waitFor)
+				defer cancel()
+				st, err := b.ingest.IngestTriggerRecords(ctx)
+				if err != nil {
+					return err
+				}
+				req := &logsv1.IngestTriggerRecordsRequest{BatchId: 1, Records: []*logsv1.TriggerRecord{record("134-between", job, base)}}
+				if err := st.Send(req); err != nil {
+					return err
+				}
+				_, err = st.Recv()
+				return err
+			}()
+		})
+	}
+	refused := a.mustResults(t, result("134-before", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+3),
+		result("134-between", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+3))
+	select {
+	case err := <-stored:
+		if err != nil {
+			t.Fatalf("replica b storing the record: %v", err)
+		}
+	default:
+		t.Fatal("replica a inserted no run: the race was not run")
+	}
+	if len(refused) != 0 {
+		t.Errorf("refused %v, want none", refused)
+	}
+	for _, id := range []string{"134-before", "134-between"} {
+		r := a.run(t, id)
+		if r.GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK || r.GetHandler() != "demo" {
+			t.Errorf("run %s: status %s, outcome %s, handler %q; want SUCCESS, OK and the record's handler", id, r.GetStatus(), r.GetTriggerOutcome(), r.GetHandler())
+		}
+		var n int
+		if err := a.db.QueryRowContext(ctxFor(t), `SELECT COUNT(*) FROM completions WHERE trigger_id = $1`, id).Scan(&n); err != nil {
+			t.Fatalf("count completions: %v", err)
+		}
+		if n != 1 {
+			t.Errorf("run %s: %d completions, want 1", id, n)
+		}
+	}
+}
+
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{}

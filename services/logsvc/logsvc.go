@@ -140,7 +140,10 @@ type Service struct {
 	// beforeCommit, when set (tests only), runs between a transaction's last write and its
 	// commit: where a crash must lose the batch and its acknowledgement together.
 	beforeCommit func(context.Context, *sql.Tx)
-	metrics      *metrics
+	// beforeInsertRuns, when set (tests only), runs before a write cycle inserts the runs it
+	// did not find: where another replica may store one of them first.
+	beforeInsertRuns func(context.Context)
+	metrics          *metrics
 
 	mu      sync.Mutex
 	started bool
