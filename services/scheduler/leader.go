@@ -246,6 +246,12 @@ func (s *Service) takeOver(ctx context.Context, l *leadership) error {
 }
 
 func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
+	// Fence first: the previous leader, if it is still running (paused, or cut off from etcd
+	// but not from Postgres), may have a pre-read open; its marks must be committed before they
+	// are read here, and its later transactions must fail.
+	if err := s.jobs.raiseFence(ctx, l.epoch, s.cfg.ReplicaID); err != nil {
+		return err
+	}
 	if err := s.takeOverPending(ctx); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -44,50 +43,25 @@ func TestFenceRefusesAnOlderEpoch(t *testing.T) {
 	}
 }
 
-// TestFenceSharesAmongOneLeadersTransactions: on Postgres, a leader's transactions hold the fence
-// together (a pre-read does not wait for a completions batch), while a newer leader's raise waits
-// until they have all ended and deposes the old leader after.
-func TestFenceSharesAmongOneLeadersTransactions(t *testing.T) {
+// TestFenceWaitsForTheOldLeader: a newer leader's raise waits for the old leader's fenced
+// transaction still open, and the old leader's next transaction is deposed; so a takeover that
+// raises the fence before reading sees everything the old leader committed.
+func TestFenceWaitsForTheOldLeader(t *testing.T) {
 	t.Parallel()
 	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
 	s := store{d}
 	ctx := context.Background()
-	begin := func(epoch int64) *sql.Tx {
-		t.Helper()
-		tx, err := d.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatalf("begin: %v", err)
-		}
-		t.Cleanup(func() { tx.Rollback() })
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second) // fails rather than hangs if it queues
-		defer cancel()
-		if err := s.fence(fctx, tx, epoch, "r"); err != nil {
-			t.Fatalf("fence(%d): %v", epoch, err)
-		}
-		return tx
-	}
-	if err := begin(5).Commit(); err != nil { // the leader of epoch 5 raises the fence
+	old, err := d.BeginTx(ctx, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	first := begin(5)
-	second := begin(5) // would block behind first with an exclusive fence
-	if err := second.Commit(); err != nil {
+	defer old.Rollback()
+	if err := s.fence(ctx, old, 5, "r1"); err != nil {
 		t.Fatal(err)
 	}
-
 	raised := make(chan error, 1)
-	go func() {
-		tx, err := d.BeginTx(ctx, nil)
-		if err == nil {
-			if err = s.fence(ctx, tx, 6, "r2"); err == nil {
-				err = tx.Commit()
-			} else {
-				tx.Rollback()
-			}
-		}
-		raised <- err
-	}()
-	// The raise must be waiting for first's lock: wait until Postgres says so.
+	go func() { raised <- s.raiseFence(ctx, 6, "r2") }()
+	// The raise must be waiting for the old leader's lock: wait until Postgres says so.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var waiting int
@@ -108,19 +82,22 @@ func TestFenceSharesAmongOneLeadersTransactions(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := first.Commit(); err != nil {
+	if err := old.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-raised; err != nil {
-		t.Fatalf("fence(6) after the old leader's commit: %v", err)
+		t.Fatalf("raise to 6 after the old leader's commit: %v", err)
 	}
 	tx, err := d.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := s.fence(ctx, tx, 5, "r"); !errors.Is(err, errDeposed) {
+	if err := s.fence(ctx, tx, 5, "r1"); !errors.Is(err, errDeposed) {
 		t.Fatalf("fence(5) after epoch 6 = %v, want deposed", err)
+	}
+	if err := s.raiseFence(ctx, 5, "r1"); !errors.Is(err, errDeposed) {
+		t.Fatalf("raiseFence(5) after epoch 6 = %v, want deposed", err)
 	}
 }
 
