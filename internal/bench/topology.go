@@ -75,7 +75,7 @@ type topology struct {
 	// completionsFrom is the last completion cursor before the window: the window's fires
 	// complete after it (logsvc numbers completions as it writes them).
 	completionsFrom int64
-	crashes []string
+	crashes         []string
 }
 
 // up starts (or, with Target, reaches) the cluster and the bench agents, creates the bench's
