@@ -30,6 +30,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
@@ -602,10 +603,7 @@ func TestTailThroughGateway(t *testing.T) {
 // the sender is told to resend (Unavailable), and that the resent batch is stored once.
 func TestStoreFailureIsUnavailable(t *testing.T) {
 	t.Parallel()
-	st := dbtest.Stores(t)[0]
-	if st.Name != "postgres" {
-		t.Fatalf("want the postgres store first, got %s", st.Name)
-	}
+	st := dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}
 	e := newEnvWith(t, st, Config{Retention: -1}, false)
 	admin := dbtest.Open(t, st.Config, "logs", MigrationsFS())
 	var armed atomic.Bool
@@ -657,10 +655,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 // sides, one completion each.
 func TestRunStoredConcurrently(t *testing.T) {
 	t.Parallel()
-	st := dbtest.Stores(t)[0]
-	if st.Name != "postgres" {
-		t.Fatalf("want the postgres store first, got %s", st.Name)
-	}
+	st := dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}
 	a := newEnvWith(t, st, Config{Retention: -1}, false)
 	b := newEnvWith(t, st, Config{Retention: -1}, false)
 	const job = 134
