@@ -124,17 +124,29 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 		}
 		targets = targets[:1]
 	}
-	ids := make([]string, 0, len(targets))
-	addrs := make([]string, 0, len(targets))
-	var failed int
-	var failMsg string
-	for _, t := range targets {
-		tctx := ctx
+	// The shards of a broadcast go out together: one slow or hung executor must not hold the
+	// others' Run until the fire's deadline.
+	ids, addrs, fails := make([]string, len(targets)), make([]string, len(targets)), make([]string, len(targets))
+	sendOne := func(i int) {
+		t, tctx := targets[i], ctx
 		if len(f.addresses) > 0 {
 			tctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
 		}
-		id, msg := s.send(tctx, f, t, routeMsg)
-		ids, addrs = append(ids, id), append(addrs, t.Address)
+		ids[i], fails[i] = s.send(tctx, f, t, routeMsg)
+		addrs[i] = t.Address
+	}
+	if len(targets) == 1 {
+		sendOne(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range targets {
+			wg.Go(func() { sendOne(i) })
+		}
+		wg.Wait()
+	}
+	var failed int
+	var failMsg string
+	for _, msg := range fails {
 		if msg != "" {
 			if failed++; failed == 1 {
 				failMsg = msg

@@ -1,10 +1,18 @@
 package scheduler
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
 
 // TestSlowJobsMoveToTheSlowPool: more than ten dispatches over 500 ms within a minute move a job
@@ -62,5 +70,50 @@ func TestDropReportLogsAnOverloadOnceInAWhile(t *testing.T) {
 	}
 	if n, ok := d.add(t0.Add(dropReportEvery)); !ok || n != 1000 {
 		t.Fatalf("drop after %v: %d, %v; want reported with 1000", dropReportEvery, n, ok)
+	}
+}
+
+// TestBroadcastShardsGoOutTogether: the shards of a broadcast are sent at once, so an executor
+// that holds its Run does not keep the others from theirs: both executors hold their call here,
+// and both calls must arrive.
+func TestBroadcastShardsGoOutTogether(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	a := &gatedExecutor{gate: gate, arrived: make(chan struct{}, 1)}
+	b := &gatedExecutor{gate: gate, arrived: make(chan struct{}, 1)}
+	addrA, addrB := serveExecutor(t, a), serveExecutor(t, b)
+	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
+	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)}, Deps{
+		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
+		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.execs.close)
+	const group = 7
+	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
+		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addrA, addrB}}}
+	f := &fire{job: &jobRow{ID: 1, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST},
+		fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+	done := make(chan []string, 1)
+	go func() { done <- s.dispatch(f) }()
+	for _, e := range []*gatedExecutor{a, b} {
+		select {
+		case <-e.arrived:
+		case <-time.After(20 * time.Second):
+			close(gate)
+			t.Fatal("one shard did not arrive while the other executor held its Run")
+		}
+	}
+	close(gate)
+	ids := <-done
+	if len(ids) != 2 || ids[0] == ids[1] {
+		t.Fatalf("dispatch returned %v, want the two shards' trigger ids", ids)
+	}
+	for _, e := range []*gatedExecutor{a, b} {
+		if calls, _ := e.snapshot(); len(calls) != 1 || len(calls[0]) != 1 {
+			t.Errorf("executor calls %v, want one call of one shard", calls)
+		}
 	}
 }
