@@ -79,6 +79,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.integer(&cfg.Schedulers, "schedulers", 0, "scheduler replicas (default 1; failover 3)")
 	f.integer(&cfg.Agents, "agents", 0, "bench agents (default 2)")
 	f.dur(&cfg.SessionTTL, "session-ttl", 0, "schedulers' --session-ttl; 0 leaves the scheduler's default")
+	f.str(&cfg.DispatchLead, "dispatch-lead", "", "schedulers' --dispatch-lead (0: every fire at its time); empty leaves the scheduler's default")
 	f.str(&cfg.ServiceLogLevel, "service-log-level", "", "services' --log-level (default warn)")
 	f.boolean(&cfg.UnsafeEtcd, "unsafe-etcd", false, "run etcd without fsync")
 	f.str(&cfg.PprofDir, "pprof-dir", "", "save CPU profiles of the schedulers and logsvc over the window here")

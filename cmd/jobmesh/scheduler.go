@@ -29,6 +29,9 @@ type schedulerConfig struct {
 	ReplicaID string
 	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership.
 	SessionTTL time.Duration
+	// DispatchLead is how long before its time a fire goes to executors that hold it until then;
+	// 0 sends every fire at its time.
+	DispatchLead time.Duration
 }
 
 var schedulerPeers = []peer{peerRegistry, peerLogs}
@@ -46,6 +49,9 @@ func (c *schedulerConfig) validate() error {
 	if c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--session-ttl %v: want whole seconds, at least 1s", c.SessionTTL))
 	}
+	if c.DispatchLead < 0 || c.DispatchLead > 4*time.Second {
+		errs = append(errs, fmt.Errorf("--dispatch-lead %v: want 0 (off) to 4s, less than the 5s pre-read window", c.DispatchLead))
+	}
 	return errors.Join(errs...)
 }
 
@@ -62,6 +68,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	c.addFlags(f, schedulerPeers, peerAuth)
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
 	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
+	f.dur(&c.DispatchLead, "dispatch-lead", 200*time.Millisecond, "send fires this long before their time to executors that hold them until then (0: at their time)")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}
@@ -102,7 +109,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, Logger: log}, scheduler.Deps{
+	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, DispatchLead: leadConfig(cfg.DispatchLead), Logger: log}, scheduler.Deps{
 		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
 	})
@@ -138,4 +145,13 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sched.Stop()
 	log.Info("scheduler replica stopped")
 	return err
+}
+
+// leadConfig maps --dispatch-lead to scheduler.Config.DispatchLead, where zero means the default
+// and a negative value means off.
+func leadConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

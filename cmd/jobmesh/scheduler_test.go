@@ -42,6 +42,23 @@ func TestParseSchedulerFlags(t *testing.T) {
 		}
 	})
 
+	t.Run("dispatch lead", func(t *testing.T) {
+		c, err := parseSchedulerFlags(full, io.Discard)
+		if err != nil || c.DispatchLead != 200*time.Millisecond || leadConfig(c.DispatchLead) != 200*time.Millisecond {
+			t.Errorf("default dispatch lead = %v (error %v), want 200ms", c.DispatchLead, err)
+		}
+		c, err = parseSchedulerFlags(append(slices.Clone(full), "--dispatch-lead", "0"), io.Discard)
+		if err != nil || leadConfig(c.DispatchLead) >= 0 {
+			t.Errorf("--dispatch-lead 0 = %v (error %v), want off (negative in the scheduler's config)", leadConfig(c.DispatchLead), err)
+		}
+		for _, bad := range []string{"-1ms", "5s"} {
+			_, err := parseSchedulerFlags(append(slices.Clone(full), "--dispatch-lead", bad), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), "--dispatch-lead") {
+				t.Errorf("--dispatch-lead %s: error = %v, want one naming --dispatch-lead", bad, err)
+			}
+		}
+	})
+
 	t.Run("metrics address", func(t *testing.T) {
 		c, err := parseSchedulerFlags(append(slices.Clone(full), "--metrics-addr", "0.0.0.0:9464"), io.Discard)
 		if err != nil || c.MetricsAddr != "0.0.0.0:9464" {

@@ -135,6 +135,7 @@ func TestConfig(t *testing.T) {
 		{"FIX_RATE under its minimum", Config{Scenario: "rate", Interval: 50 * time.Millisecond, CronFraction: -1}, "--interval"},
 		{"a route that does not exist", Config{Scenario: "rate", Route: "NEAREST"}, "--route"},
 		{"fractional session TTL", Config{Scenario: "rate", SessionTTL: 1500 * time.Millisecond}, "--session-ttl"},
+		{"dispatch lead not a duration", Config{Scenario: "rate", DispatchLead: "soon"}, "--dispatch-lead"},
 		{"more API jobs than jobs", Config{Scenario: "scale", Jobs: 10, APIJobs: 20}, "--api-jobs"},
 		{"ramp that ends before it starts", Config{Scenario: "ramp", StartRate: 5000, MaxRate: 1000}, "--max-rate"},
 		{"failover against a target", Config{Scenario: "failover", Target: &Target{SchedulerAddrs: []string{"x:1"}, LogsAddr: "y:1",

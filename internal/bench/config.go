@@ -47,6 +47,9 @@ type Config struct {
 	Agents int
 	// SessionTTL is the schedulers' --session-ttl; 0 leaves the scheduler's default.
 	SessionTTL time.Duration
+	// DispatchLead is the schedulers' --dispatch-lead ("0" sends every fire at its time); empty
+	// leaves the scheduler's default.
+	DispatchLead string
 	// ServiceLogLevel is the services' --log-level. Default warn.
 	ServiceLogLevel string
 	// UnsafeEtcd runs etcd without fsync (faster, for smoke runs).
@@ -238,6 +241,11 @@ func (c Config) validate() error {
 	}
 	if c.SessionTTL != 0 && (c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0) {
 		bad("session-ttl", "%v: want whole seconds, at least 1s", c.SessionTTL)
+	}
+	if c.DispatchLead != "" {
+		if d, err := time.ParseDuration(c.DispatchLead); err != nil || d < 0 || d > 4*time.Second {
+			bad("dispatch-lead", "%q: want a duration from 0 (off) to 4s", c.DispatchLead)
+		}
 	}
 	if c.Rate <= 0 || math.IsInf(c.Rate, 0) || math.IsNaN(c.Rate) {
 		bad("rate", "%v: want a positive number of fires per second", c.Rate)

@@ -50,6 +50,7 @@ type Setup struct {
 	CronFraction float64 `json:"cron_fraction"`
 	Route        string  `json:"route"`
 	SessionTTL   string  `json:"session_ttl,omitempty"`
+	DispatchLead string  `json:"dispatch_lead,omitempty"`
 	// CreatedPerSecond is the rate at which the API created the jobs.
 	CreatedPerSecond float64 `json:"api_jobs_created_per_s,omitempty"`
 }
@@ -233,6 +234,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		m.NProc, m.CPU, float64(m.MemoryMB)/1024, m.GoVersion, where, s.Schedulers, s.Agents, s.Interval, s.CronFraction*100, s.Route)
 	if s.SessionTTL != "" {
 		fmt.Fprintf(&b, ", session TTL %s", s.SessionTTL)
+	}
+	if s.DispatchLead != "" {
+		fmt.Fprintf(&b, ", dispatch lead %s", s.DispatchLead)
 	}
 	if s.CreatedPerSecond > 0 {
 		fmt.Fprintf(&b, "; the API created %.0f jobs/s", s.CreatedPerSecond)

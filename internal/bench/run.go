@@ -31,6 +31,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.SessionTTL > 0 {
 		rep.Setup.SessionTTL = cfg.SessionTTL.String()
 	}
+	rep.Setup.DispatchLead = cfg.DispatchLead
 	if cfg.Target != nil {
 		rep.Setup.Schedulers = len(cfg.Target.SchedulerAddrs)
 	}

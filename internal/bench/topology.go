@@ -245,6 +245,9 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		if cfg.SessionTTL > 0 {
 			r.args = append(r.args, "--session-ttl", cfg.SessionTTL.String())
 		}
+		if cfg.DispatchLead != "" {
+			r.args = append(r.args, "--dispatch-lead", cfg.DispatchLead)
+		}
 		if m, r.metricsAddr, err = metrics(); err != nil {
 			return "", err
 		}

@@ -37,6 +37,9 @@ type fire struct {
 	// pending: a retry or child fire kept in pending_fires until dispatched; otherwise a
 	// scheduled fire tracked in lead.owed.
 	pending bool
+	// dueMs is when the fire is due to start, Unix ms: its ring time (0 for manual triggers).
+	// The ring hands fires over up to DispatchLead before it (dispatchScheduled).
+	dueMs int64
 }
 
 // TriggerID is the deterministic id of one fire: the same fire always gets the same id, so
@@ -48,8 +51,47 @@ func TriggerID(jobID, fireMs int64, shard, attempt int32) string {
 // onFire is the ring's callback: hand every due fire to a trigger pool without blocking the ring.
 func (s *Service) onFire(due []ringEntry) {
 	for _, e := range due {
+		e.Value.dueMs = e.FireAt
 		s.submit(e.Value)
 	}
+}
+
+// leadTick is how long the ring gathers fires that go out ahead of their time into one wake-up
+// (ring.SetLead): a tenth of the lead, at most 20 ms, so a fire still leaves at least 90 % of
+// the lead before its time.
+func leadTick(lead time.Duration) time.Duration { return min(lead/10, 20*time.Millisecond) }
+
+// dispatchScheduled is the trigger pools' work. A fire the ring handed over ahead of its time
+// goes out at once when its executors hold fires until their time (Trigger.start_delay_us);
+// otherwise it waits for its time off the pool. Fires whose executor must answer for its state
+// at the fire's time wait too: DISCARD_LATER (the executor refuses the fire while the job runs)
+// and BUSYOVER (routing asks executors whether the job is idle).
+func (s *Service) dispatchScheduled(f *fire) []string {
+	early := time.UnixMilli(f.dueMs).Sub(s.clk.Now())
+	if early <= 0 || s.sendsEarly(f) {
+		return s.dispatch(f)
+	}
+	t := s.clk.NewTimer(early)
+	go func() {
+		<-t.C()
+		if f.lead != nil && f.lead.isLost() {
+			return // still owed: the next leader sends it
+		}
+		s.submit(f)
+	}()
+	return nil
+}
+
+// sendsEarly says whether a fire may be sent before its time: its group routes over executors
+// that all hold fires until their time, and neither its block strategy nor its routing depends
+// on the executor's state at that time.
+func (s *Service) sendsEarly(f *fire) bool {
+	j := f.job
+	if len(f.addresses) > 0 || j.Block == schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER ||
+		j.Route == schedulerv1.RouteStrategy_ROUTE_STRATEGY_BUSYOVER {
+		return false
+	}
+	return s.groups.holdsFires(j.GroupID)
 }
 
 // submit queues a fire on the fast pool, or the slow one for jobs whose dispatch has been slow.
@@ -183,7 +225,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
-	ack, err := s.execs.run(ctx, t.Address, trig)
+	ack, err := s.execs.run(ctx, t.Address, trig, f.dueMs)
 	outcome := outcomeAccepted
 	answer := strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_")
 	switch {

@@ -20,6 +20,7 @@ import (
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/clock"
 )
 
 // executorPool keeps one long-lived connection per executor address, and coalesces the Run
@@ -33,6 +34,8 @@ type executorPool struct {
 	lanes map[laneKey]*runLane
 	// batched, when set, is told the number of fires of each Run call (metrics).
 	batched func(fires int)
+	// clk times a fire's start delay as its call leaves (the scheduler's clock).
+	clk clock.Clock
 }
 
 func newExecutorPool(opts []grpc.DialOption) *executorPool {
@@ -40,7 +43,7 @@ func newExecutorPool(opts []grpc.DialOption) *executorPool {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler())) // the Run client span, and W3C context in metadata
-	return &executorPool{opts: opts, conns: map[string]*poolConn{}, lanes: map[laneKey]*runLane{}}
+	return &executorPool{opts: opts, conns: map[string]*poolConn{}, lanes: map[laneKey]*runLane{}, clk: clock.Real()}
 }
 
 // poolConn is an executor connection and when a call last took it.
@@ -161,7 +164,10 @@ type routeView struct {
 	mu     sync.RWMutex
 	byApp  map[string]map[string]string // app → instance → address
 	sorted map[string][]string          // app → sorted distinct addresses
-	groups map[int64]groupEntry
+	// holds: instances registered with holds_fires; allHold: apps whose every instance did.
+	holds   map[string]map[string]bool
+	allHold map[string]bool
+	groups  map[int64]groupEntry
 	// synced is closed once the first snapshot of the registry's view has arrived.
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -174,6 +180,7 @@ type groupEntry struct {
 
 func newRouteView(reg registryv1.RegistryServiceClient, log *slog.Logger) *routeView {
 	return &routeView{reg: reg, log: log, byApp: map[string]map[string]string{}, sorted: map[string][]string{}, groups: map[int64]groupEntry{},
+		holds: map[string]map[string]bool{}, allHold: map[string]bool{},
 		synced: make(chan struct{})}
 }
 
@@ -220,25 +227,31 @@ func (v *routeView) apply(ev *registryv1.WatchExecutorsResponse) {
 			touched[app] = true
 		}
 		v.byApp = map[string]map[string]string{}
+		v.holds = map[string]map[string]bool{}
 	}
 	for _, e := range ev.GetExecutors() {
 		touched[e.AppName] = true
-		m := v.byApp[e.AppName]
+		m, h := v.byApp[e.AppName], v.holds[e.AppName]
 		if m == nil {
-			m = map[string]string{}
-			v.byApp[e.AppName] = m
+			m, h = map[string]string{}, map[string]bool{}
+			v.byApp[e.AppName], v.holds[e.AppName] = m, h
 		}
 		if ev.GetType() == registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE {
 			delete(m, e.InstanceId)
+			delete(h, e.InstanceId)
 		} else {
 			m[e.InstanceId] = e.Address
+			h[e.InstanceId] = e.GetHoldsFires()
 		}
 	}
 	for app := range touched {
 		var addrs []string
-		for _, a := range v.byApp[app] {
+		all := len(v.byApp[app]) > 0
+		for inst, a := range v.byApp[app] {
 			addrs = append(addrs, a)
+			all = all && v.holds[app][inst]
 		}
+		v.allHold[app] = all
 		slices.Sort(addrs)
 		v.sorted[app] = slices.Compact(addrs)
 	}
@@ -279,6 +292,21 @@ func (v *routeView) addresses(ctx context.Context, groupID int64) ([]string, str
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.sorted[g.AppName], g.AccessToken, nil
+}
+
+// holdsFires reports whether a group's fires may be sent ahead of their time: it routes over the
+// registered executors of its app (not manual addresses), and every one of them registered with
+// holds_fires. It answers from the cache only (false for a group not read yet), since the ring's
+// hand-over asks it for every fire; the view is a moment old, so an executor without it that
+// registers just then may get a fire early.
+func (v *routeView) holdsFires(groupID int64) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	e, ok := v.groups[groupID]
+	if !ok || e.g.GetAddressType() == registryv1.AddressType_ADDRESS_TYPE_MANUAL {
+		return false
+	}
+	return v.allHold[e.g.GetAppName()]
 }
 
 // tokenFor returns the access token of a group to present to addr: empty when the group has

@@ -49,6 +49,13 @@ func (l *leadership) begin() bool {
 	return true
 }
 
+// isLost reports whether this leadership has ended.
+func (l *leadership) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
 // end closes a dispatch admitted by begin.
 func (l *leadership) end() { l.inflight.Done() }
 
@@ -138,6 +145,9 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := ring.New(s.clk, s.onFire)
+	if lead := s.cfg.DispatchLead; lead > 0 {
+		r.SetLead(lead, leadTick(lead))
+	}
 	if err := r.Start(lctx); err != nil {
 		s.log.Error("time ring failed to start", "error", err)
 		return

@@ -59,7 +59,7 @@ func newMetrics(replicaID string) *metrics {
 		replica:   attribute.String("jobmesh.scheduler.replica.id", replicaID),
 	}
 	mt.lateness, _ = m.Float64Histogram("jobmesh.scheduler.fire.lateness", metric.WithUnit("s"),
-		metric.WithDescription("Scheduled fire time to the Run call sent to the executor."),
+		metric.WithDescription("Scheduled fire time to the Run call sent to the executor; 0 for a fire sent ahead of its time."),
 		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
 	mt.fires, _ = m.Int64Counter("jobmesh.scheduler.fires", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires dispatched or given up, one per trigger id (a sharded fire counts once per shard), by outcome."))

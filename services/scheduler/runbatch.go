@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -41,6 +42,7 @@ type runLane struct {
 type runCall struct {
 	ctx  context.Context
 	trig *executorv1.Trigger
+	due  int64         // when the fire is due to start, Unix ms; the executor holds it until then
 	done chan struct{} // closed when ack or err is set
 	ack  *executorv1.RunAck
 	err  error
@@ -63,14 +65,15 @@ func (p *executorPool) lane(addr, auth string) *runLane {
 // fires queued for that executor meanwhile, and returns the executor's answer to it. ctx carries
 // the fire's deadline, trace and access token; a call that carries several fires runs under the
 // first one's context (the fires of one lane share their token, and their deadlines differ by
-// the time they waited).
-func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger) (*executorv1.RunAck, error) {
+// the time they waited). A fire sent before dueMs (Unix ms) carries the delay until then, taken
+// as the call leaves (Trigger.start_delay_us).
+func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64) (*executorv1.RunAck, error) {
 	var auth string
 	if v := metadata.ValueFromOutgoingContext(ctx, "authorization"); len(v) > 0 { // no copy of the whole MD
 		auth = v[len(v)-1]
 	}
 	l := p.lane(addr, auth)
-	c := &runCall{ctx: ctx, trig: t, done: make(chan struct{})}
+	c := &runCall{ctx: ctx, trig: t, due: dueMs, done: make(chan struct{})}
 	l.mu.Lock()
 	l.queue = append(l.queue, c)
 	idle := !l.sending
@@ -162,8 +165,12 @@ func (l *runLane) send(batch []*runCall) {
 		return
 	}
 	trigs := make([]*executorv1.Trigger, len(batch))
+	now := l.pool.clk.Now()
 	for i, c := range batch {
 		trigs[i] = c.trig
+		if d := time.UnixMilli(c.due).Sub(now); c.due > 0 && d > 0 {
+			c.trig.StartDelayUs = d.Microseconds()
+		}
 	}
 	if l.pool.batched != nil {
 		l.pool.batched(len(batch))

@@ -101,7 +101,7 @@ func TestRunCoalescesFiresPerExecutor(t *testing.T) {
 	}
 	answers := make(chan answer, 2000)
 	fire := func(ctx context.Context, id string) {
-		ack, err := p.run(ctx, addr, trig(id))
+		ack, err := p.run(ctx, addr, trig(id), 0)
 		answers <- answer{id, ack, err}
 	}
 	go fire(ctx, "first")
@@ -172,13 +172,13 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		_, err := p.run(ctx, addr, trig("held"))
+		_, err := p.run(ctx, addr, trig("held"), 0)
 		held <- err
 	}()
 	<-e.arrived
 	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := p.run(short, addr, trig("late")); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := p.run(short, addr, trig("late"), 0); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a fire that timed out in the queue: %v, want DeadlineExceeded", err)
 	}
 	close(e.gate)
@@ -186,7 +186,7 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 		t.Fatalf("held fire: %v", err)
 	}
 	// The next fire finds the lane idle again; the timed-out one was never sent.
-	if _, err := p.run(t.Context(), addr, trig("after")); err != nil {
+	if _, err := p.run(t.Context(), addr, trig("after"), 0); err != nil {
 		t.Fatalf("fire after: %v", err)
 	}
 	calls, _ := e.snapshot()
@@ -209,13 +209,13 @@ func TestRunBatchesStayUnderTheMessageLimit(t *testing.T) {
 	defer cancel()
 
 	errs := make(chan error, 100)
-	go func() { _, err := p.run(ctx, addr, trig("first")); errs <- err }()
+	go func() { _, err := p.run(ctx, addr, trig("first"), 0); errs <- err }()
 	<-e.arrived
 	const n = 40 // 40 × 64 KiB = 2.5 MiB of glue source
 	src := strings.Repeat("x", 64<<10)
 	for i := range n {
 		go func() {
-			_, err := p.run(ctx, addr, &executorv1.Trigger{TriggerId: fmt.Sprintf("big-%d", i), GlueSource: src})
+			_, err := p.run(ctx, addr, &executorv1.Trigger{TriggerId: fmt.Sprintf("big-%d", i), GlueSource: src}, 0)
 			errs <- err
 		}()
 	}
@@ -276,11 +276,11 @@ func TestPoolClosesIdleConnections(t *testing.T) {
 	t.Cleanup(p.close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := p.run(ctx, idleAddr, trig("1-1-0-0")); err != nil {
+	if _, err := p.run(ctx, idleAddr, trig("1-1-0-0"), 0); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { _, err := p.run(ctx, busyAddr, trig("2-1-0-0")); done <- err }()
+	go func() { _, err := p.run(ctx, busyAddr, trig("2-1-0-0"), 0); done <- err }()
 	select {
 	case <-busy.arrived:
 	case <-ctx.Done():
@@ -310,7 +310,7 @@ func TestPoolClosesIdleConnections(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the call in flight during prune: %v", err)
 	}
-	if _, err := p.run(ctx, idleAddr, trig("1-2-0-0")); err != nil {
+	if _, err := p.run(ctx, idleAddr, trig("1-2-0-0"), 0); err != nil {
 		t.Fatalf("a call after prune: %v", err)
 	}
 	if calls, _ := idle.snapshot(); len(calls) != 2 {

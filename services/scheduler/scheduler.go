@@ -54,6 +54,11 @@ type Config struct {
 	MisfireThreshold time.Duration
 	// DispatchTimeout bounds one Run call. Default 3 s.
 	DispatchTimeout time.Duration
+	// DispatchLead is how long before its time a scheduled fire is sent to executors that hold a
+	// fire until its time (registered with holds_fires; the Go SDK and the agent do), so that it
+	// starts on time whatever the dispatch costs, and the fires of a few milliseconds share one
+	// Run call. Default 200 ms; negative sends every fire at its time.
+	DispatchLead time.Duration
 	// FastWorkers and SlowWorkers size the trigger pools. Defaults 64 and 32.
 	FastWorkers, SlowWorkers int
 	// PoolQueue bounds each trigger pool's queue. Default 20000.
@@ -89,6 +94,9 @@ func (c *Config) setDefaults() {
 	if c.DispatchTimeout == 0 {
 		c.DispatchTimeout = 3 * time.Second
 	}
+	if c.DispatchLead == 0 {
+		c.DispatchLead = 200 * time.Millisecond
+	}
 	if c.FastWorkers == 0 {
 		c.FastWorkers = 64
 	}
@@ -116,6 +124,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("scheduler: pre-read interval %v: between 1ms and the window %v", c.PreReadInterval, c.PreReadWindow)
 	case c.PreReadBatch < 1:
 		return fmt.Errorf("scheduler: pre-read batch %d: at least 1", c.PreReadBatch)
+	case c.DispatchLead > time.Minute:
+		return fmt.Errorf("scheduler: dispatch lead %v: at most 1m (executors hold a fire at most that long)", c.DispatchLead)
+	case c.DispatchLead >= c.PreReadWindow:
+		return fmt.Errorf("scheduler: dispatch lead %v: less than the pre-read window %v", c.DispatchLead, c.PreReadWindow)
 	case c.MisfireThreshold < 0:
 		return fmt.Errorf("scheduler: misfire threshold %v: not negative", c.MisfireThreshold)
 	case c.FastWorkers < 1 || c.SlowWorkers < 1 || c.PoolQueue < 1:
@@ -179,7 +191,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		groups: newRouteView(deps.Registry, cfg.Logger),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
-	s.execs.batched = s.metrics.runBatch
+	s.execs.batched, s.execs.clk = s.metrics.runBatch, cfg.Clock
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
 	s.slowness = newSlowTracker(cfg.Clock)
 	s.fast = newPool("fast", cfg.FastWorkers, cfg.PoolQueue)
@@ -216,8 +228,8 @@ func (s *Service) Start(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.records.Start(ctx)
 	s.metrics.observe(s)
-	s.fast.start(s.dispatch)
-	s.slow.start(s.dispatch)
+	s.fast.start(s.dispatchScheduled)
+	s.slow.start(s.dispatchScheduled)
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.groups.run(ctx) }()
 	go func() { defer s.wg.Done(); s.campaignLoop(ctx) }()

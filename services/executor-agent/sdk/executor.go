@@ -125,7 +125,8 @@ type Executor struct {
 	stopping   bool
 	workers    map[int64]*worker    // the current worker of each job
 	allWorkers map[*worker]struct{} // every live worker goroutine, replaced ones included
-	active     map[string]*run      // queued or running fires by trigger id
+	active     map[string]*run      // held, queued or running fires by trigger id
+	held       map[string]*run      // fires sent ahead of their time, until due (Trigger.start_delay_us)
 	recent     *recentIDs           // recently accepted trigger ids → the day of their log file
 	day        string               // dayLocked's: the current UTC date, valid in [dayStart, dayEnd)
 	dayStart   time.Time
@@ -163,6 +164,7 @@ func New(cfg Config) (*Executor, error) {
 		workers:    map[int64]*worker{},
 		allWorkers: map[*worker]struct{}{},
 		active:     map[string]*run{},
+		held:       map[string]*run{},
 		recent:     newRecentIDs(recentCap),
 		baseCtx:    context.Background(),
 		out:        nopOutbox{},
@@ -307,7 +309,7 @@ func (e *Executor) AdvertiseAddr() string {
 }
 
 // Stop ends the executor in a fixed, bounded order: revoke the registration lease, refuse new
-// fires and kill queued ones, wait up to StopGrace for running handlers, kill what still runs
+// fires and kill queued and held ones, wait up to StopGrace for running handlers, kill what still runs
 // (reported KILLED), stop serving, then flush results and lines to logsvc. It is idempotent.
 func (e *Executor) Stop() {
 	e.stopOnce.Do(e.stop)
@@ -330,6 +332,10 @@ func (e *Executor) stop() {
 	e.mu.Lock()
 	var queued []*run
 	var workers []*worker
+	for _, r := range e.held { // fires not due yet end as queued ones do
+		queued = append(queued, r)
+	}
+	clear(e.held)
 	for w := range e.allWorkers {
 		queued = append(queued, w.queue...)
 		w.queue = nil

@@ -37,6 +37,7 @@ func newRegistrar(cfg Config, advertise string, started time.Time, log *slog.Log
 	val, _ := protojson.Marshal(&registryv1.Executor{
 		AppName: cfg.AppName, InstanceId: cfg.InstanceID, Address: advertise, Version: cfg.Version,
 		StartTime: timestamppb.New(started), Capacity: int32(cfg.Capacity), Labels: cfg.Labels,
+		HoldsFires: true, // Run honours start_delay_us (worker.go: hold)
 	})
 	return &registrar{
 		cli: cfg.Etcd, log: log, key: RegistryPrefix + cfg.AppName + "/" + cfg.InstanceID, val: string(val),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -59,9 +60,17 @@ func (s *service) Run(_ context.Context, req *executorv1.RunRequest) (*executorv
 	if n := len(req.GetTriggers()); n > maxTriggers {
 		return nil, status.Errorf(codes.InvalidArgument, "triggers: %d fires, at most %d per call", n, maxTriggers)
 	}
+	received := time.Now() // a start delay counts from here
 	acks := make([]*executorv1.RunAck, len(req.GetTriggers()))
+	var held []*run
 	for i, t := range req.GetTriggers() {
-		acks[i] = s.e.accept(t)
+		var r *run
+		if acks[i], r = s.e.accept(t); r != nil {
+			held = append(held, r)
+		}
+	}
+	if len(held) > 0 {
+		s.e.hold(held, received)
 	}
 	// The fires' RUNNING results are in the spool before the scheduler hears they were accepted.
 	s.e.out.waitSpooled()

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +35,9 @@ const (
 	maxJobQueue = 10_000
 	// maxText caps a log line and a result message, as logsvc does.
 	maxText = 64 << 10
+	// maxStartDelay bounds how long a fire sent ahead of its time is held (the scheduler's lead
+	// is a fraction of a second).
+	maxStartDelay = time.Minute
 )
 
 var tracer = otel.Tracer("github.com/jobmesh/jobmesh/services/executor-agent/sdk")
@@ -80,6 +85,8 @@ type run struct {
 	job    *Job
 	w      *worker
 	fn     HandlerFunc
+	key    string // a held fire's worker key and BEAN, to place it when due
+	bean   *bean
 	day    string // the UTC day it was accepted: its log file is runs/<day>/<trigger id>.log
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -99,31 +106,68 @@ type retirement struct {
 	cause   *stopCause
 }
 
-// accept answers one fire of a Run call.
-func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
+// accept answers one fire of a Run call. A fire with a start delay is held (see hold): accept
+// returns its run, to be released when due; otherwise the run is nil.
+func (e *Executor) accept(t *executorv1.Trigger) (*executorv1.RunAck, *run) {
 	id := t.GetTriggerId()
 	reject := func(msg string) *executorv1.RunAck {
 		e.log.Debug("fire rejected", "trigger_id", id, "job_id", t.GetJobId(), "reason", msg)
 		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_REJECTED, Message: msg}
 	}
 	if err := checkTrigger(t); err != nil {
-		return reject(err.Error())
+		return reject(err.Error()), nil
 	}
 	fn, b, key, err := e.resolve(t)
 	if err != nil {
-		return reject(err.Error())
+		return reject(err.Error()), nil
 	}
 
-	var retired []retirement
 	e.mu.Lock()
 	if e.stopping || !e.started {
 		e.mu.Unlock()
-		return reject("executor is shutting down")
+		return reject("executor is shutting down"), nil
 	}
 	if _, seen := e.recent.get(id); seen {
 		e.mu.Unlock()
-		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE, Message: "fire " + id + " was already accepted here"}
+		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE, Message: "fire " + id + " was already accepted here"}, nil
 	}
+	now := time.Now()
+	if d := t.GetStartDelayUs(); d > 0 {
+		// Sent ahead of its time: accepted (and seen) now, placed behind the job's worker when due.
+		r := e.newRunLocked(t, nil, fn, now)
+		r.key, r.bean = key, b
+		e.active[id] = r
+		e.held[id] = r
+		e.recent.add(id, r.day)
+		e.addStartLocked(r, now.Add(time.Duration(d)*time.Microsecond))
+		e.mu.Unlock()
+		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED}, r
+	}
+	w, retired, msg := e.workerForLocked(t, key, b)
+	if msg != "" {
+		e.mu.Unlock()
+		return reject(msg), nil
+	}
+	r := e.newRunLocked(t, w, fn, now)
+	w.queue = append(w.queue, r)
+	e.active[id] = r
+	e.recent.add(id, r.day)
+	e.addStartLocked(r, now)
+	w.signal()
+	e.mu.Unlock()
+
+	for _, rt := range retired {
+		e.endRetirement(rt)
+	}
+	return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED}, nil
+}
+
+// workerForLocked applies the job's block strategy to a fire that arrives (or, held, comes due)
+// now: it returns the worker to queue it on, creating one when needed, with the workers it
+// retired (a changed handler, COVER_EARLY) for the caller to end after unlocking; or, when the
+// fire is refused (DISCARD_LATER, a full queue), why.
+func (e *Executor) workerForLocked(t *executorv1.Trigger, key string, b *bean) (*worker, []retirement, string) {
+	var retired []retirement
 	w := e.workers[t.GetJobId()]
 	var prev <-chan struct{}
 	if w != nil && w.key != key {
@@ -133,15 +177,13 @@ func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
 	if w != nil && w.busy() {
 		switch t.GetBlockStrategy() {
 		case schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER:
-			e.mu.Unlock()
-			return reject(fmt.Sprintf("block strategy DISCARD_LATER: job %d is running or has queued fires", t.GetJobId()))
+			return nil, nil, fmt.Sprintf("block strategy DISCARD_LATER: job %d is running or has queued fires", t.GetJobId())
 		case schedulerv1.BlockStrategy_BLOCK_STRATEGY_COVER_EARLY:
 			retired = append(retired, e.retireLocked(w, &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: "killed: covered by a newer fire (COVER_EARLY)"}))
 			prev, w = w.done, nil
 		default:
 			if len(w.queue) >= maxJobQueue {
-				e.mu.Unlock()
-				return reject(fmt.Sprintf("job %d has %d fires queued here already", t.GetJobId(), len(w.queue)))
+				return nil, nil, fmt.Sprintf("job %d has %d fires queued here already", t.GetJobId(), len(w.queue))
 			}
 		}
 	}
@@ -151,25 +193,72 @@ func (e *Executor) accept(t *executorv1.Trigger) *executorv1.RunAck {
 		e.allWorkers[w] = struct{}{}
 		go e.work(w)
 	}
-	now := time.Now()
-	r := e.newRunLocked(t, w, fn, now)
-	w.queue = append(w.queue, r)
-	e.active[id] = r
-	e.recent.add(id, r.day)
-	// Tell logsvc at once that the fire reached this executor. Queued under e.mu, before any
-	// worker, kill or stop can see the run, so its final result is always queued after this.
+	return w, retired, ""
+}
+
+// addStartLocked tells logsvc at once that the fire reached this executor, starting at start
+// (a held fire's due time). Queued under e.mu, before any worker, kill or stop can see the run,
+// so its final result is always queued after this.
+func (e *Executor) addStartLocked(r *run, start time.Time) {
+	t := r.t
 	tp := t.GetTraceContext()["traceparent"]
 	e.out.addStart(&logsv1.RunResult{
-		TriggerId: id, JobId: t.GetJobId(), Status: logsv1.RunStatus_RUN_STATUS_RUNNING,
-		StartUnixMs: now.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceIDOf(tp), Traceparent: tp,
+		TriggerId: t.GetTriggerId(), JobId: t.GetJobId(), Status: logsv1.RunStatus_RUN_STATUS_RUNNING,
+		StartUnixMs: start.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceIDOf(tp), Traceparent: tp,
 	})
-	w.signal()
-	e.mu.Unlock()
+}
 
+// hold releases the held fires of one Run call, received at received, when each is due: fires
+// due at the same instant (the scheduler sends a call's fires with the delay of their scheduled
+// millisecond) share one timer.
+func (e *Executor) hold(held []*run, received time.Time) {
+	slices.SortStableFunc(held, func(a, b *run) int { return cmp.Compare(a.t.GetStartDelayUs(), b.t.GetStartDelayUs()) })
+	for i := 0; i < len(held); {
+		j := i + 1
+		for j < len(held) && held[j].t.GetStartDelayUs() == held[i].t.GetStartDelayUs() {
+			j++
+		}
+		due := held[i:j:j]
+		at := received.Add(time.Duration(held[i].t.GetStartDelayUs()) * time.Microsecond)
+		time.AfterFunc(time.Until(at), func() { e.release(due) })
+		i = j
+	}
+}
+
+// release places held fires that came due behind their jobs' workers, as if they arrived now:
+// the block strategy applies now. A fire killed or ended meanwhile is skipped; one its job's
+// worker refuses (a full queue) ends FAIL with the reason, since its Run was answered already.
+func (e *Executor) release(due []*run) {
+	var retired []retirement
+	type refusal struct {
+		r   *run
+		msg string
+	}
+	var refused []refusal
+	e.mu.Lock()
+	for _, r := range due {
+		id := r.t.GetTriggerId()
+		if e.held[id] != r {
+			continue // killed, or ended by Stop
+		}
+		delete(e.held, id)
+		w, rt, msg := e.workerForLocked(r.t, r.key, r.bean)
+		retired = append(retired, rt...)
+		if msg != "" {
+			refused = append(refused, refusal{r, msg})
+			continue
+		}
+		r.w = w
+		w.queue = append(w.queue, r)
+		w.signal()
+	}
+	e.mu.Unlock()
 	for _, rt := range retired {
 		e.endRetirement(rt)
 	}
-	return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED}
+	for _, f := range refused {
+		e.finishUnstarted(f.r, &stopCause{status: logsv1.RunStatus_RUN_STATUS_FAIL, msg: "refused when due: " + f.msg})
+	}
 }
 
 // seen returns the ids among ids that this executor accepted (queued, running or recent), each
@@ -201,6 +290,8 @@ func checkTrigger(t *executorv1.Trigger) error {
 		return fmt.Errorf("job_id %d: must be positive", t.GetJobId())
 	case t.GetTimeoutSeconds() < 0:
 		return fmt.Errorf("timeout_seconds %d: must not be negative", t.GetTimeoutSeconds())
+	case t.GetStartDelayUs() > maxStartDelay.Microseconds():
+		return fmt.Errorf("start_delay_us %d: at most %d (%v)", t.GetStartDelayUs(), maxStartDelay.Microseconds(), maxStartDelay)
 	case t.GetShardTotal() < 0 || t.GetShardIndex() < 0 || t.GetShardIndex() >= max(t.GetShardTotal(), 1):
 		return fmt.Errorf("shard_index %d out of range for shard_total %d", t.GetShardIndex(), t.GetShardTotal())
 	}
@@ -568,9 +659,16 @@ func (e *Executor) kill(jobID int64, triggerID string) (bool, string) {
 			e.mu.Unlock()
 			return false, "fire " + triggerID + " is not running or queued here"
 		}
-		if r.w.running == r {
+		switch {
+		case e.held[triggerID] == r:
+			delete(e.held, triggerID)
+			rt.queued = []*run{r}
+		case r.w == nil: // held, refused when due, and ending now
+			e.mu.Unlock()
+			return false, "fire " + triggerID + " is ending"
+		case r.w.running == r:
 			rt.running = r
-		} else {
+		default:
 			for i, q := range r.w.queue {
 				if q == r {
 					r.w.queue = append(r.w.queue[:i], r.w.queue[i+1:]...)
@@ -581,12 +679,20 @@ func (e *Executor) kill(jobID int64, triggerID string) (bool, string) {
 		}
 	} else {
 		w := e.workers[jobID]
-		if w == nil || !w.busy() {
-			e.mu.Unlock()
-			return false, fmt.Sprintf("job %d has nothing running or queued here", jobID)
+		if w != nil {
+			rt.running, rt.queued = w.running, w.queue
+			w.queue = nil
 		}
-		rt.running, rt.queued = w.running, w.queue
-		w.queue = nil
+		for id, r := range e.held { // fires sent ahead of their time are the job's too
+			if r.t.GetJobId() == jobID {
+				delete(e.held, id)
+				rt.queued = append(rt.queued, r)
+			}
+		}
+		if rt.running == nil && len(rt.queued) == 0 {
+			e.mu.Unlock()
+			return false, fmt.Sprintf("job %d has nothing running, queued or held here", jobID)
+		}
 	}
 	e.mu.Unlock()
 	e.endRetirement(rt)

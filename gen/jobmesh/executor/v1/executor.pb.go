@@ -334,7 +334,13 @@ type Trigger struct {
 	// Why it fired.
 	TriggerType v1.TriggerType `protobuf:"varint,16,opt,name=trigger_type,json=triggerType,proto3,enum=jobmesh.scheduler.v1.TriggerType" json:"trigger_type,omitempty"`
 	// W3C trace context of the fire ("traceparent", "tracestate").
-	TraceContext  map[string]string `protobuf:"bytes,17,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,17,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How long after receiving the fire the executor starts it, in microseconds; 0 or less: at once.
+	// The scheduler sends a fire up to its dispatch lead ahead of its time to an executor that
+	// registered with holds_fires, so that the fire starts on time rather than when the call gets
+	// there. Relative to receipt, so the executor's clock need not agree with the scheduler's. A held
+	// fire is accepted (and seen) at once; its block strategy applies when it starts.
+	StartDelayUs  int64 `protobuf:"varint,18,opt,name=start_delay_us,json=startDelayUs,proto3" json:"start_delay_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +492,13 @@ func (x *Trigger) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *Trigger) GetStartDelayUs() int64 {
+	if x != nil {
+		return x.StartDelayUs
+	}
+	return 0
 }
 
 // RunRequest carries fires for this executor; the scheduler batches fires per executor.
@@ -1262,7 +1275,7 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\">\n" +
 	"\x10IdleBeatResponse\x12\x12\n" +
 	"\x04idle\x18\x01 \x01(\bR\x04idle\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x9e\x06\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc4\x06\n" +
 	"\aTrigger\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -1285,7 +1298,8 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x10dispatch_unix_ms\x18\x0e \x01(\x03R\x0edispatchUnixMs\x12\x18\n" +
 	"\aattempt\x18\x0f \x01(\x05R\aattempt\x12D\n" +
 	"\ftrigger_type\x18\x10 \x01(\x0e2!.jobmesh.scheduler.v1.TriggerTypeR\vtriggerType\x12S\n" +
-	"\rtrace_context\x18\x11 \x03(\v2..jobmesh.executor.v1.Trigger.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x11 \x03(\v2..jobmesh.executor.v1.Trigger.TraceContextEntryR\ftraceContext\x12$\n" +
+	"\x0estart_delay_us\x18\x12 \x01(\x03R\fstartDelayUs\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +

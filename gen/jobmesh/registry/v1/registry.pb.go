@@ -150,7 +150,10 @@ type Executor struct {
 	// Free-form labels.
 	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// When the registry last saw its key written or refreshed.
-	LastSeenTime  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
+	LastSeenTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
+	// The executor honours Trigger.start_delay_us: it holds a fire sent ahead of its time and starts
+	// it on time. The scheduler sends fires early only to executors that say so.
+	HoldsFires    bool `protobuf:"varint,9,opt,name=holds_fires,json=holdsFires,proto3" json:"holds_fires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -239,6 +242,13 @@ func (x *Executor) GetLastSeenTime() *timestamppb.Timestamp {
 		return x.LastSeenTime
 	}
 	return nil
+}
+
+func (x *Executor) GetHoldsFires() bool {
+	if x != nil {
+		return x.HoldsFires
+	}
+	return false
 }
 
 // ExecutorGroup is a named set of executors that jobs target (XXL-JOB xxl_job_group).
@@ -1036,7 +1046,7 @@ var File_jobmesh_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x03\n" +
+	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
 	"\bExecutor\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1047,7 +1057,9 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1a\n" +
 	"\bcapacity\x18\x06 \x01(\x05R\bcapacity\x12A\n" +
 	"\x06labels\x18\a \x03(\v2).jobmesh.registry.v1.Executor.LabelsEntryR\x06labels\x12@\n" +
-	"\x0elast_seen_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\x1a9\n" +
+	"\x0elast_seen_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\x12\x1f\n" +
+	"\vholds_fires\x18\t \x01(\bR\n" +
+	"holdsFires\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x03\n" +

@@ -75,6 +75,10 @@ type Ring[T any] struct {
 	// being fired and nothing will be.
 	fireMu sync.Mutex
 
+	// leadMs and tick (SetLead): entries fire leadMs before their FireAt, gathered tick at a time.
+	leadMs int64
+	tick   time.Duration
+
 	mu      sync.Mutex
 	started bool
 	closed  bool // Stop, Drain or the end of Start's ctx: Add is refused
@@ -115,6 +119,17 @@ func New[T any](clk clock.Clock, fire func(due []Entry[T])) *Ring[T] {
 		byKey: make(map[key]int32),
 		byJob: make(map[int64]int32),
 	}
+}
+
+// SetLead makes the ring fire each entry lead before its FireAt, for fires that are sent ahead of
+// their time and held by their executor until it. Once it has fired, the ring sleeps at least tick
+// (unless an Add wakes it), so that each wake-up takes the entries due over tick at once and they
+// leave lead-tick to lead early: fewer, larger batches. Call it before Start; zero lead (the
+// default) fires each entry at its millisecond.
+func (r *Ring[T]) SetLead(lead, tick time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.leadMs, r.tick = lead.Milliseconds(), tick
 }
 
 // Start starts the firing goroutine, which runs until Stop, Drain or the end of ctx. It returns
@@ -245,9 +260,10 @@ func (r *Ring[T]) Len() int {
 func (r *Ring[T]) run(ctx context.Context) {
 	defer close(r.done)
 	var (
-		t     clock.Timer
-		tc    <-chan time.Time
-		batch []Entry[T]
+		t         clock.Timer
+		tc        <-chan time.Time
+		batch     []Entry[T]
+		justFired bool
 	)
 	defer func() {
 		if t != nil {
@@ -268,8 +284,13 @@ func (r *Ring[T]) run(ctx context.Context) {
 			return
 		}
 		if fired {
+			justFired = true
 			continue // firing took time; look again before sleeping
 		}
+		if justFired && wait >= 0 && wait < r.tick { // r.tick is set before Start
+			wait = r.tick
+		}
+		justFired = false
 		switch {
 		case wait < 0:
 			if t != nil {
@@ -313,7 +334,7 @@ func (r *Ring[T]) fireDue(batch *[]Entry[T]) (now time.Time, wait time.Duration,
 	now = r.clk.Now()
 	nowMs := now.UnixMilli()
 	due := (*batch)[:0]
-	for len(r.heap) > 0 && r.heap[0].at <= nowMs {
+	for len(r.heap) > 0 && r.heap[0].at <= nowMs+r.leadMs {
 		n := r.heap[0].n
 		e := r.nodes[n].e
 		due = append(due, e)
@@ -324,7 +345,7 @@ func (r *Ring[T]) fireDue(batch *[]Entry[T]) (now time.Time, wait time.Duration,
 	}
 	wait = -1
 	if len(r.heap) > 0 {
-		wait = min(time.UnixMilli(r.heap[0].at).Sub(now), maxWait)
+		wait = min(time.UnixMilli(r.heap[0].at-r.leadMs).Sub(now), maxWait)
 	}
 	r.mu.Unlock()
 	if len(due) == 0 {

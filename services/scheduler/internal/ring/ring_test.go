@@ -630,3 +630,44 @@ func TestConcurrentAddRemove(t *testing.T) {
 		}
 	}
 }
+
+// TestLeadFiresAheadInTicks: with a lead, an entry fires lead before its time, and after a firing
+// the ring sleeps a whole tick, taking the entries that came due meanwhile in one batch.
+func TestLeadFiresAheadInTicks(t *testing.T) {
+	t.Parallel()
+	fk := clock.NewFake(t0)
+	rec := newRecorder()
+	r := ring.New(fk, rec.fire)
+	r.SetLead(100*time.Millisecond, 10*time.Millisecond)
+	e := func(job int64, ms int) entry {
+		return entry{JobID: job, FireAt: at(time.Duration(ms) * time.Millisecond), Value: int(job)}
+	}
+	for _, x := range []entry{e(1, 200), e(2, 201), e(3, 205), e(4, 215), e(5, 260)} {
+		mustAdd(t, r, x)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(r.Stop)
+	// +100: the first entry, 100 ms ahead; +110, a tick later: those due by +210; +120: the one
+	// due at +215 (5 ms after the previous wake-up's horizon, but not before a tick); +160: the
+	// last, once its lead is reached.
+	batches := map[int][]entry{100: {e(1, 200)}, 110: {e(2, 201), e(3, 205)}, 120: {e(4, 215)}, 160: {e(5, 260)}}
+	var want [][]entry
+	fired := 0
+	for ms := 1; ms <= 160; ms++ {
+		blockUntilTimers(t, fk, 1)
+		if got := rec.snapshot(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("at +%dms fired %v, want %v", ms-1, got, want)
+		}
+		fk.Advance(time.Millisecond)
+		if b, ok := batches[ms]; ok {
+			want = append(want, b)
+			fired += len(b)
+			rec.waitFired(t, fired)
+		}
+	}
+	if got := rec.snapshot(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("fired %v, want %v", got, want)
+	}
+}
