@@ -68,7 +68,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	c.addFlags(f, schedulerPeers, peerAuth)
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
 	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
-	f.dur(&c.DispatchLead, "dispatch-lead", 200*time.Millisecond, "send fires this long before their time to executors that hold them until then (0: at their time)")
+	f.dur(&c.DispatchLead, "dispatch-lead", scheduler.DefaultDispatchLead, "send fires this long before their time to executors that hold them until then (0: at their time)")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}

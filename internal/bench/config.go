@@ -10,6 +10,7 @@ import (
 	"time"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
 // Scenarios are the scenario names Run knows.
@@ -243,7 +244,7 @@ func (c Config) validate() error {
 		bad("session-ttl", "%v: want whole seconds, at least 1s", c.SessionTTL)
 	}
 	if c.DispatchLead != "" {
-		if d, err := time.ParseDuration(c.DispatchLead); err != nil || d < 0 || d > 4*time.Second {
+		if d, err := time.ParseDuration(c.DispatchLead); err != nil || d < 0 || d > 4*time.Second { // as `jobmesh scheduler` checks
 			bad("dispatch-lead", "%q: want a duration from 0 (off) to 4s", c.DispatchLead)
 		}
 	}
@@ -324,4 +325,12 @@ func (c Config) validate() error {
 // route is the configured route strategy.
 func (c Config) route() schedulerv1.RouteStrategy {
 	return schedulerv1.RouteStrategy(schedulerv1.RouteStrategy_value["ROUTE_STRATEGY_"+strings.ToUpper(c.Route)])
+}
+
+// dispatchLead is the schedulers' dispatch lead: --dispatch-lead, or the scheduler's default.
+func (c Config) dispatchLead() time.Duration {
+	if d, err := time.ParseDuration(c.DispatchLead); err == nil {
+		return d
+	}
+	return scheduler.DefaultDispatchLead
 }

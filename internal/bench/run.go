@@ -198,7 +198,7 @@ func runFailover(ctx context.Context, t *topology, l *load, rep *Report) error {
 		if err != nil {
 			return err
 		}
-		kills = append(kills, firecheck.Kill{N: k + 1, Replica: lead.id, At: at})
+		kills = append(kills, firecheck.Kill{N: k + 1, Replica: lead.id, At: at, Lead: cfg.dispatchLead()})
 		t.log.Info("killed the leader", "kill", k+1, "replica", lead.id)
 	}
 	if len(kills) > 0 {

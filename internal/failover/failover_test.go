@@ -27,6 +27,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/firecheck"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
+	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
 var (
@@ -183,7 +184,7 @@ func TestLeaderKill(t *testing.T) {
 			l = now
 		}
 		at := l.kill()
-		killLog = append(killLog, firecheck.Kill{N: k + 1, Replica: l.id, At: at})
+		killLog = append(killLog, firecheck.Kill{N: k + 1, Replica: l.id, At: at, Lead: scheduler.DefaultDispatchLead})
 		c.start(l.id)
 	}
 	steadyFrom := created

@@ -56,8 +56,12 @@ type Kill struct {
 	Replica string
 	// At is when the signal was sent.
 	At time.Time
-	// Gap is filled by Check: from At to the first arrival of a fire scheduled after At (the new
-	// leader's first fire; a straggler the killed leader had in flight does not count); 0 if none.
+	// Lead is the schedulers' dispatch lead: the killed leader may have sent the fires of the
+	// next Lead ahead of their time, and executors run them on time whatever became of it.
+	Lead time.Duration
+	// Gap is filled by Check: from At to the first arrival of a fire scheduled more than Lead
+	// after At (the new leader's first fire; a straggler the killed leader had in flight, or a fire
+	// it had sent ahead, does not count); 0 if none.
 	Gap time.Duration
 	// Lost is filled by Check: lost fires scheduled at or after this kill and before the next.
 	Lost int
@@ -159,12 +163,12 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 			}
 		}
 	}
-	// The gap of each kill: to the first arrival of a fire scheduled after it.
+	// The gap of each kill: to the first arrival of a fire the new leader sent.
 	for i := range r.Kills {
 		k := &r.Kills[i]
-		atMs, atNs := k.At.UnixMilli(), k.At.UnixNano()
+		fromMs, atNs := k.At.Add(k.Lead).UnixMilli(), k.At.UnixNano()
 		for _, e := range execs {
-			if e.ScheduledMs > atMs && e.ArrivedNs > atNs {
+			if e.ScheduledMs > fromMs && e.ArrivedNs > atNs {
 				if g := time.Duration(e.ArrivedNs - atNs); k.Gap == 0 || g < k.Gap {
 					k.Gap = g
 				}

@@ -115,6 +115,18 @@ func TestCheck(t *testing.T) {
 			t.Errorf("gaps = %v, want [1.8s]", got)
 		}
 	})
+
+	t.Run("kill with a dispatch lead", func(t *testing.T) {
+		t.Parallel()
+		// Killed at 11.200 s with a 400 ms lead: the killed leader had sent 11.500 ahead, and it
+		// runs on time; the new leader's first fire is 12.000, 2 s after the kill.
+		kills := []Kill{{N: 1, Replica: "r1", At: time.UnixMilli(11_200), Lead: 400 * time.Millisecond}}
+		execs := []Execution{onTime(1, 10_000), onTime(1, 11_000), onTime(2, 11_500), ex(1, 12_000, 13_200, "")}
+		r := Check(execs, grids, kills)
+		if got, want := r.Kills[0].Gap, 2*time.Second; got != want {
+			t.Errorf("gap = %v, want %v (a fire sent ahead by the killed leader does not count)", got, want)
+		}
+	})
 }
 
 func TestFirstFire(t *testing.T) {

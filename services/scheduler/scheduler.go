@@ -38,6 +38,9 @@ func MigrationsFS() fs.FS {
 	return sub
 }
 
+// DefaultDispatchLead is Config.DispatchLead's default.
+const DefaultDispatchLead = 200 * time.Millisecond
+
 // Config tunes the scheduler. Zero values take the documented defaults.
 type Config struct {
 	// ReplicaID names this replica in the election; default hostname-pid.
@@ -95,7 +98,7 @@ func (c *Config) setDefaults() {
 		c.DispatchTimeout = 3 * time.Second
 	}
 	if c.DispatchLead == 0 {
-		c.DispatchLead = 200 * time.Millisecond
+		c.DispatchLead = DefaultDispatchLead
 	}
 	if c.FastWorkers == 0 {
 		c.FastWorkers = 64
