@@ -282,11 +282,10 @@ func (s *Service) alarmPass(ctx context.Context) (int, error) {
 	if err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT position FROM cursors WHERE name = $1`), alarmCursorName).Scan(&from); err != nil {
 		return 0, fmt.Errorf("read alarm cursor: %w", err)
 	}
-	cs, err := s.completionsAfter(ctx, from)
-	if err != nil || len(cs) == 0 {
+	failed, n, to, err := s.failedAfter(ctx, from)
+	if err != nil || n == 0 {
 		return 0, err
 	}
-	to := cs[len(cs)-1].GetCursor()
 	res, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE cursors SET position = $1 WHERE name = $2 AND position = $3`), to, alarmCursorName, from)
 	if err != nil {
 		return 0, fmt.Errorf("claim alarms: %w", err)
@@ -294,17 +293,40 @@ func (s *Service) alarmPass(ctx context.Context) (int, error) {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return 0, nil // another replica took them
 	}
-	for _, c := range cs {
-		if c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS {
-			continue
-		}
-		id := c.GetTriggerId()
+	for _, id := range failed {
 		st := s.alarm(ctx, id)
 		if err := s.setAlarm(ctx, []string{id}, st); err != nil {
 			return 0, err
 		}
 	}
-	return len(cs), nil
+	return n, nil
+}
+
+// failedAfter reads the next batch of completions after cursor (WatchBatch of them, in cursor
+// order) for the alarm pass: the trigger ids of those that did not succeed, how many it read
+// and the last one's cursor. It reads two columns, not the whole completion: nearly every
+// completion is a success, and decoding them cost a tenth of logsvc's CPU at 5,000 fires/s.
+func (s *Service) failedAfter(ctx context.Context, cursor int64) (failed []string, n int, to int64, err error) {
+	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT cursor, CASE WHEN status = $2 THEN '' ELSE trigger_id END
+		FROM completions WHERE cursor > $1 ORDER BY cursor LIMIT $3`), cursor, int32(logsv1.RunStatus_RUN_STATUS_SUCCESS), s.cfg.WatchBatch)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read completions: %w", err)
+	}
+	defer rows.Close()
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&to, &id); err != nil {
+			return nil, 0, 0, fmt.Errorf("read completions: %w", err)
+		}
+		n++
+		if id != "" {
+			failed = append(failed, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, 0, fmt.Errorf("read completions: %w", err)
+	}
+	return failed, n, to, nil
 }
 
 // alarm sends run id's alarm on every channel and returns the alarm status to keep.
