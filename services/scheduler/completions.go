@@ -66,13 +66,14 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
 		return err
 	}
-	// One query for the batch's jobs (a completion per fire: one query each cost a round trip
-	// per fire), and their child jobs after it.
+	// One query for the batch's jobs that act on a completion (a completion per fire: one query
+	// each cost a round trip per fire), and their child jobs after it. A job that is not read
+	// (no children, no retries, not FIX_DELAY; or deleted) asks nothing.
 	ids := make([]int64, 0, len(cs))
 	for _, c := range cs {
 		ids = append(ids, c.GetJobId())
 	}
-	jobs, err := s.jobs.getMany(ctx, tx, ids)
+	jobs, err := s.jobs.getActing(ctx, tx, ids)
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 	for _, c := range cs {
 		j := jobs[c.GetJobId()]
 		if j == nil {
-			continue // deleted meanwhile
+			continue // nothing to do for its completions, or deleted meanwhile
 		}
 		ok := c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS
 		retry := !ok && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED && c.GetAttempt() < j.RetryCount
