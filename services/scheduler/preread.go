@@ -165,7 +165,7 @@ func (s *Service) refreshArmed(ctx context.Context, tx *sql.Tx, l *leadership, n
 			l.disarmEntry(e)
 		}
 	}
-	changed, err := s.jobs.changedSince(ctx, tx, since)
+	changed, err := s.jobs.changedSince(ctx, tx, since, l.ring.HasJob) // only armed jobs have fires to refresh
 	if err != nil {
 		return err
 	}

@@ -249,6 +249,14 @@ func (r *Ring[T]) Drain() []Entry[T] {
 	return out
 }
 
+// HasJob reports whether a job has an armed entry.
+func (r *Ring[T]) HasJob(jobID int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.byJob[jobID]
+	return ok
+}
+
 // Len returns the number of armed entries, for status pages and metrics.
 func (r *Ring[T]) Len() int {
 	r.mu.Lock()

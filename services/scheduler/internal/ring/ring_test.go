@@ -247,7 +247,13 @@ func TestRemoveJob(t *testing.T) {
 	other := entry{JobID: 2, FireAt: at(20 * time.Millisecond), Value: 2}
 	mustAdd(t, r, other)
 
+	if !r.HasJob(1) || !r.HasJob(2) || r.HasJob(99) {
+		t.Errorf("HasJob(1, 2, 99) = %v, %v, %v; want true, true, false", r.HasJob(1), r.HasJob(2), r.HasJob(99))
+	}
 	got := r.RemoveJob(1)
+	if r.HasJob(1) {
+		t.Error("HasJob(1) after RemoveJob(1) = true, want false")
+	}
 	want := []entry{
 		{JobID: 1, FireAt: at(10 * time.Millisecond), Value: 10},
 		{JobID: 1, FireAt: at(20 * time.Millisecond), Value: 20},
