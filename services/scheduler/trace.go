@@ -46,6 +46,7 @@ func (s *Service) startFire(f *fire, cause trace.Link) (context.Context, trace.S
 			attribute.String("jobmesh.trigger_type", strings.TrimPrefix(f.trigType.String(), "TRIGGER_TYPE_")),
 			attribute.Int("jobmesh.attempt", int(f.attempt)),
 			attribute.String("jobmesh.scheduled_time", sched.UTC().Format(time.RFC3339Nano)),
+			// Negative for a fire sent ahead of its time (dispatch lead): how far ahead it left.
 			attribute.Float64("jobmesh.lateness_ms", float64(s.clk.Now().Sub(sched).Microseconds())/1000),
 			attribute.String("jobmesh.route_strategy", strings.TrimPrefix(j.Route.String(), "ROUTE_STRATEGY_")),
 		)
