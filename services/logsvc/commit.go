@@ -142,6 +142,7 @@ type cyclePlan struct {
 // ended.
 func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*logsv1.LogLine, park bool) (cyclePlan, error) {
 	plan := cyclePlan{refused: map[*ticket][]string{}}
+	now := time.Now()
 	seen := map[string]bool{}
 	var ids []string
 	for _, o := range ops {
@@ -155,18 +156,25 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 	if err != nil {
 		return plan, err
 	}
-	waits := map[string]bool{}
+	waits := map[string]time.Duration{}
 	if park {
 		waits = mayWait(ops, stored)
 	}
 	rs := newRunSet(stored, s.now().UnixMilli())
 	named := map[string]bool{}
-	now := time.Now()
+	first := map[string]time.Time{} // when each parked id was first parked
 	for _, o := range ops {
-		if waits[o.id] {
-			if o.parked.IsZero() {
-				o.parked = now
+		if f, ok := first[o.id]; !o.parked.IsZero() && (!ok || o.parked.Before(f)) {
+			first[o.id] = o.parked
+		}
+	}
+	for _, o := range ops {
+		if limit, ok := waits[o.id]; ok {
+			f, ok := first[o.id]
+			if !ok {
+				f = now
 			}
+			o.parked, o.until = f, f.Add(limit)
 			plan.parked = append(plan.parked, o)
 			continue
 		}
@@ -201,13 +209,15 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 	return plan, s.complete(ctx, tx, done, rs.now)
 }
 
-// mayWait returns the trigger ids whose ops may be parked: the run is not stored, the ops are
-// all records or all results (the other side has not come), none is a FAILED record (no result
-// follows one), and none was parked parkFor ago or longer.
-func mayWait(ops []op, stored map[string]run) map[string]bool {
+// mayWait returns the trigger ids whose ops may be parked, with how long from their first
+// parking: the run is not stored, none is a FAILED record (no result follows one), and either
+// the ops are all records or all results (the other side has not come: parkFor), or they are
+// the record and RUNNING results (the final result has not come: parkForFinal); and that time
+// is not up.
+func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
 	type sides struct {
-		rec, res, failed bool
-		first            time.Time // parked first; zero if never
+		rec, res, final, failed bool
+		first                   time.Time // parked first; zero if never
 	}
 	byID := map[string]*sides{}
 	for _, o := range ops {
@@ -219,17 +229,32 @@ func mayWait(ops []op, stored map[string]run) map[string]bool {
 			sd = &sides{first: o.parked}
 			byID[o.id] = sd
 		}
+		if !o.parked.IsZero() && (sd.first.IsZero() || o.parked.Before(sd.first)) {
+			sd.first = o.parked
+		}
 		if o.rec != nil {
 			sd.rec = true
 			sd.failed = sd.failed || int32(o.rec.GetTriggerOutcome()) == outcomeFailed
 		} else {
 			sd.res = true
+			sd.final = sd.final || int32(o.res.GetStatus()) != statusRunning
 		}
 	}
-	out := map[string]bool{}
+	out := map[string]time.Duration{}
 	for id, sd := range byID {
-		if sd.rec != sd.res && !sd.failed && (sd.first.IsZero() || time.Since(sd.first) < parkFor) {
-			out[id] = true
+		var limit time.Duration
+		switch {
+		case sd.failed:
+			continue
+		case sd.rec != sd.res:
+			limit = parkFor
+		case !sd.final:
+			limit = parkForFinal
+		default:
+			continue
+		}
+		if sd.first.IsZero() || time.Since(sd.first) < limit {
+			out[id] = limit
 		}
 	}
 	return out

@@ -183,8 +183,9 @@ type op struct {
 	id  string
 	rec *logsv1.TriggerRecord // a record; else res
 	res *logsv1.RunResult
-	// parked is when a cycle first held it back (commit.go); zero until then.
-	parked time.Time
+	// parked is when a cycle first held it back (commit.go); zero until then. until is how long
+	// it may stay parked, set with parked.
+	parked, until time.Time
 }
 
 // apply applies o and reports whether it was taken: false only for a final result refused.

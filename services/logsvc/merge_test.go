@@ -77,19 +77,26 @@ func TestMayWait(t *testing.T) {
 	old.parked = time.Now().Add(-parkFor)
 	recent := res
 	recent.parked = time.Now()
+	running := op{id: "152-a", res: result("152-a", 152, logsv1.RunStatus_RUN_STATUS_RUNNING, base)}
+	oldRec := rec
+	oldRec.parked = time.Now().Add(-parkForFinal)
 	for _, c := range []struct {
 		name   string
 		ops    []op
 		stored bool
-		want   bool
+		want   time.Duration // 0: may not wait
 	}{
-		{"record alone", []op{rec}, false, true},
-		{"results alone", []op{res, res}, false, true},
-		{"record and result", []op{res, rec}, false, false},
-		{"stored run", []op{res}, true, false},
-		{"failed record", []op{{id: "152-a", rec: failed}}, false, false},
-		{"parked a moment ago", []op{recent}, false, true},
-		{"parked long enough", []op{old}, false, false},
+		{"record alone", []op{rec}, false, parkFor},
+		{"results alone", []op{res, res}, false, parkFor},
+		{"record and result", []op{res, rec}, false, 0},
+		{"record and RUNNING: the final result is to come", []op{rec, running}, false, parkForFinal},
+		{"record, RUNNING and final result", []op{rec, running, res}, false, 0},
+		{"record and RUNNING parked long enough", []op{oldRec, running}, false, 0},
+		{"RUNNING alone", []op{running}, false, parkFor},
+		{"stored run", []op{res}, true, 0},
+		{"failed record", []op{{id: "152-a", rec: failed}}, false, 0},
+		{"parked a moment ago", []op{recent}, false, parkFor},
+		{"parked long enough", []op{old}, false, 0},
 	} {
 		stored := map[string]run{}
 		if c.stored {
@@ -98,5 +105,45 @@ func TestMayWait(t *testing.T) {
 		if got := mayWait(c.ops, stored)["152-a"]; got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestParkedOps: parked ops come back by id, or once their time is up; an id taken back and
+// parked again keeps only its new time.
+func TestParkedOps(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	at := func(id string, d time.Duration) op {
+		return op{id: id, rec: record(id, 154, base), parked: now, until: now.Add(d)}
+	}
+	var p parkedOps
+	p.add([]op{at("154-a", 50*time.Millisecond), at("154-b", 500*time.Millisecond), at("154-b", 500*time.Millisecond), at("154-c", 50*time.Millisecond)})
+	if p.n != 4 {
+		t.Fatalf("n = %d, want 4", p.n)
+	}
+	if next, ok := p.next(); !ok || !next.Equal(now.Add(50*time.Millisecond)) {
+		t.Errorf("next = %v %v, want +50ms", next, ok)
+	}
+	if got := p.take("154-b"); len(got) != 2 || p.n != 2 {
+		t.Errorf("take(154-b) = %d ops, n %d; want 2, 2", len(got), p.n)
+	}
+	if got := p.take("154-a"); len(got) != 1 {
+		t.Errorf("take(154-a) = %d ops, want 1", len(got))
+	}
+	p.add([]op{at("154-a", 2*time.Second), at("154-a", 2*time.Second)}) // parked again, later
+	if got := p.due(now.Add(60 * time.Millisecond)); len(got) != 1 || got[0].id != "154-c" {
+		t.Errorf("due at +60ms = %v, want 154-c only (154-a's first time is stale)", got)
+	}
+	if got := p.due(now.Add(1500 * time.Millisecond)); len(got) != 0 {
+		t.Errorf("due at +1.5s = %v, want none (154-a was parked again until +2s)", got)
+	}
+	if next, ok := p.next(); !ok || !next.Equal(now.Add(2*time.Second)) {
+		t.Errorf("next = %v %v, want +2s", next, ok)
+	}
+	if got := p.due(now.Add(2 * time.Second)); len(got) != 2 || p.n != 0 {
+		t.Errorf("due at +2s = %v (n %d), want 154-a and nothing left", got, p.n)
+	}
+	if _, ok := p.next(); ok {
+		t.Error("next with nothing parked: ok, want none")
 	}
 }

@@ -1,6 +1,7 @@
 package logsvc
 
 import (
+	"container/heap"
 	"context"
 	"slices"
 	"sync"
@@ -25,7 +26,10 @@ import (
 // A record or result for a run that is not stored yet, whose counterpart (the results, or the
 // record) is not in the cycle, is held back (parked) for the next cycle, and for parkFor at
 // most: the two sides of a fire reach logsvc a few milliseconds apart, often on either side of
-// a cycle's start, and a run written from one side is written again when the other comes. Only
+// a cycle's start, and a run written from one side is written again when the other comes. A
+// run's record and RUNNING result wait for its final result likewise, for parkForFinal at most.
+// A cycle takes parked items back only when an item of theirs arrives or their time is up
+// (parkedOps). Only
 // a cycle that took every batch waiting parks: behind a backlog the other side is rarely just
 // one cycle away, and parked items would take the room of the batches that wait. All items of
 // a trigger id in a cycle are parked or written together, in order.
@@ -39,6 +43,11 @@ const (
 	maxCycleItems = 10000
 	// parkFor is how long a record or result may wait for its counterpart.
 	parkFor = 50 * time.Millisecond
+	// parkForFinal is how long a run's record and RUNNING result may wait for its final result,
+	// so that a quick fire is written once, ended, rather than inserted and then updated. With
+	// the scheduler's dispatch lead (200 ms by default) both come that long before the fire
+	// starts.
+	parkForFinal = 500 * time.Millisecond
 )
 
 // ticket is one ingest batch on its way to the store.
@@ -135,7 +144,86 @@ type queue struct {
 	held    int           // items queued, parked or being written, all lanes
 	writing bool          // a writer goroutine runs
 	arrived chan struct{} // closed and replaced when a batch is queued
-	parked  []op          // owned by the writer
+	parked  parkedOps     // owned by the writer
+}
+
+// parkedOps holds the ops the writer parked, by trigger id, until an op of their id arrives or
+// their time is up: a cycle takes only those, not every parked op (at 5,000 fires/s a run's
+// record and RUNNING result wait ~200 ms for its final result, and thousands are parked).
+type parkedOps struct {
+	byID map[string][]op // in arrival order; the ops of an id share their until
+	exp  expiries
+	n    int
+}
+
+// expiry is when the ops of id parked until then may wait no more.
+type expiry struct {
+	id    string
+	until time.Time
+}
+
+// expiries is a min-heap of expiry by until (container/heap).
+type expiries []expiry
+
+func (h expiries) Len() int           { return len(h) }
+func (h expiries) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h expiries) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiries) Push(x any)        { *h = append(*h, x.(expiry)) }
+func (h *expiries) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// add parks ops (a cycle's, all parked until the same time per id).
+func (p *parkedOps) add(ops []op) {
+	if p.byID == nil {
+		p.byID = map[string][]op{}
+	}
+	for _, o := range ops {
+		prev := p.byID[o.id]
+		if len(prev) == 0 || !prev[0].until.Equal(o.until) {
+			heap.Push(&p.exp, expiry{o.id, o.until})
+		}
+		p.byID[o.id] = append(prev, o)
+		p.n++
+	}
+}
+
+// take removes and returns the parked ops of id.
+func (p *parkedOps) take(id string) []op {
+	ops := p.byID[id]
+	if len(ops) > 0 {
+		delete(p.byID, id)
+		p.n -= len(ops)
+	}
+	return ops
+}
+
+// due removes and returns the parked ops whose time is up at now (an expiry whose ops were
+// taken or parked again since is skipped).
+func (p *parkedOps) due(now time.Time) []op {
+	var out []op
+	for len(p.exp) > 0 && !now.Before(p.exp[0].until) {
+		e := heap.Pop(&p.exp).(expiry)
+		if ops := p.byID[e.id]; len(ops) > 0 && ops[0].until.Equal(e.until) {
+			out = append(out, p.take(e.id)...)
+		}
+	}
+	return out
+}
+
+// next returns the earliest time parked ops may wait until; ok is false when none are parked.
+func (p *parkedOps) next() (time.Time, bool) {
+	for len(p.exp) > 0 {
+		e := p.exp[0]
+		if ops := p.byID[e.id]; len(ops) > 0 && ops[0].until.Equal(e.until) {
+			return e.until, true
+		}
+		heap.Pop(&p.exp) // stale
+	}
+	return time.Time{}, false
 }
 
 // lane is one stream's part of the queue.
@@ -265,35 +353,19 @@ func (s *Service) drain() {
 	q := s.queue
 	for {
 		q.mu.Lock()
-		// Parked items of streams that have ended are dropped.
-		parked := q.parked[:0]
-		for _, o := range q.parked {
-			if o.t.ctx.Err() != nil {
-				q.releaseLocked(o.t, 1)
-				o.t.finish(time.Now(), o.t.ctx.Err())
-				continue
-			}
-			parked = append(parked, o)
-		}
-		q.parked = parked
-		taken, backlog := s.takeLocked(len(parked))
-		if len(taken) == 0 && len(parked) == 0 {
+		taken, backlog := s.takeLocked(0)
+		if len(taken) == 0 && q.parked.n == 0 {
 			q.writing = false
 			q.mu.Unlock()
 			return
 		}
+		now := time.Now()
 		if len(taken) == 0 && !backlog {
 			// Only parked items: wait for their counterparts, or until one may wait no more.
-			due := parked[0].parked
-			for _, o := range parked {
-				if o.parked.Before(due) {
-					due = o.parked
-				}
-			}
-			if wait := time.Until(due.Add(parkFor)); wait > 0 {
+			if next, ok := q.parked.next(); ok && next.After(now) {
 				arrived := q.arrived
 				q.mu.Unlock()
-				timer := time.NewTimer(wait)
+				timer := time.NewTimer(next.Sub(now))
 				select {
 				case <-arrived:
 				case <-timer.C:
@@ -302,15 +374,40 @@ func (s *Service) drain() {
 				continue
 			}
 		}
-		q.parked = nil
+		// The cycle's ops: the parked ops of the ids its batches name (they came first), the
+		// parked ops whose time is up, then the batches' ops. Parked ops of streams that have
+		// ended are dropped.
+		var ops []op
+		named := map[string]bool{}
+		for _, t := range taken {
+			for _, o := range t.ops {
+				if !named[o.id] {
+					named[o.id] = true
+					ops = append(ops, q.parked.take(o.id)...)
+				}
+			}
+		}
+		ops = append(ops, q.parked.due(now)...)
+		live := ops[:0]
+		for _, o := range ops {
+			if err := o.t.ctx.Err(); err != nil {
+				q.releaseLocked(o.t, 1)
+				o.t.finish(now, err)
+				continue
+			}
+			live = append(live, o)
+		}
+		ops = live
 		q.mu.Unlock()
-		ops := slices.Clone(parked)
 		for _, t := range taken {
 			ops = append(ops, t.ops...)
 		}
+		if len(ops) == 0 && len(taken) == 0 {
+			continue
+		}
 		still, released := s.writeCycle(ops, taken, !backlog)
 		q.mu.Lock()
-		q.parked = still
+		q.parked.add(still)
 		for t, n := range released {
 			q.releaseLocked(t, n)
 		}
