@@ -107,13 +107,26 @@ func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op,
 	return plan.parked, released
 }
 
-// cycleContext is canceled once the streams of all tickets have ended.
+// orphanTimeout bounds a cycle that writes only parked ops of streams that have ended.
+const orphanTimeout = 10 * time.Second
+
+// cycleContext is canceled once the streams of all tickets have ended; a ticket whose stream had
+// ended already is one of orphaned parked ops (see op.orphan), written under orphanTimeout.
 func cycleContext(tickets []*ticket) (context.Context, context.CancelFunc) {
+	var live []*ticket
+	for _, t := range tickets {
+		if t.ctx.Err() == nil {
+			live = append(live, t)
+		}
+	}
+	if len(live) == 0 { // only orphans (parked ops of ended streams): bounded by time instead
+		return context.WithTimeout(context.Background(), orphanTimeout)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	left := atomic.Int64{}
-	left.Store(int64(len(tickets)))
-	stops := make([]func() bool, len(tickets))
-	for i, t := range tickets {
+	left.Store(int64(len(live)))
+	stops := make([]func() bool, len(live))
+	for i, t := range live {
 		stops[i] = context.AfterFunc(t.ctx, func() {
 			if left.Add(-1) == 0 {
 				cancel()
@@ -210,14 +223,15 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 }
 
 // mayWait returns the trigger ids whose ops may be parked, with how long from their first
-// parking: the run is not stored, none is a FAILED record (no result follows one), and either
+// parking: the run is not stored, none is a FAILED record (no result follows one) or an orphan
+// (its stream has ended), and either
 // the ops are all records or all results (the other side has not come: parkFor), or they are
 // the record and RUNNING results (the final result has not come: parkForFinal); and that time
 // is not up.
 func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
 	type sides struct {
-		rec, res, final, failed bool
-		first                   time.Time // parked first; zero if never
+		rec, res, final, failed, orphan bool
+		first                           time.Time // parked first; zero if never
 	}
 	byID := map[string]*sides{}
 	for _, o := range ops {
@@ -232,6 +246,7 @@ func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
 		if !o.parked.IsZero() && (sd.first.IsZero() || o.parked.Before(sd.first)) {
 			sd.first = o.parked
 		}
+		sd.orphan = sd.orphan || o.orphan
 		if o.rec != nil {
 			sd.rec = true
 			sd.failed = sd.failed || int32(o.rec.GetTriggerOutcome()) == outcomeFailed
@@ -244,7 +259,7 @@ func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
 	for id, sd := range byID {
 		var limit time.Duration
 		switch {
-		case sd.failed:
+		case sd.failed, sd.orphan:
 			continue
 		case sd.rec != sd.res:
 			limit = parkFor

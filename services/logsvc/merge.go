@@ -186,6 +186,9 @@ type op struct {
 	// parked is when a cycle first held it back (commit.go); zero until then. until is how long
 	// it may stay parked, set with parked.
 	parked, until time.Time
+	// orphan: its stream ended while it was parked, so its sender will not send it again (a
+	// killed scheduler leader's trigger records): it is written at once, not dropped.
+	orphan bool
 }
 
 // apply applies o and reports whether it was taken: false only for a final result refused.

@@ -1,11 +1,14 @@
 package logsvc
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
 
 // TestRunSetWritesAFireOnce checks that a fire's record, RUNNING and final result applied in one
@@ -95,6 +98,7 @@ func TestMayWait(t *testing.T) {
 		{"RUNNING alone", []op{running}, false, parkFor},
 		{"stored run", []op{res}, true, 0},
 		{"failed record", []op{{id: "152-a", rec: failed}}, false, 0},
+		{"orphaned record and RUNNING (their stream ended)", []op{{id: "152-a", rec: rec.rec, orphan: true}, running}, false, 0},
 		{"parked a moment ago", []op{recent}, false, parkFor},
 		{"parked long enough", []op{old}, false, 0},
 	} {
@@ -145,5 +149,54 @@ func TestParkedOps(t *testing.T) {
 	}
 	if _, ok := p.next(); ok {
 		t.Error("next with nothing parked: ok, want none")
+	}
+}
+
+// TestParkedRecordOfAnEndedStreamIsWritten: a run's record and RUNNING result park for its final
+// result; when the records stream ends meanwhile (a scheduler leader killed before logsvc acked),
+// the record is written, not dropped: its sender will not send it again.
+func TestParkedRecordOfAnEndedStreamIsWritten(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}, Config{Retention: -1}, true)
+	const id = "155-a"
+	res, err := e.ingest.IngestResults(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Send(&logsv1.IngestResultsRequest{BatchId: 1, Results: []*logsv1.RunResult{result(id, 155, logsv1.RunStatus_RUN_STATUS_RUNNING, base)}}); err != nil {
+		t.Fatal(err)
+	}
+	recCtx, cancel := context.WithCancel(ctxFor(t))
+	defer cancel()
+	recs, err := e.ingest.IngestTriggerRecords(recCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.Send(&logsv1.IngestTriggerRecordsRequest{BatchId: 1, Records: []*logsv1.TriggerRecord{record(id, 155, base)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Both parked (waiting for the final result), then the records stream ends unacknowledged.
+	parked := func() int {
+		e.svc.queue.mu.Lock()
+		defer e.svc.queue.mu.Unlock()
+		return e.svc.queue.parked.n
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for parked() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("record and RUNNING result not parked within 20s (parked %d)", parked())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	for {
+		resp, err := e.logs.GetRun(ctxFor(t), &logsv1.GetRunRequest{Id: id})
+		if err == nil && resp.GetRun().GetTriggerOutcome() == logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s after its records stream ended: %v %v, want its trigger record stored", id, resp.GetRun(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

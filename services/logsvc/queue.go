@@ -375,8 +375,8 @@ func (s *Service) drain() {
 			}
 		}
 		// The cycle's ops: the parked ops of the ids its batches name (they came first), the
-		// parked ops whose time is up, then the batches' ops. Parked ops of streams that have
-		// ended are dropped.
+		// parked ops whose time is up, then the batches' ops. A parked op whose stream has ended
+		// is written now: it was received, and its sender may not send it again.
 		var ops []op
 		named := map[string]bool{}
 		for _, t := range taken {
@@ -388,16 +388,9 @@ func (s *Service) drain() {
 			}
 		}
 		ops = append(ops, q.parked.due(now)...)
-		live := ops[:0]
-		for _, o := range ops {
-			if err := o.t.ctx.Err(); err != nil {
-				q.releaseLocked(o.t, 1)
-				o.t.finish(now, err)
-				continue
-			}
-			live = append(live, o)
+		for i := range ops {
+			ops[i].orphan = ops[i].t.ctx.Err() != nil
 		}
-		ops = live
 		q.mu.Unlock()
 		for _, t := range taken {
 			ops = append(ops, t.ops...)
