@@ -14,10 +14,17 @@ import (
 
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/devstack"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
 // startStack brings up the whole stack on free ports with the given store.
 func startStack(t *testing.T, databaseURL string) *devstack.Stack {
+	t.Helper()
+	return startStackWith(t, databaseURL, nil)
+}
+
+// startStackWith is startStack with handlers for the stack's agent.
+func startStackWith(t *testing.T, databaseURL string, handlers map[string]sdk.HandlerFunc) *devstack.Stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -25,6 +32,7 @@ func startStack(t *testing.T, databaseURL string) *devstack.Stack {
 	st, err := devstack.Start(ctx, devstack.Config{
 		DataDir: t.TempDir(), DatabaseURL: databaseURL, UnsafeEtcd: true,
 		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
+		AgentHandlers: handlers,
 	})
 	if err != nil {
 		t.Fatalf("devstack.Start: %v", err)

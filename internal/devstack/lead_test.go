@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
@@ -44,20 +43,7 @@ func (s *starts) of(job string) []fireStart {
 func TestFiresGoOutAheadAndStartOnTime(t *testing.T) {
 	t.Parallel()
 	rec := &starts{got: map[string][]fireStart{}}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	any0 := "127.0.0.1:0"
-	st, err := devstack.Start(ctx, devstack.Config{
-		DataDir: t.TempDir(), UnsafeEtcd: true,
-		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
-		AgentHandlers: map[string]sdk.HandlerFunc{"clock": rec.handler},
-	})
-	if err != nil {
-		t.Fatalf("devstack.Start: %v", err)
-	}
-	t.Cleanup(st.Stop)
-	tokens.Store(st.HTTPAddr, login(t, st, "admin", st.AdminPassword))
-	t.Cleanup(func() { tokens.Delete(st.HTTPAddr) })
+	st := startStackWith(t, "", map[string]sdk.HandlerFunc{"clock": rec.handler})
 	base := "http://" + st.HTTPAddr + "/api/v1"
 
 	job := func(name, block string) string {

@@ -169,25 +169,18 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 	if err != nil {
 		return plan, err
 	}
-	waits := map[string]time.Duration{}
+	var waits map[string]time.Time
 	if park {
-		waits = mayWait(ops, stored)
+		waits = mayWait(ops, stored, now)
 	}
 	rs := newRunSet(stored, s.now().UnixMilli())
 	named := map[string]bool{}
-	first := map[string]time.Time{} // when each parked id was first parked
 	for _, o := range ops {
-		if f, ok := first[o.id]; !o.parked.IsZero() && (!ok || o.parked.Before(f)) {
-			first[o.id] = o.parked
-		}
-	}
-	for _, o := range ops {
-		if limit, ok := waits[o.id]; ok {
-			f, ok := first[o.id]
-			if !ok {
-				f = now
+		if until, ok := waits[o.id]; ok {
+			if o.parked.IsZero() {
+				o.parked = now
 			}
-			o.parked, o.until = f, f.Add(limit)
+			o.until = until
 			plan.parked = append(plan.parked, o)
 			continue
 		}
@@ -222,13 +215,13 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 	return plan, s.complete(ctx, tx, done, rs.now)
 }
 
-// mayWait returns the trigger ids whose ops may be parked, with how long from their first
-// parking: the run is not stored, none is a FAILED record (no result follows one) or an orphan
+// mayWait returns the trigger ids whose ops may be parked, with until when (from their first
+// parking, or now): the run is not stored, none is a FAILED record (no result follows one) or an orphan
 // (its stream has ended), and either
 // the ops are all records or all results (the other side has not come: parkFor), or they are
 // the record and RUNNING results (the final result has not come: parkForFinal); and that time
 // is not up.
-func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
+func mayWait(ops []op, stored map[string]run, now time.Time) map[string]time.Time {
 	type sides struct {
 		rec, res, final, failed, orphan bool
 		first                           time.Time // parked first; zero if never
@@ -255,7 +248,7 @@ func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
 			sd.final = sd.final || int32(o.res.GetStatus()) != statusRunning
 		}
 	}
-	out := map[string]time.Duration{}
+	out := map[string]time.Time{}
 	for id, sd := range byID {
 		var limit time.Duration
 		switch {
@@ -268,8 +261,11 @@ func mayWait(ops []op, stored map[string]run) map[string]time.Duration {
 		default:
 			continue
 		}
-		if sd.first.IsZero() || time.Since(sd.first) < limit {
-			out[id] = limit
+		if sd.first.IsZero() {
+			sd.first = now
+		}
+		if until := sd.first.Add(limit); now.Before(until) {
+			out[id] = until
 		}
 	}
 	return out
