@@ -526,7 +526,8 @@ type armedJob struct {
 	armedFrom int64
 }
 
-// armed reads every job a leader marked as owing fires.
+// armed reads every job a leader marked as owing fires. Only a new leader's takeover asks, once,
+// and the marks have no index (migration 00005): the scan of job_state serves it.
 func (s store) armed(ctx context.Context) ([]armedJob, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+`, armed_from_ms FROM job_state JOIN jobs ON jobs.id = job_state.job_id
 		WHERE armed_from_ms IS NOT NULL`)
