@@ -247,8 +247,9 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 	return linesTicket(lines), nil
 }
 
-// complete publishes runs (as the transaction wrote them) as completions, once each, and counts
-// the ones it publishes in the reports. The values come from the caller, which has just
+// complete publishes runs (as the transaction wrote them) as completions and counts them in the
+// reports. Callers pass a run only when it has just completed (completionReturning), and a run
+// named twice in one call is published once. The values come from the caller, which has just
 // written or read the rows: looking the runs up again by trigger id cost a cycle as much as
 // reading them.
 func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int64) error {
@@ -293,7 +294,7 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int
 			args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
 				r.schedMs, r.endMs, r.triggerType, r.params, now)
 		}
-		q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), len(completionTypes)+1, "") + completionConflict
+		q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), len(completionTypes)+1, "") + completionReturning
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err == nil {
 			err = count(rows)
@@ -312,14 +313,16 @@ const completionColumns = `trigger_id, job_id, group_id, status, trigger_outcome
 
 var completionTypes = []string{"text", "bigint", "bigint", "int", "int", "int", "int", "int", "bigint", "bigint", "int", "text"}
 
-// completionConflict publishes a run once: a run completed again (a record that comes after
-// the lost-run sweep completed it) is neither published nor counted twice.
-const completionConflict = `
-		ON CONFLICT (trigger_id) DO NOTHING
+// completionReturning gives back what the report counters count of each completion. A run is
+// published once without a key on completions: every caller of complete() passes only runs
+// whose stored row it holds locked and has just seen gain both its record and a final status
+// (a record that comes after the sweep of runs without one finds the outcome set and completes
+// nothing; see migration 00005).
+const completionReturning = `
 		RETURNING scheduled_ms, group_id, job_id, status`
 
 var insertCompletionsPG = `INSERT INTO completions (` + completionColumns + `, created_ms)
-		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u` + completionConflict
+		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u` + completionReturning
 
 // completionColumnar lists runs' completionColumns values as one array per column (for unnest).
 func completionColumnar(runs []*run) []any {
