@@ -269,12 +269,12 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int
 	count := func(rows *sql.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
-			var sched, group, job int64
+			var sched, group int64
 			var st int32
-			if err := rows.Scan(&sched, &group, &job, &st); err != nil {
+			if err := rows.Scan(&sched, &group, &st); err != nil {
 				return err
 			}
-			counts.add(sched, group, job, st)
+			counts.add(sched, group, st)
 		}
 		return rows.Err()
 	}
@@ -319,7 +319,7 @@ var completionTypes = []string{"text", "bigint", "bigint", "int", "int", "int", 
 // (a record that comes after the sweep of runs without one finds the outcome set and completes
 // nothing; see migration 00005).
 const completionReturning = `
-		RETURNING scheduled_ms, group_id, job_id, status`
+		RETURNING scheduled_ms, group_id, status`
 
 var insertCompletionsPG = `INSERT INTO completions (` + completionColumns + `, created_ms)
 		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u` + completionReturning

@@ -175,7 +175,7 @@ func (s *Service) Register(g *grpc.Server) {
 }
 
 // Start runs the background work until Stop: retention, the lost-run and missing-record
-// sweeps, and alarms. The RPCs work without it.
+// sweeps, alarms and the per-job report counters. The RPCs work without it.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,6 +190,7 @@ func (s *Service) Start(ctx context.Context) error {
 	wg.Go(func() { s.retain(ctx) })
 	wg.Go(func() { s.sweep(ctx) })
 	wg.Go(func() { s.alarms(ctx) })
+	wg.Go(func() { s.jobCounts(ctx) })
 	go func() {
 		defer close(s.done)
 		wg.Wait()
@@ -264,12 +265,17 @@ func (s *Service) prune(ctx context.Context) (int64, error) {
 	if err != nil {
 		return n, err
 	}
+	if _, err := s.countJobs(ctx); err != nil {
+		return n, err
+	}
 	for {
 		// Cursors follow creation (writers serialize on completionsLock; created_ms is taken
 		// shortly before): the oldest completions are the first cursors, and a batch that holds
 		// a newer one is the last.
+		// Never one the per-job counters have not counted yet.
 		res, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM completions WHERE created_ms < $1 AND cursor IN
-			(SELECT cursor FROM completions ORDER BY cursor LIMIT $2)`), cutoff, deleteBatch)
+			(SELECT cursor FROM completions WHERE cursor <= (SELECT position FROM cursors WHERE name = $3) ORDER BY cursor LIMIT $2)`),
+			cutoff, deleteBatch, jobCountCursor)
 		if err != nil {
 			return n, fmt.Errorf("prune completions: %w", err)
 		}

@@ -2,11 +2,13 @@ package logsvc
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -248,6 +250,57 @@ func TestGroupReportsMigration(t *testing.T) {
 			}
 			if days != "4 5/1" {
 				t.Errorf("report_group_days: got %s (rows, success/fail), want 4 5/1", days)
+			}
+		})
+	}
+}
+
+// TestJobCountsCountEachCompletionOnce: the per-job counters follow completions; passes that
+// run at once (replicas, GetReport beside the background pass) count each completion once.
+func TestJobCountsCountEachCompletionOnce(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, st, Config{Retention: -1}, false)
+			const fires = 30
+			for i := range fires {
+				id := fmt.Sprintf("170-%d", i)
+				job, sched := int64(170+i%3), base+int64(i)
+				e.mustRecords(t, record(id, job, sched))
+				status := logsv1.RunStatus_RUN_STATUS_SUCCESS
+				if i%5 == 0 {
+					status = logsv1.RunStatus_RUN_STATUS_FAIL
+				}
+				e.mustResults(t, result(id, job, status, sched+1))
+			}
+			ctx := ctxFor(t)
+			// Each pass holds its transaction open a moment, so that the four overlap.
+			e.svc.beforeCommit = func(context.Context, *sql.Tx) { time.Sleep(50 * time.Millisecond) }
+			var wg sync.WaitGroup
+			counted := make([]int, 4)
+			for i := range counted {
+				wg.Go(func() {
+					n, err := e.svc.countJobs(ctx)
+					if err != nil {
+						t.Errorf("countJobs: %v", err)
+					}
+					counted[i] = n
+				})
+			}
+			wg.Wait()
+			if sum := counted[0] + counted[1] + counted[2] + counted[3]; sum != fires {
+				t.Errorf("completions counted by four passes at once: %v, want %d in all", counted, fires)
+			}
+			var success, fail int64
+			if err := e.db.QueryRowContext(ctx, `SELECT SUM(success), SUM(fail) FROM report_group_jobs`).Scan(&success, &fail); err != nil {
+				t.Fatal(err)
+			}
+			if success != 24 || fail != 6 {
+				t.Errorf("report_group_jobs: got %d successes, %d failures, want 24, 6", success, fail)
+			}
+			if n, err := e.svc.countJobs(ctx); err != nil || n != 0 {
+				t.Errorf("another pass: counted %d, %v; want 0", n, err)
 			}
 		})
 	}
