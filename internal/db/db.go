@@ -48,6 +48,15 @@ func (d Dialect) String() string {
 	return "unknown"
 }
 
+// IndexPlans is a Postgres statement that makes every plan of the rest of the transaction probe
+// indexes: no scan of a whole table, no hash or merge join. A batch statement that names
+// thousands of rows by key through array parameters (WHERE id = ANY($1), FROM unnest(...))
+// is planned with the arrays' real sizes, and Postgres then rather scans the whole table into a
+// hash than probes its index thousands of times, a cost that grows with the table (and with
+// its dead row versions) instead of with the batch.
+const IndexPlans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true)`
+
 // Config says where a service's data lives.
 type Config struct {
 	// URL is a Postgres URL (postgres://…). Empty means SQLite under DataDir.

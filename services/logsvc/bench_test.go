@@ -379,7 +379,7 @@ func TestIngestLookupsUseIndexes(t *testing.T) {
 		}
 	}
 	slices.Sort(ids)
-	plan := explainTx(t, e.db, indexPlansPG, readRunsPG, ids)
+	plan := explainTx(t, e.db, db.IndexPlans, readRunsPG, ids)
 	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "runs_trigger_id_key") {
 		var short []string // the plan without its 3,500 ids
 		for l := range strings.Lines(plan) {
@@ -397,7 +397,7 @@ func TestIngestLookupsUseIndexes(t *testing.T) {
 		updates = append(updates, &run{id: "r" + strconv.Itoa(i*50+1), status: statusSuccess})
 	}
 	slices.SortFunc(updates, func(a, b *run) int { return strings.Compare(a.id, b.id) })
-	plan = explainTx(t, e.db, indexPlansPG, updateRunsPG, runColumnar(updates)...)
+	plan = explainTx(t, e.db, db.IndexPlans, updateRunsPG, runColumnar(updates)...)
 	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "runs_trigger_id_key") {
 		t.Errorf("update runs: plan\n%s\nwant an index scan of runs_trigger_id_key and no sequential scan", plan)
 	}

@@ -297,8 +297,10 @@ func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, ids []string) (map[s
 		return out, nil
 	}
 	if s.store.Dialect() == db.Postgres {
-		// For the update of the runs read too.
-		if _, err := tx.ExecContext(ctx, indexPlansPG); err != nil {
+		// A write cycle names thousands of runs by trigger id: without it Postgres would scan
+		// the whole runs table (readRuns: a seq scan with the array as a hashed filter;
+		// updateRuns, later in the transaction: a hash join).
+		if _, err := tx.ExecContext(ctx, db.IndexPlans); err != nil {
 			return nil, fmt.Errorf("read runs: %w", err)
 		}
 		rows, err := tx.QueryContext(ctx, readRunsPG, ids)
@@ -375,13 +377,6 @@ func unnest(types []string) string {
 }
 
 var (
-	// indexPlansPG makes every plan of the rest of the transaction probe indexes: no scan of a
-	// whole table, no hash or merge join. A write cycle names thousands of runs by trigger id,
-	// and with its arrays of ids or values as parameters Postgres would rather scan the whole
-	// runs table (readRuns: a seq scan with the array as a hashed filter; updateRuns: a hash
-	// join) than probe the index thousands of times, a cost that grows with the table.
-	indexPlansPG = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-		set_config('enable_mergejoin', 'off', true)`
 	readRunsPG   = `SELECT ` + ingestColumns + ` FROM runs WHERE trigger_id = ANY($1) ORDER BY trigger_id FOR UPDATE`
 	insertRunsPG = `INSERT INTO runs (` + ingestColumns + `) SELECT * FROM ` + unnest(ingestTypes)
 	updateRunsPG = `UPDATE runs SET job_id = u.job_id, group_id = u.group_id, trigger_type = u.trigger_type,

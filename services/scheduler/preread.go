@@ -111,12 +111,21 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		}
 		armed = kept
 	}
-	// The advanced jobs got their marks with the advance; the others get theirs here.
+	// The advanced jobs got their marks with the advance; the others get theirs here, unless
+	// this scan was full: then the loop scans again at once (preReadLoop), and the jobs that
+	// scan reads get their marks with their advance. A job that fires every second has a fire
+	// dispatched between two rounds of scans; moving its mark in the round's first scan and
+	// advancing it in a later one wrote its row twice per fire. A mark left behind a moment
+	// longer only makes a takeover check fires that were dispatched.
 	flush := make(map[int64]int64, len(marks))
 	for id, ms := range marks {
 		if !advanced[id] {
 			flush[id] = ms
 		}
+	}
+	if len(due) >= s.cfg.PreReadBatch {
+		l.owed.restore(flush)
+		flush = nil
 	}
 	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
 		return 0, err

@@ -140,6 +140,65 @@ func TestDueScanUsesTheDueIndex(t *testing.T) {
 	}
 }
 
+// TestBatchWritesProbeAnIndex: the pre-read's advance and mark moves name thousands of jobs
+// through arrays; after indexPlans Postgres must find each through an index of job_state, never
+// scan the whole table into a hash (it did without: a cost that grew with every job and every
+// dead row version, not with the batch).
+func TestBatchWritesProbeAnIndex(t *testing.T) {
+	t.Parallel()
+	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
+	ctx := context.Background()
+	_, err := d.ExecContext(ctx, `INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
+		block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
+		SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, 2, 0, 0 FROM generate_series(1, 20000) g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ExecContext(ctx, `INSERT INTO job_state (job_id, next_fire_ms) SELECT id, 1000000 + id FROM jobs`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ExecContext(ctx, `ANALYZE jobs; ANALYZE job_state`); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, 3000)
+	for i := range ids {
+		ids[i] = int64(i*5 + 1)
+	}
+	for _, c := range []struct {
+		name string
+		q    string
+		args []any
+	}{
+		{"advance", advanceAllPG, []any{ids, ids, ids, ids, ids}},
+		{"mark moves", markArmedPG, []any{ids, ids}},
+	} {
+		tx, err := d.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (store{d}).indexPlans(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.QueryContext(ctx, `EXPLAIN `+c.q, c.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		tx.Rollback()
+		if got := strings.Join(plan, "\n"); !strings.Contains(got, "Index Scan using job_state_") || strings.Contains(got, "Seq Scan") || strings.Contains(got, "Hash") {
+			t.Errorf("%s plan:\n%s\nwant probes of a job_state index per job, no sequential scan or hash", c.name, got)
+		}
+	}
+}
+
 // TestAdvanceLeavesJobsTheAPIMoved: the pre-read takes no row locks, so a start, stop or new
 // schedule committed between its due scan and its advance must win: advanceAll moves only the
 // jobs whose next fire is still the one read, and says which.
