@@ -38,12 +38,16 @@ func (s *Service) preReadLoop(ctx context.Context, l *leadership) error {
 }
 
 // preRead arms every fire due inside the window, in one fenced transaction: read the due jobs,
-// compute each job's fires in the window (misfire policy for fires that are too late), advance
+// compute each job's fires up to a window past it (misfire policy for fires that are too late), advance
 // next_fire, commit, then push the fires into the ring. It returns how many jobs it read.
 func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 	now := s.clk.Now()
 	nowMs := now.UnixMilli()
 	horizon := nowMs + s.cfg.PreReadWindow.Milliseconds()
+	// A job due within the window gets its fires armed up to a second window ahead, so that it
+	// is not due again at the next scans: a job that fires every second is read and advanced
+	// (a job_state row version) once per window instead of once per scan.
+	armTo := horizon + s.cfg.PreReadWindow.Milliseconds()
 	tx, err := s.store.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("pre-read: %w", err)
@@ -86,7 +90,7 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 			}
 			continue
 		}
-		fires, last, next := s.firesInWindow(j, sch, now, horizon)
+		fires, last, next := s.firesInWindow(j, sch, now, armTo)
 		armedFrom, _ := l.owed.min(j.ID)
 		for _, f := range fires {
 			f.lead = l
