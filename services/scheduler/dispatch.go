@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +46,15 @@ type fire struct {
 // TriggerID is the deterministic id of one fire: the same fire always gets the same id, so
 // executors and logsvc drop duplicates after a failover.
 func TriggerID(jobID, fireMs int64, shard, attempt int32) string {
-	return fmt.Sprintf("%d-%d-%d-%d", jobID, fireMs, shard, attempt)
+	b := make([]byte, 0, 40)
+	b = strconv.AppendInt(b, jobID, 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, fireMs, 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, int64(shard), 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, int64(attempt), 10)
+	return string(b)
 }
 
 // onFire is the ring's callback: hand every due fire to a trigger pool without blocking the ring.
@@ -249,7 +258,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 			outcome = outcomeDuplicate
 		}
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
-		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: %s", routeMsg, t.Address, answer)
+		rec.TriggerMessage = routeMsg + "\nexecutor " + t.Address + ": " + answer // every fire: no fmt
 	}
 	s.metrics.sent(f.trigType, f.fireMs, sentAt, outcome)
 	endDispatch(span, answer, failure != "", failure)

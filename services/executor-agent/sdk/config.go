@@ -92,9 +92,24 @@ type Config struct {
 var (
 	appNameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 	instanceIDRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
-	// triggerIDRE keeps trigger ids safe to use as file names.
-	triggerIDRE = regexp.MustCompile(`^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}$`)
 )
+
+// validTriggerID reports whether id is 1–128 of [A-Za-z0-9_.:-], not starting with a dot: safe
+// to use as a file name. (A loop rather than a regexp: every fire's id is checked, and the
+// regexp was 1.5 % of an agent's CPU.)
+func validTriggerID(id string) bool {
+	if len(id) == 0 || len(id) > 128 || id[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // withDefaults returns cfg with every zero value replaced by its default.
 func (cfg Config) withDefaults() Config {

@@ -87,7 +87,7 @@ func (s *service) Kill(_ context.Context, req *executorv1.KillRequest) (*executo
 
 func (s *service) Log(_ context.Context, req *executorv1.LogRequest) (*executorv1.LogResponse, error) {
 	id := req.GetTriggerId()
-	if !triggerIDRE.MatchString(id) {
+	if !validTriggerID(id) {
 		return nil, status.Errorf(codes.InvalidArgument, "trigger_id %q: want 1–128 of [A-Za-z0-9_.:-]", id)
 	}
 	from := max(req.GetFromLine(), 1)
@@ -121,7 +121,7 @@ func (s *service) Seen(_ context.Context, req *executorv1.SeenRequest) (*executo
 		return nil, status.Errorf(codes.InvalidArgument, "trigger_ids: %d ids, at most %d per call", len(ids), maxTriggers)
 	}
 	for i, id := range ids {
-		if !triggerIDRE.MatchString(id) {
+		if !validTriggerID(id) {
 			return nil, status.Errorf(codes.InvalidArgument, "trigger_ids[%d] %q: want 1–128 of [A-Za-z0-9_.:-], not starting with a dot", i, id)
 		}
 	}

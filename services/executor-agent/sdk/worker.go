@@ -284,7 +284,7 @@ func (e *Executor) seen(ids []string) []string {
 // checkTrigger refuses fires that cannot be run as sent.
 func checkTrigger(t *executorv1.Trigger) error {
 	switch {
-	case !triggerIDRE.MatchString(t.GetTriggerId()):
+	case !validTriggerID(t.GetTriggerId()):
 		return fmt.Errorf("trigger_id %q: want 1–128 of [A-Za-z0-9_.:-], not starting with a dot", t.GetTriggerId())
 	case t.GetJobId() <= 0:
 		return fmt.Errorf("job_id %d: must be positive", t.GetJobId())
