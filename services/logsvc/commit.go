@@ -218,9 +218,8 @@ func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*l
 // mayWait returns the trigger ids whose ops may be parked, with until when (from their first
 // parking, or now): the run is not stored, none is a FAILED record (no result follows one) or an orphan
 // (its stream has ended), and either
-// the ops are all records or all results (the other side has not come: parkFor), or they are
-// the record and RUNNING results (the final result has not come: parkForFinal); and that time
-// is not up.
+// the ops are all results (the record has not come: parkFor), or all records or the record and
+// RUNNING results (the final result has not come: parkForFinal); and that time is not up.
 func mayWait(ops []op, stored map[string]run, now time.Time) map[string]time.Time {
 	type sides struct {
 		rec, res, final, failed, orphan bool
@@ -254,6 +253,10 @@ func mayWait(ops []op, stored map[string]run, now time.Time) map[string]time.Tim
 		switch {
 		case sd.failed, sd.orphan:
 			continue
+		case sd.rec && !sd.res:
+			// Agents send a quick fire's final result alone, up to the dispatch lead plus
+			// the run's time after the record: it waits as a record and RUNNING pair does.
+			limit = parkForFinal
 		case sd.rec != sd.res:
 			limit = parkFor
 		case !sd.final:

@@ -76,7 +76,7 @@ func TestMayWait(t *testing.T) {
 	failed.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 	rec := op{id: "152-a", rec: record("152-a", 152, base)}
 	res := op{id: "152-a", res: result("152-a", 152, logsv1.RunStatus_RUN_STATUS_SUCCESS, base)}
-	old := rec
+	old := res
 	old.parked = time.Now().Add(-parkFor)
 	recent := res
 	recent.parked = time.Now()
@@ -89,7 +89,8 @@ func TestMayWait(t *testing.T) {
 		stored bool
 		want   time.Duration // 0: may not wait; else until, from the first parking (or now)
 	}{
-		{"record alone", []op{rec}, false, parkFor},
+		{"record alone: the final result is to come", []op{rec}, false, parkForFinal},
+		{"record alone parked long enough", []op{oldRec}, false, 0},
 		{"results alone", []op{res, res}, false, parkFor},
 		{"record and result", []op{res, rec}, false, 0},
 		{"record and RUNNING: the final result is to come", []op{rec, running}, false, parkForFinal},

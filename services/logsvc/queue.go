@@ -41,9 +41,9 @@ const (
 	// maxCycleItems caps the items one write cycle takes (it takes at least one batch, which
 	// may hold up to maxBatchItems).
 	maxCycleItems = 10000
-	// parkFor is how long a record or result may wait for its counterpart.
+	// parkFor is how long results may wait for their record.
 	parkFor = 50 * time.Millisecond
-	// parkForFinal is how long a run's record and RUNNING result may wait for its final result,
+	// parkForFinal is how long a run's record (and RUNNING result) may wait for its final result,
 	// so that a quick fire is written once, ended, rather than inserted and then updated. With
 	// the scheduler's dispatch lead (200 ms by default) both come that long before the fire
 	// starts.

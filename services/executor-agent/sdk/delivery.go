@@ -23,16 +23,17 @@ import (
 // outbox holds results and log lines until logsvc acknowledges them (streamOutbox, with an
 // on-disk spool), or drops them when there is no logsvc (nopOutbox).
 // Items leave in the order they were added, except that a final result is delivered only after
-// every line of its fire added before it was acknowledged; a RUNNING result (addStart) goes out
-// without waiting for anything, so a fire's RUNNING result always precedes its final one. A
-// RUNNING result still waiting to leave when its fire's final result is added does not leave:
-// the final one, which carries all it says, leaves in its place.
+// every line of its fire added before it was acknowledged, and a RUNNING result (addStart)
+// leaves only once its fire has run for runningAfter, so a fire's RUNNING result always precedes
+// its final one. A RUNNING result still waiting to leave when its fire's final result is added
+// does not leave: the final one, which carries all it says, leaves in its place.
 type outbox interface {
 	start(ctx context.Context)
 	// addLines queues lines of a running fire, to be written at once.
 	addLines(lines []*logsv1.LogLine)
 	// addStart queues the RUNNING result of a fire just accepted, without waiting for anything:
-	// it is written at the next waitSpooled, or with anything added after it that is written.
+	// it is written at the next waitSpooled, or with anything added after it that is written,
+	// and leaves runningAfter after the fire's start unless its final result replaces it.
 	// (Run accepts all its fires, then waits once: their RUNNING results share one write.)
 	addStart(r *logsv1.RunResult)
 	// addResult queues a fire's final result, to be written at once.
@@ -80,7 +81,18 @@ type resultItem struct {
 	// staged: not yet taken by writeLoop (so not yet marshalled for the spool); queued: handed
 	// to the results sender. A final result takes a RUNNING one's place only in either state.
 	staged, queued bool
+	// sendAt is when a RUNNING result leaves for logsvc if its fire has not ended by then
+	// (runningAfter); superseded: its fire's final result left in its place before that.
+	sendAt     time.Time
+	superseded bool
 }
+
+// runningAfter is how long a fire runs before its RUNNING result leaves for logsvc (from its
+// start: a held fire's due time). A fire that ends sooner sends its final result alone, which
+// carries all a RUNNING one would say (start time, address, trace): at thousands of quick fires
+// per second the RUNNING results were a third of what agents sent and logsvc ingested. The
+// scheduler's trigger record already shows a dispatched fire as running in logsvc meanwhile.
+const runningAfter = time.Second
 
 // Spool record kinds: the first byte of a record, then the protobuf.
 const (
@@ -112,9 +124,9 @@ type staged struct {
 // call's acks, a Log call's end of a fire.
 //
 // A RUNNING result not yet batched for logsvc when its fire's final result comes is not sent:
-// the final result takes its place in the queue (it carries the start time, executor address
-// and trace the RUNNING one would have stored), and releases both spool records when
-// acknowledged.
+// the final result takes its place (it carries the start time, executor address and trace the
+// RUNNING one would have stored), and releases both spool records when acknowledged. RUNNING
+// results wait runningAfter before they go to the sender, so a quick fire sends one result.
 type streamOutbox struct {
 	log        *slog.Logger
 	conn       *grpc.ClientConn
@@ -137,7 +149,11 @@ type streamOutbox struct {
 	parked map[string]*resultItem
 	// starts holds the RUNNING results not yet in a batch for logsvc, by trigger id: a final
 	// result may still take their place.
-	starts  map[string]*resultItem
+	starts map[string]*resultItem
+	// later holds RUNNING results written to the spool and waiting for their sendAt, in the
+	// order they were written; laterN counts those not superseded.
+	later   []*resultItem
+	laterN  int
 	full    bool // the queue is full (logged once per episode)
 	dropped int  // items dropped in this episode
 }
@@ -299,8 +315,57 @@ func (o *streamOutbox) start(ctx context.Context) {
 	o.results.Start(ctx)
 	o.mu.Lock()
 	o.done = make(chan struct{})
+	done := o.done
 	o.mu.Unlock()
 	go o.writeLoop()
+	go o.laterLoop(ctx, done)
+}
+
+// laterTick is how often laterLoop looks for RUNNING results that are due to leave.
+const laterTick = 100 * time.Millisecond
+
+// laterLoop hands RUNNING results to the results sender once their sendAt has come, until ctx
+// ends or writeLoop has (stop). One that is left when the agent stops stays in the spool and
+// leaves at the next start.
+func (o *streamOutbox) laterLoop(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTicker(laterTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case now := <-t.C:
+			o.mu.Lock()
+			o.sendLaterLocked(now)
+			o.mu.Unlock()
+		}
+	}
+}
+
+// sendLaterLocked hands on the waiting RUNNING results whose sendAt is before until, from the
+// front (they wait in the order they were written, within the hold of the dispatch lead of
+// their sendAt order), and drops the superseded ones.
+func (o *streamOutbox) sendLaterLocked(until time.Time) {
+	n := 0
+	for ; n < len(o.later); n++ {
+		it := o.later[n]
+		if it.superseded {
+			continue
+		}
+		if it.sendAt.After(until) {
+			break
+		}
+		o.laterN--
+		it.queued = true
+		o.sendResultLocked(it)
+	}
+	clear(o.later[:n])
+	o.later = o.later[n:]
+	if len(o.later) == 0 {
+		o.later = nil
+	}
 }
 
 // writeLoop writes what is staged to the spool, many items with one write, and hands them on
@@ -447,20 +512,32 @@ func (o *streamOutbox) forgetLocked(it staged) {
 func (o *streamOutbox) deliverResultLocked(it *resultItem) {
 	id := it.r.GetTriggerId()
 	if it.r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING {
+		// It leaves runningAfter after the fire's start, unless the final result comes first.
 		o.starts[id] = it
-		it.queued = true
-		o.sendResultLocked(it)
+		from := time.Now()
+		if start := time.UnixMilli(it.r.GetStartUnixMs()); start.After(from) {
+			from = start // a held fire: from its due time
+		}
+		it.sendAt = from.Add(runningAfter)
+		o.later = append(o.later, it)
+		o.laterN++
 		return
 	}
 	if o.unacked[id] > 0 {
 		o.parked[id] = it
 		return
 	}
-	if s, ok := o.starts[id]; ok && s.queued {
-		// Its RUNNING result waits in the results queue: send this one in its place.
+	if s, ok := o.starts[id]; ok {
 		delete(o.starts, id)
-		s.r, s.merged = it.r, it.seq
-		return
+		if s.queued {
+			// Its RUNNING result waits in the results queue: send this one in its place.
+			s.r, s.merged = it.r, it.seq
+			return
+		}
+		// Its RUNNING result has not left yet: it never will; this one releases its record.
+		s.superseded = true
+		o.laterN--
+		it.merged = s.seq
 	}
 	o.sendResultLocked(it)
 }
@@ -625,6 +702,9 @@ func (o *streamOutbox) room() {
 
 func (o *streamOutbox) flush(ctx context.Context) error {
 	o.waitSpooled()
+	o.mu.Lock()
+	o.sendLaterLocked(time.Unix(1<<40, 0)) // every one added so far, whenever it was due
+	o.mu.Unlock()
 	if err := o.lines.Flush(ctx); err != nil {
 		return err
 	}
@@ -634,7 +714,7 @@ func (o *streamOutbox) flush(ctx context.Context) error {
 
 func (o *streamOutbox) pending() int {
 	o.mu.Lock()
-	n := len(o.parked) + len(o.staging)
+	n := len(o.parked) + len(o.staging) + o.laterN
 	o.mu.Unlock()
 	return o.lines.Pending() + o.results.Pending() + n
 }
