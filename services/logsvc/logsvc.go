@@ -201,14 +201,7 @@ func (s *Service) Start(ctx context.Context) error {
 // sweep looks for lost runs and runs without a record, and prunes old per-minute counts, every
 // SweepInterval until ctx ends.
 func (s *Service) sweep(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.cfg.SweepInterval, func() {
 		if _, err := s.sweepLost(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("lost-run sweep failed", "error", err)
 		}
@@ -218,6 +211,20 @@ func (s *Service) sweep(ctx context.Context) {
 		if err := s.pruneMinutes(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("pruning per-minute counts failed", "error", err)
 		}
+	})
+}
+
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
 	}
 }
 

@@ -161,18 +161,11 @@ func (s *Service) countJobs(ctx context.Context) (int, error) {
 
 // jobCounts runs countJobs every jobCountEvery until ctx ends.
 func (s *Service) jobCounts(ctx context.Context) {
-	t := time.NewTicker(jobCountEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, jobCountEvery, func() {
 		if _, err := s.countJobs(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("counting completions per job failed", "error", err)
 		}
-	}
+	})
 }
 
 // counterTables are the upserts of each kind of counter row.

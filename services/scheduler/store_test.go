@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -126,6 +127,14 @@ func TestDueScanUsesTheDueIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := planOf(t, rows); !strings.Contains(got, "job_state_due") || strings.Contains(got, "Seq Scan") {
+		t.Errorf("due scan plan:\n%s\nwant an index scan of job_state_due and no sequential scan", got)
+	}
+}
+
+// planOf reads the lines of an EXPLAIN and closes rows.
+func planOf(t *testing.T, rows *sql.Rows) string {
+	t.Helper()
 	defer rows.Close()
 	var plan []string
 	for rows.Next() {
@@ -135,9 +144,10 @@ func TestDueScanUsesTheDueIndex(t *testing.T) {
 		}
 		plan = append(plan, line)
 	}
-	if got := strings.Join(plan, "\n"); !strings.Contains(got, "job_state_due") || strings.Contains(got, "Seq Scan") {
-		t.Errorf("due scan plan:\n%s\nwant an index scan of job_state_due and no sequential scan", got)
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
+	return strings.Join(plan, "\n")
 }
 
 // TestBatchWritesProbeAnIndex: the pre-read's advance and mark moves name thousands of jobs
@@ -183,17 +193,9 @@ func TestBatchWritesProbeAnIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		rows.Close()
+		got := planOf(t, rows)
 		tx.Rollback()
-		if got := strings.Join(plan, "\n"); !strings.Contains(got, "Index Scan using job_state_") || strings.Contains(got, "Seq Scan") || strings.Contains(got, "Hash") {
+		if !strings.Contains(got, "Index Scan using job_state_") || strings.Contains(got, "Seq Scan") || strings.Contains(got, "Hash") {
 			t.Errorf("%s plan:\n%s\nwant probes of a job_state index per job, no sequential scan or hash", c.name, got)
 		}
 	}
