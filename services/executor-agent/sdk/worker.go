@@ -196,9 +196,10 @@ func (e *Executor) workerForLocked(t *executorv1.Trigger, key string, b *bean) (
 	return w, retired, ""
 }
 
-// addStartLocked tells logsvc at once that the fire reached this executor, starting at start
-// (a held fire's due time). Queued under e.mu, before any worker, kill or stop can see the run,
-// so its final result is always queued after this.
+// addStartLocked queues the RUNNING result of a fire that reached this executor, starting at
+// start (a held fire's due time): spooled at once, sent to logsvc once the fire has run for
+// runningAfter (a quicker fire's final result goes in its place). Queued under e.mu, before any
+// worker, kill or stop can see the run, so its final result is always queued after this.
 func (e *Executor) addStartLocked(r *run, start time.Time) {
 	t := r.t
 	tp := t.GetTraceContext()["traceparent"]
