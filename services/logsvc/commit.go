@@ -253,13 +253,12 @@ func mayWait(ops []op, stored map[string]run, now time.Time) map[string]time.Tim
 		switch {
 		case sd.failed, sd.orphan:
 			continue
-		case sd.rec && !sd.res:
-			// Agents send a quick fire's final result alone, up to the dispatch lead plus
-			// the run's time after the record: it waits as a record and RUNNING pair does.
-			limit = parkForFinal
-		case sd.rec != sd.res:
+		case !sd.rec: // results waiting for their record
 			limit = parkFor
 		case !sd.final:
+			// The record, and a RUNNING result if the fire ran long enough to send one,
+			// waiting for the final result: agents send a quick fire's final result alone, up
+			// to the dispatch lead plus the run's time after the record.
 			limit = parkForFinal
 		default:
 			continue

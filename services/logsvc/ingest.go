@@ -248,10 +248,14 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 }
 
 // complete publishes runs (as the transaction wrote them) as completions and counts them in the
-// reports. Callers pass a run only when it has just completed (completionReturning), and a run
-// named twice in one call is published once. The values come from the caller, which has just
-// written or read the rows: looking the runs up again by trigger id cost a cycle as much as
-// reading them.
+// reports. A run named twice in one call is published once. The values come from the caller,
+// which has just written or read the rows: looking the runs up again by trigger id cost a cycle
+// as much as reading them.
+//
+// A run is published once without a key on completions: every caller passes only runs whose
+// stored row it holds locked and has just seen gain both its record and a final status (a
+// record that comes after the sweep of runs without one finds the outcome set and completes
+// nothing; see migration 00005), so every run passed is inserted and counted.
 func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int64) error {
 	if len(runs) == 0 {
 		return nil
@@ -264,44 +268,25 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, completionsLock); err != nil {
 			return fmt.Errorf("lock completions: %w", err)
 		}
+		if _, err := tx.ExecContext(ctx, insertCompletionsPG, append(completionColumnar(runs), now)...); err != nil {
+			return fmt.Errorf("insert completions: %w", err)
+		}
+	} else {
+		for _, chunk := range chunks(runs, rowsPerStatement) {
+			args := make([]any, 0, len(chunk)*(len(completionTypes)+1))
+			for _, r := range chunk {
+				args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
+					r.schedMs, r.endMs, r.triggerType, r.params, now)
+			}
+			q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), len(completionTypes)+1, "")
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("insert completions: %w", err)
+			}
+		}
 	}
 	counts := newReportCounts(now)
-	count := func(rows *sql.Rows) error {
-		defer rows.Close()
-		for rows.Next() {
-			var sched, group int64
-			var st int32
-			if err := rows.Scan(&sched, &group, &st); err != nil {
-				return err
-			}
-			counts.add(sched, group, st)
-		}
-		return rows.Err()
-	}
-	if s.store.Dialect() == db.Postgres {
-		rows, err := tx.QueryContext(ctx, insertCompletionsPG, append(completionColumnar(runs), now)...)
-		if err == nil {
-			err = count(rows)
-		}
-		if err != nil {
-			return fmt.Errorf("insert completions: %w", err)
-		}
-		return s.bumpReports(ctx, tx, counts)
-	}
-	for _, chunk := range chunks(runs, rowsPerStatement) {
-		args := make([]any, 0, len(chunk)*(len(completionTypes)+1))
-		for _, r := range chunk {
-			args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
-				r.schedMs, r.endMs, r.triggerType, r.params, now)
-		}
-		q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), len(completionTypes)+1, "") + completionReturning
-		rows, err := tx.QueryContext(ctx, q, args...)
-		if err == nil {
-			err = count(rows)
-		}
-		if err != nil {
-			return fmt.Errorf("insert completions: %w", err)
-		}
+	for _, r := range runs {
+		counts.add(r.schedMs, r.group, r.status)
 	}
 	return s.bumpReports(ctx, tx, counts)
 }
@@ -313,16 +298,8 @@ const completionColumns = `trigger_id, job_id, group_id, status, trigger_outcome
 
 var completionTypes = []string{"text", "bigint", "bigint", "int", "int", "int", "int", "int", "bigint", "bigint", "int", "text"}
 
-// completionReturning gives back what the report counters count of each completion. A run is
-// published once without a key on completions: every caller of complete() passes only runs
-// whose stored row it holds locked and has just seen gain both its record and a final status
-// (a record that comes after the sweep of runs without one finds the outcome set and completes
-// nothing; see migration 00005).
-const completionReturning = `
-		RETURNING scheduled_ms, group_id, status`
-
 var insertCompletionsPG = `INSERT INTO completions (` + completionColumns + `, created_ms)
-		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u` + completionReturning
+		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u`
 
 // completionColumnar lists runs' completionColumns values as one array per column (for unnest).
 func completionColumnar(runs []*run) []any {

@@ -210,6 +210,10 @@ func (s *Service) flushOwed(l *leadership) {
 		s.log.Warn("owed fires not handed over: fenced off; the last pre-read's marks stand", "error", err)
 		return
 	}
+	if err := s.jobs.indexPlans(ctx, tx); err != nil {
+		s.log.Error("handing owed fires to the next leader failed", "error", err)
+		return
+	}
 	dirty := l.owed.takeDirty()
 	if err := s.jobs.markArmed(ctx, tx, dirty); err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)

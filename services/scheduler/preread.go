@@ -101,6 +101,12 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		}
 		advances = append(advances, advance{id: j.ID, readMs: j.NextFireMs, lastMs: last, nextMs: next, armedFromMs: armedFrom})
 	}
+	// From here on the transaction only writes job_state by arrays of job ids.
+	if len(advances) > 0 || len(marks) > 0 {
+		if err := s.jobs.indexPlans(ctx, tx); err != nil {
+			return 0, err
+		}
+	}
 	advanced, err := s.jobs.advanceAll(ctx, tx, advances)
 	if err != nil {
 		return 0, err

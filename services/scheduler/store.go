@@ -349,12 +349,12 @@ func (s store) fence(ctx context.Context, tx *sql.Tx, epoch int64, holder string
 	return nil
 }
 
-// indexPlans makes the rest of a transaction probe indexes (db.IndexPlans), for the batch
-// writes of job_state: they name hundreds or thousands of jobs through arrays, and Postgres
-// planned the advance and the mark moves as a scan of all of job_state into a hash (a table
-// scan that grows with every job, and by the second with dead row versions when autovacuum
-// lags). It is set only for those: with it the pre-read's due read, a join, chose to walk all
-// of jobs by its primary key (79 µs of Postgres per fire at 8,000 fires/s).
+// indexPlans makes the rest of a transaction probe indexes (db.IndexPlans); callers set it
+// once, just before the batch writes of job_state (advanceAll, markArmed): those name hundreds
+// or thousands of jobs through arrays, and Postgres planned them as a scan of all of job_state
+// into a hash (a table scan that grows with every job, and by the second with dead row
+// versions when autovacuum lags). Not before: with it the pre-read's due read, a join, chose
+// to walk all of jobs by its primary key (79 µs of Postgres per fire at 8,000 fires/s).
 func (s store) indexPlans(ctx context.Context, tx *sql.Tx) error {
 	if s.db.Dialect() != db.Postgres {
 		return nil
@@ -447,8 +447,8 @@ func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64, keep func
 	return out, nil
 }
 
-// The batch writes of job_state on Postgres: arrays of job ids and values (run after
-// indexPlans, so each job is found through an index).
+// The batch writes of job_state on Postgres: arrays of job ids and values (their transaction
+// has indexPlans set, so each job is found through an index).
 const (
 	advanceAllPG = `UPDATE job_state SET last_fire_ms = COALESCE(NULLIF(u.last, 0), job_state.last_fire_ms),
 			next_fire_ms = NULLIF(u.next, 0), armed_from_ms = NULLIF(u.armed, 0)
@@ -478,9 +478,6 @@ func (s store) advanceAll(ctx context.Context, tx *sql.Tx, as []advance) (map[in
 		ids, reads, lasts, nexts, armed := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		for i, a := range as {
 			ids[i], reads[i], lasts[i], nexts[i], armed[i] = a.id, a.readMs, a.lastMs, a.nextMs, a.armedFromMs
-		}
-		if err := s.indexPlans(ctx, tx); err != nil {
-			return nil, err
 		}
 		rows, err := tx.QueryContext(ctx, advanceAllPG, ids, reads, lasts, nexts, armed)
 		if err != nil {
@@ -526,9 +523,6 @@ func (s store) markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64)
 		ids, ms := make([]int64, 0, len(marks)), make([]int64, 0, len(marks))
 		for id, m := range marks {
 			ids, ms = append(ids, id), append(ms, m)
-		}
-		if err := s.indexPlans(ctx, tx); err != nil {
-			return err
 		}
 		_, err := tx.ExecContext(ctx, markArmedPG, ids, ms)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,23 +107,9 @@ func TestFenceWaitsForTheOldLeader(t *testing.T) {
 // Postgres must answer it from the partial index job_state_due.
 func TestDueScanUsesTheDueIndex(t *testing.T) {
 	t.Parallel()
-	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
+	// 20,000 jobs, one in a hundred running.
+	d := planJobs(t, 100)
 	ctx := context.Background()
-	// 20,000 stopped jobs and 200 running ones, then fresh statistics.
-	_, err := d.ExecContext(ctx, `INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
-		block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
-		SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, CASE WHEN g % 100 = 0 THEN 2 ELSE 1 END, 0, 0
-		FROM generate_series(1, 20000) g`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.ExecContext(ctx, `INSERT INTO job_state (job_id, next_fire_ms)
-		SELECT id, CASE WHEN status = 2 THEN 1000000 + id END FROM jobs`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.ExecContext(ctx, `ANALYZE jobs; ANALYZE job_state`); err != nil {
-		t.Fatal(err)
-	}
 	rows, err := d.QueryContext(ctx, `EXPLAIN `+dueQuery, 1005000, 5000)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +117,27 @@ func TestDueScanUsesTheDueIndex(t *testing.T) {
 	if got := planOf(t, rows); !strings.Contains(got, "job_state_due") || strings.Contains(got, "Seq Scan") {
 		t.Errorf("due scan plan:\n%s\nwant an index scan of job_state_due and no sequential scan", got)
 	}
+}
+
+// planJobs opens a Postgres store with 20,000 jobs, every runningEvery-th one running with a
+// next fire in job_state, and fresh statistics: the tables the plan tests EXPLAIN against.
+func planJobs(t *testing.T, runningEvery int) *db.DB {
+	t.Helper()
+	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
+			block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
+			SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, CASE WHEN g % ` + strconv.Itoa(runningEvery) + ` = 0 THEN 2 ELSE 1 END, 0, 0
+			FROM generate_series(1, 20000) g`,
+		`INSERT INTO job_state (job_id, next_fire_ms) SELECT id, CASE WHEN status = 2 THEN 1000000 + id END FROM jobs`,
+		`ANALYZE jobs; ANALYZE job_state`,
+	} {
+		if _, err := d.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
 }
 
 // planOf reads the lines of an EXPLAIN and closes rows.
@@ -156,20 +164,8 @@ func planOf(t *testing.T, rows *sql.Rows) string {
 // dead row version, not with the batch).
 func TestBatchWritesProbeAnIndex(t *testing.T) {
 	t.Parallel()
-	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
+	d := planJobs(t, 1) // all 20,000 running
 	ctx := context.Background()
-	_, err := d.ExecContext(ctx, `INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
-		block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
-		SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, 2, 0, 0 FROM generate_series(1, 20000) g`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.ExecContext(ctx, `INSERT INTO job_state (job_id, next_fire_ms) SELECT id, 1000000 + id FROM jobs`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.ExecContext(ctx, `ANALYZE jobs; ANALYZE job_state`); err != nil {
-		t.Fatal(err)
-	}
 	ids := make([]int64, 3000)
 	for i := range ids {
 		ids[i] = int64(i*5 + 1)
