@@ -42,7 +42,7 @@ func (s *Service) writeCycle(ops []op, taken []*ticket, park bool) (parked []op,
 	ctx, cancel := cycleContext(tickets)
 	defer cancel()
 	var plan cyclePlan
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *db.Tx) error {
 		var err error
 		plan, err = s.writeOps(ctx, tx, ops, lines, park)
 		if err == nil && len(plan.applied) == 0 && len(lines) == 0 {
@@ -153,7 +153,7 @@ type cyclePlan struct {
 // writeOps reads and locks the runs ops name, applies ops to them in order, except those it
 // parks, and writes each changed run once, then lines, then the completions of the runs that
 // ended.
-func (s *Service) writeOps(ctx context.Context, tx *sql.Tx, ops []op, lines []*logsv1.LogLine, park bool) (cyclePlan, error) {
+func (s *Service) writeOps(ctx context.Context, tx *db.Tx, ops []op, lines []*logsv1.LogLine, park bool) (cyclePlan, error) {
 	plan := cyclePlan{refused: map[*ticket][]string{}}
 	now := time.Now()
 	seen := map[string]bool{}
@@ -282,7 +282,7 @@ var errRunRace = errors.New("a run was stored concurrently")
 
 // readRuns reads the stored runs ids (sorted), locking them on Postgres (in that order) until
 // the cycle commits.
-func (s *Service) readRuns(ctx context.Context, tx *sql.Tx, ids []string) (map[string]run, error) {
+func (s *Service) readRuns(ctx context.Context, tx *db.Tx, ids []string) (map[string]run, error) {
 	out := make(map[string]run, len(ids))
 	scan := func(rows *sql.Rows) error {
 		defer rows.Close()
@@ -352,6 +352,33 @@ func runValues(r *run) []any {
 		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm}
 }
 
+// copyRun adds r's ingestColumns values to a COPY into runs.
+func copyRun(b *db.CopyRows, r *run) {
+	b.Row(len(ingestTypes))
+	b.Text(r.id)
+	b.Int64(r.job)
+	b.Int64(r.group)
+	b.Int32(r.triggerType)
+	b.Int64(r.schedMs)
+	b.Int64(r.trigMs)
+	b.Text(r.address)
+	b.Text(r.handler)
+	b.Text(r.params)
+	b.Int32(r.shardIndex)
+	b.Int32(r.shardTotal)
+	b.Int32(r.attempt)
+	b.Int32(r.retriesLeft)
+	b.Int32(r.route)
+	b.Int32(r.outcome)
+	b.Text(r.triggerMsg)
+	b.Int32(r.status)
+	b.Text(r.handleMsg)
+	b.Int64(r.startMs)
+	b.Int64(r.endMs)
+	b.Text(r.traceID)
+	b.Int32(r.alarm)
+}
+
 // runColumnar lists runs' ingestColumns values as one array per column (for unnest).
 func runColumnar(runs []*run) []any {
 	n := len(runs)
@@ -380,7 +407,6 @@ func unnest(types []string) string {
 
 var (
 	readRunsPG   = `SELECT ` + ingestColumns + ` FROM runs WHERE trigger_id = ANY($1) ORDER BY trigger_id FOR UPDATE`
-	insertRunsPG = `INSERT INTO runs (` + ingestColumns + `) SELECT * FROM ` + unnest(ingestTypes)
 	updateRunsPG = `UPDATE runs SET job_id = u.job_id, group_id = u.group_id, trigger_type = u.trigger_type,
 			scheduled_ms = u.scheduled_ms, trigger_ms = u.trigger_ms, executor_address = u.executor_address, handler = u.handler,
 			params = u.params, shard_index = u.shard_index, shard_total = u.shard_total, attempt = u.attempt,
@@ -400,7 +426,7 @@ var (
 )
 
 // insertRuns stores runs not stored before, in trigger id order (seq follows it).
-func (s *Service) insertRuns(ctx context.Context, tx *sql.Tx, runs []*run) error {
+func (s *Service) insertRuns(ctx context.Context, tx *db.Tx, runs []*run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -408,7 +434,11 @@ func (s *Service) insertRuns(ctx context.Context, tx *sql.Tx, runs []*run) error
 		s.beforeInsertRuns(ctx)
 	}
 	if s.store.Dialect() == db.Postgres {
-		if _, err := tx.ExecContext(ctx, insertRunsPG, runColumnar(runs)...); err != nil {
+		var rows db.CopyRows
+		for _, r := range runs {
+			copyRun(&rows, r)
+		}
+		if _, err := tx.CopyIn(ctx, "runs", ingestColumns, &rows); err != nil {
 			if db.IsUniqueViolation(err) {
 				return fmt.Errorf("insert runs: %w: %w", errRunRace, err)
 			}
@@ -421,7 +451,7 @@ func (s *Service) insertRuns(ctx context.Context, tx *sql.Tx, runs []*run) error
 
 // updateRuns writes runs the cycle changed (read and locked by readRuns, which set the
 // transaction's plans to probe the trigger id index).
-func (s *Service) updateRuns(ctx context.Context, tx *sql.Tx, runs []*run) error {
+func (s *Service) updateRuns(ctx context.Context, tx *db.Tx, runs []*run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -436,7 +466,7 @@ func (s *Service) updateRuns(ctx context.Context, tx *sql.Tx, runs []*run) error
 
 // valuesRuns writes runs with multi-row INSERTs followed by conflict (SQLite, one connection:
 // nobody stores a run between readRuns and here).
-func (s *Service) valuesRuns(ctx context.Context, tx *sql.Tx, runs []*run, conflict string) error {
+func (s *Service) valuesRuns(ctx context.Context, tx *db.Tx, runs []*run, conflict string) error {
 	for _, chunk := range chunks(runs, rowsPerStatement) {
 		args := make([]any, 0, len(chunk)*len(ingestTypes))
 		for _, r := range chunk {
@@ -452,7 +482,7 @@ func (s *Service) valuesRuns(ctx context.Context, tx *sql.Tx, runs []*run, confl
 
 // insertLines stores output lines; a line number already stored keeps its first text, and so
 // does the first of a line number sent twice.
-func (s *Service) insertLines(ctx context.Context, tx *sql.Tx, lines []*logsv1.LogLine) error {
+func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.LogLine) error {
 	type key struct {
 		id string
 		no int64

@@ -3,7 +3,6 @@ package logsvc
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +46,7 @@ func crashChild() int {
 		return 2
 	}
 	n := 0
-	svc.beforeCommit = func(context.Context, *sql.Tx) {
+	svc.beforeCommit = func(context.Context, *db.Tx) {
 		if n++; n == at {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // the signal is on its way

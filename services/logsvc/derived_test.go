@@ -3,7 +3,6 @@ package logsvc
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -607,7 +606,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	e := newEnvWith(t, st, Config{Retention: -1}, false)
 	admin := dbtest.Open(t, st.Config, "logs", MigrationsFS())
 	var armed atomic.Bool
-	e.svc.beforeCommit = func(ctx context.Context, tx *sql.Tx) {
+	e.svc.beforeCommit = func(ctx context.Context, tx *db.Tx) {
 		if !armed.CompareAndSwap(true, false) {
 			return
 		}

@@ -2,12 +2,10 @@ package logsvc
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -256,7 +254,7 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 // stored row it holds locked and has just seen gain both its record and a final status (a
 // record that comes after the sweep of runs without one finds the outcome set and completes
 // nothing; see migration 00005), so every run passed is inserted and counted.
-func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int64) error {
+func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int64) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -268,17 +266,34 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, completionsLock); err != nil {
 			return fmt.Errorf("lock completions: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, insertCompletionsPG, append(completionColumnar(runs), now)...); err != nil {
+		var rows db.CopyRows
+		for _, r := range runs {
+			rows.Row(completionFields + 1)
+			rows.Text(r.id)
+			rows.Int64(r.job)
+			rows.Int64(r.group)
+			rows.Int32(r.status)
+			rows.Int32(r.outcome)
+			rows.Int32(r.attempt)
+			rows.Int32(r.shardIndex)
+			rows.Int32(r.shardTotal)
+			rows.Int64(r.schedMs)
+			rows.Int64(r.endMs)
+			rows.Int32(r.triggerType)
+			rows.Text(r.params)
+			rows.Int64(now)
+		}
+		if _, err := tx.CopyIn(ctx, "completions", completionColumns+", created_ms", &rows); err != nil {
 			return fmt.Errorf("insert completions: %w", err)
 		}
 	} else {
 		for _, chunk := range chunks(runs, rowsPerStatement) {
-			args := make([]any, 0, len(chunk)*(len(completionTypes)+1))
+			args := make([]any, 0, len(chunk)*(completionFields+1))
 			for _, r := range chunk {
 				args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
 					r.schedMs, r.endMs, r.triggerType, r.params, now)
 			}
-			q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), len(completionTypes)+1, "")
+			q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), completionFields+1, "")
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return fmt.Errorf("insert completions: %w", err)
 			}
@@ -291,25 +306,9 @@ func (s *Service) complete(ctx context.Context, tx *sql.Tx, runs []*run, now int
 	return s.bumpReports(ctx, tx, counts)
 }
 
-// completionColumns are the completions columns taken from a run, as completionColumnar lists
-// them; completionTypes are their Postgres array types.
+// completionColumns are the completions columns taken from a run, completionFields of them, in
+// the order complete writes them.
 const completionColumns = `trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
 	scheduled_ms, end_ms, trigger_type, params`
 
-var completionTypes = []string{"text", "bigint", "bigint", "int", "int", "int", "int", "int", "bigint", "bigint", "int", "text"}
-
-var insertCompletionsPG = `INSERT INTO completions (` + completionColumns + `, created_ms)
-		SELECT u.*, CAST($` + strconv.Itoa(len(completionTypes)+1) + ` AS BIGINT) FROM ` + unnest(completionTypes) + ` AS u`
-
-// completionColumnar lists runs' completionColumns values as one array per column (for unnest).
-func completionColumnar(runs []*run) []any {
-	n := len(runs)
-	ids, params := make([]string, n), make([]string, n)
-	jobs, groups, scheds, ends := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	sts, outs, atts, sidx, stot, ttypes := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
-	for i, r := range runs {
-		ids[i], jobs[i], groups[i], sts[i], outs[i], atts[i] = r.id, r.job, r.group, r.status, r.outcome, r.attempt
-		sidx[i], stot[i], scheds[i], ends[i], ttypes[i], params[i] = r.shardIndex, r.shardTotal, r.schedMs, r.endMs, r.triggerType, r.params
-	}
-	return []any{ids, jobs, groups, sts, outs, atts, sidx, stot, scheds, ends, ttypes, params}
-}
+const completionFields = 12

@@ -7,7 +7,6 @@ package logsvc
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -139,7 +138,7 @@ type Service struct {
 	queue *queue
 	// beforeCommit, when set (tests only), runs between a transaction's last write and its
 	// commit: where a crash must lose the batch and its acknowledgement together.
-	beforeCommit func(context.Context, *sql.Tx)
+	beforeCommit func(context.Context, *db.Tx)
 	// beforeInsertRuns, when set (tests only), runs before a write cycle inserts the runs it
 	// did not find: where another replica may store one of them first.
 	beforeInsertRuns func(context.Context)
@@ -295,7 +294,7 @@ func (s *Service) prune(ctx context.Context) (int64, error) {
 // inTx runs fn in a transaction and commits it, retrying a few times when Postgres aborts it
 // for a deadlock or a serialization failure, or a write cycle met a run stored concurrently
 // (fn must be safe to run again).
-func (s *Service) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Service) inTx(ctx context.Context, fn func(tx *db.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := s.tx(ctx, fn)
 		if err == nil || attempt == 3 || !retryable(err) {
@@ -305,8 +304,8 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 }
 
-func (s *Service) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.store.BeginTx(ctx, nil)
+func (s *Service) tx(ctx context.Context, fn func(tx *db.Tx) error) error {
+	tx, err := s.store.Begin(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 )
 
 // ExecutorView tells which executors are online: the registry's live view.
@@ -224,7 +225,7 @@ func (s *Service) sweepLost(ctx context.Context) (int, error) {
 	marked := 0
 	for _, chunk := range chunks(lost, rowsPerStatement) {
 		var ids []string
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := s.inTx(ctx, func(tx *db.Tx) error {
 			ids = ids[:0]
 			var done []*run
 			for _, c := range chunk {
@@ -270,7 +271,7 @@ func (s *Service) sweepUnrecorded(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		var ids []string
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := s.inTx(ctx, func(tx *db.Tx) error {
 			ids = ids[:0]
 			// The literal predicate matches runs_unrecorded's.
 			rows, err := tx.QueryContext(ctx, s.store.Q(fmt.Sprintf(`SELECT trigger_id FROM runs

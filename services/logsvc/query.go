@@ -446,7 +446,7 @@ func (s *Service) deleteRuns(ctx context.Context, cond string, a1, a2, a3 int64)
 	var total int64
 	for {
 		var ids []string
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := s.inTx(ctx, func(tx *db.Tx) error {
 			ids = ids[:0]
 			rows, err := tx.QueryContext(ctx, q, a1, a2, a3, deleteBatch)
 			if err != nil {

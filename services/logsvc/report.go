@@ -107,7 +107,7 @@ func (s *Service) countJobs(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		n := 0
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := s.inTx(ctx, func(tx *db.Tx) error {
 			n = 0
 			q := `SELECT position FROM cursors WHERE name = $1`
 			if s.store.Dialect() == db.Postgres {
@@ -187,7 +187,7 @@ var counterTables = [...]struct {
 // of counter has one kind of writer that serializes on a lock (complete(): the completions
 // lock; countJobs: its cursor row), so counter rows never deadlock. Postgres takes each table's
 // rows as arrays, in one statement whose text never changes (so it is prepared once).
-func (s *Service) bumpReports(ctx context.Context, tx *sql.Tx, counts reportCounts) error {
+func (s *Service) bumpReports(ctx context.Context, tx *db.Tx, counts reportCounts) error {
 	if len(counts.rows) == 0 {
 		return nil
 	}

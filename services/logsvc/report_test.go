@@ -2,7 +2,6 @@ package logsvc
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
 
@@ -276,7 +276,7 @@ func TestJobCountsCountEachCompletionOnce(t *testing.T) {
 			}
 			ctx := ctxFor(t)
 			// Each pass holds its transaction open a moment, so that the four overlap.
-			e.svc.beforeCommit = func(context.Context, *sql.Tx) { time.Sleep(50 * time.Millisecond) }
+			e.svc.beforeCommit = func(context.Context, *db.Tx) { time.Sleep(50 * time.Millisecond) }
 			var wg sync.WaitGroup
 			counted := make([]int, 4)
 			for i := range counted {
