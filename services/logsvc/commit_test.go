@@ -69,3 +69,34 @@ func TestLaneShare(t *testing.T) {
 		t.Errorf("a batch past the lane's share of 10: fits, want not")
 	}
 }
+
+// TestRecordsOrderByFireTime: behind a backlog a cycle takes a fire's record with its result.
+// The record of a fire sent ahead of its time (dispatched 200 ms before it) orders by the
+// fire's scheduled time, as its result orders by the run's time, not by its dispatch: taken by
+// dispatch time, records 200 ms ahead of the results taken with them would be written alone.
+func TestRecordsOrderByFireTime(t *testing.T) {
+	t.Parallel()
+	s := &Service{queue: newQueue()}
+	records, results := s.queue.open(), s.queue.open()
+	var recs []*logsv1.TriggerRecord
+	for i := range 3 {
+		r := record(fmt.Sprintf("7-%d-0-0", base+int64(i)), 7, base+int64(i))
+		r.TriggerUnixMs = r.ScheduledUnixMs - 200
+		recs = append(recs, r)
+	}
+	rt := recordsTicket(recs)
+	if rt.eventMs != base {
+		t.Fatalf("records batch event time %d, want its oldest fire's scheduled time %d", rt.eventMs, base)
+	}
+	rt.ctx, rt.lane, rt.left = context.Background(), records, len(rt.ops)
+	// Results of earlier fires, which ended 100 ms before the first record's fire was due:
+	// they go first, and the records wait for the results of their own fires.
+	early := resultsTicket([]*logsv1.RunResult{result("6-1", 6, logsv1.RunStatus_RUN_STATUS_SUCCESS, base-150)})
+	early.ctx, early.lane, early.left = context.Background(), results, len(early.ops)
+	_, early.eventMs = resultsStats(&logsv1.IngestResultsRequest{Results: []*logsv1.RunResult{result("6-1", 6, logsv1.RunStatus_RUN_STATUS_SUCCESS, base-150)}})
+	records.waiting, results.waiting = []*ticket{rt}, []*ticket{early}
+	taken, _ := s.takeLocked(maxCycleItems - 2)
+	if len(taken) != 1 || taken[0] != early {
+		t.Errorf("with room for one batch the cycle took %d batches (first %p), want the earlier results %p", len(taken), taken[0], early)
+	}
+}

@@ -106,7 +106,9 @@ func serveBatches[Req, Resp any](s *Service, name, label string, stats func(*Req
 			}
 			if b.err == nil {
 				b.t.ctx, b.t.lane = ctx, queued
-				_, b.t.eventMs = stats(req)
+				if b.t.eventMs == 0 { // a records batch orders by its fires' time (recordsTicket)
+					_, b.t.eventMs = stats(req)
+				}
 				b.err = s.submit(b.t)
 			}
 			select {

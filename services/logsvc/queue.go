@@ -59,8 +59,8 @@ type ticket struct {
 	// has ended is dropped unwritten.
 	lane *lane
 	ctx  context.Context
-	// eventMs is the time of the batch's oldest item (dispatch, run start or end, line written;
-	// Unix ms, 0 when none says): cycles take the oldest batches first.
+	// eventMs is the time of the batch's oldest item (fire scheduled, run start or end, line
+	// written; Unix ms, 0 when none says): cycles take the oldest batches first.
 	eventMs int64
 	// queued is when the batch was queued.
 	queued time.Time
@@ -89,9 +89,13 @@ func (t *ticket) finish(committed time.Time, err error) {
 }
 
 // recordsTicket holds a batch of trigger records: the last record of a trigger id in the batch
-// counts.
+// counts. Its event time is its oldest fire's scheduled time, not the time it was dispatched:
+// a fire sent ahead of its time (the scheduler's dispatch lead) reaches logsvc that long before
+// its result, whose time is the run's, and a cycle behind a backlog, which takes the oldest
+// batches first, would otherwise take records a lead ahead of the results it takes, and write
+// those fires twice (a record alone, then its result).
 func recordsTicket(recs []*logsv1.TriggerRecord) *ticket {
-	t := &ticket{done: make(chan struct{})}
+	t := &ticket{done: make(chan struct{}), eventMs: oldest(recs, (*logsv1.TriggerRecord).GetScheduledUnixMs)}
 	last := make(map[string]int, len(recs))
 	for i, r := range recs {
 		last[r.GetTriggerId()] = i
