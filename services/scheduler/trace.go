@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
@@ -22,6 +23,10 @@ import (
 
 var tracer = otel.Tracer("github.com/jobmesh/jobmesh/services/scheduler")
 
+// noSpan stands for a fire's spans when no tracer provider is installed: it records nothing and
+// ending it does nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
 // w3c carries the fire's context to executors and logsvc: W3C trace context only, whatever
 // global propagator the process installed.
 var w3c propagation.TraceContext
@@ -30,6 +35,9 @@ var w3c propagation.TraceContext
 // a manual trigger). Attributes are computed only when the span records, so an untraced
 // scheduler pays for no formatting.
 func (s *Service) startFire(f *fire, cause trace.Link) (context.Context, trace.Span) {
+	if !telemetry.TracerInstalled() { // the span would record nothing and carry no context
+		return context.Background(), noSpan
+	}
 	var ctx context.Context
 	var span trace.Span
 	if cause.SpanContext.IsValid() {
@@ -83,6 +91,9 @@ func endFire(span trace.Span, ids, addrs []string, failed int, msg string) {
 
 // startDispatch starts the span of one Run to one executor, a child of the fire's.
 func startDispatch(ctx context.Context, id string, t route.Target) (context.Context, trace.Span) {
+	if !telemetry.TracerInstalled() {
+		return ctx, noSpan
+	}
 	ctx, span := tracer.Start(ctx, "jobmesh.dispatch")
 	if span.IsRecording() {
 		span.SetAttributes(

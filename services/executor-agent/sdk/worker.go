@@ -26,6 +26,7 @@ import (
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
 
 const (
@@ -41,6 +42,9 @@ const (
 )
 
 var tracer = otel.Tracer("github.com/jobmesh/jobmesh/services/executor-agent/sdk")
+
+// noSpan is the span of a run that starts none: it records nothing and ending it does nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // stopCause is why a fire's context was cancelled, and so how the fire ends.
 type stopCause struct {
@@ -488,10 +492,16 @@ func (e *Executor) execute(w *worker, r *run) {
 		defer cancel()
 	}
 	ctx = w3c.Extract(ctx, propagation.MapCarrier(r.t.GetTraceContext()))
-	parent := trace.SpanContextFromContext(ctx)
-	ctx, span := tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start))
-	// Without a tracer provider (or when sampled out) the span records nothing: skip building
-	// what it would record.
+	// Without a tracer provider the run has no span (it would record nothing); sampled out, its
+	// span records nothing: either way skip building what it would record.
+	span, traceparent := noSpan, "" // the fire's own traceparent, unless the run span is a new one
+	if telemetry.TracerInstalled() {
+		parent := trace.SpanContextFromContext(ctx)
+		ctx, span = tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start))
+		if sc := span.SpanContext(); !sc.Equal(parent) {
+			traceparent = traceparentOf(ctx)
+		}
+	}
 	recording := span.IsRecording()
 	if recording {
 		span.SetAttributes(
@@ -502,10 +512,6 @@ func (e *Executor) execute(w *worker, r *run) {
 			attribute.Int("jobmesh.attempt", int(r.t.GetAttempt())),
 			attribute.Int("jobmesh.shard_index", int(r.t.GetShardIndex())),
 		)
-	}
-	traceparent := "" // the fire's own, unless the run span is a new one
-	if sc := span.SpanContext(); !sc.Equal(parent) {
-		traceparent = traceparentOf(ctx)
 	}
 
 	var err error
@@ -534,7 +540,11 @@ func (e *Executor) execute(w *worker, r *run) {
 		}
 	}
 	end := time.Now()
-	span.End(trace.WithTimestamp(end))
+	if recording {
+		span.End(trace.WithTimestamp(end))
+	} else {
+		span.End()
+	}
 	e.finish(r, status, msg, start, end, traceparent)
 }
 

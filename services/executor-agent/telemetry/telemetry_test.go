@@ -184,3 +184,30 @@ func TestLoggerStampsTraceIDs(t *testing.T) {
 		t.Errorf("untraced line has a trace_id: %v", out)
 	}
 }
+
+// TestTracerInstalled: no tracer provider is installed until StartTracing installs one (with
+// tracing on), and putting the default one back counts as none again.
+func TestTracerInstalled(t *testing.T) {
+	setEnv(t, map[string]string{})
+	if _, err := telemetry.StartTracing(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if telemetry.TracerInstalled() {
+		t.Fatal("tracing off: a tracer provider is installed, want none")
+	}
+	recv := telemetrytest.Start(t)
+	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": recv.GRPCEndpoint()})
+	prev := otel.GetTracerProvider()
+	shutdown, err := telemetry.StartTracing(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	if !telemetry.TracerInstalled() {
+		t.Error("tracing on: no tracer provider installed")
+	}
+	otel.SetTracerProvider(prev)
+	if telemetry.TracerInstalled() {
+		t.Error("default provider put back: still installed")
+	}
+}
