@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -92,6 +93,16 @@ type CopyRows struct {
 
 // copySignature opens a binary COPY stream: the signature, no flags, no header extension.
 const copySignature = "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+
+// Grow makes room for n more bytes of rows (a row of f fields takes 2 + 4f bytes and its
+// values': 8 a bigint, 4 an int, a text's length), so a large COPY is built without copying its
+// buffer as it grows.
+func (b *CopyRows) Grow(n int) {
+	if len(b.buf) == 0 {
+		n += len(copySignature)
+	}
+	b.buf = slices.Grow(b.buf, n+2) // and the trailer
+}
 
 // Reset empties b and keeps its memory.
 func (b *CopyRows) Reset() { b.buf, b.n = b.buf[:0], 0 }

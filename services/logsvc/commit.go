@@ -352,6 +352,10 @@ func runValues(r *run) []any {
 		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm}
 }
 
+// runCopySize is the size of a run's row in a binary COPY without its texts' bytes: the field
+// count, a length per field, six bigints and nine ints (copyRun).
+const runCopySize = 2 + 4*22 + 8*6 + 4*9
+
 // copyRun adds r's ingestColumns values to a COPY into runs.
 func copyRun(b *db.CopyRows, r *run) {
 	b.Row(len(ingestTypes))
@@ -435,6 +439,11 @@ func (s *Service) insertRuns(ctx context.Context, tx *db.Tx, runs []*run) error 
 	}
 	if s.store.Dialect() == db.Postgres {
 		var rows db.CopyRows
+		size := 0
+		for _, r := range runs {
+			size += runCopySize + len(r.id) + len(r.address) + len(r.handler) + len(r.params) + len(r.triggerMsg) + len(r.handleMsg) + len(r.traceID)
+		}
+		rows.Grow(size)
 		for _, r := range runs {
 			copyRun(&rows, r)
 		}

@@ -269,6 +269,11 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int6
 			return fmt.Errorf("lock completions: %w", err)
 		}
 		var rows db.CopyRows
+		size := 0
+		for _, r := range runs {
+			size += 2 + 4*(completionFields+1) + 8*5 + 4*6 + len(r.id) + len(r.params)
+		}
+		rows.Grow(size)
 		for _, r := range runs {
 			rows.Row(completionFields + 1)
 			rows.Text(r.id)
