@@ -1,12 +1,17 @@
 package logsvc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
 
 // queuedTicket is a batch of n records on lane l, its oldest event at eventMs.
@@ -99,4 +104,93 @@ func TestRecordsOrderByFireTime(t *testing.T) {
 	if len(taken) != 1 || taken[0] != early {
 		t.Errorf("with room for one batch the cycle took %d batches (first %p), want the earlier results %p", len(taken), taken[0], early)
 	}
+}
+
+// TestFreshFireStoredBefore: a cycle holding a fire's record and final result takes its run for
+// new and inserts it without reading it (freshIDs). When the run was stored after all (here its
+// record came before, alone, and is sent again with the result), the cycle runs again reading
+// every run: the run ends with the result, once, and the cycle's other fire is written too.
+func TestFreshFireStoredBefore(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			var logs lockedBuffer
+			e := newEnvWith(t, st, Config{Retention: -1, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, false)
+			e.mustRecords(t, record("151-again", 151, base))
+			if r := e.run(t, "151-again"); r.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING {
+				t.Fatalf("the record alone: run %s, want RUNNING", r.GetStatus())
+			}
+			q := e.svc.queue
+			recs := recordsTicket([]*logsv1.TriggerRecord{record("151-again", 151, base), record("151-new", 151, base+1000)})
+			res := resultsTicket([]*logsv1.RunResult{
+				result("151-again", 151, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+3),
+				result("151-new", 151, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+1003),
+			})
+			var ops []op
+			for _, tk := range []*ticket{recs, res} {
+				tk.ctx, tk.lane, tk.left = context.Background(), q.open(), len(tk.ops)
+				ops = append(ops, tk.ops...)
+			}
+			parked, released := e.svc.writeCycle(ops, []*ticket{recs, res}, false)
+			if len(parked) != 0 || released[recs] != 2 || released[res] != 2 {
+				t.Fatalf("cycle: %d parked, released %d records and %d results; want none parked, 2 and 2", len(parked), released[recs], released[res])
+			}
+			for _, tk := range []*ticket{recs, res} {
+				if tk.err != nil || len(tk.refused) != 0 {
+					t.Errorf("batch: error %v, refused %v; want neither", tk.err, tk.refused)
+				}
+			}
+			// Taken for new on Postgres, then run again once; never split into its batches.
+			again := strings.Count(logs.String(), "write cycle run again reading every run")
+			if want := map[string]int{"postgres": 1, "sqlite": 0}[st.Name]; again != want || strings.Contains(logs.String(), "one at a time") {
+				t.Errorf("cycle run again %d times (want %d), logs:\n%s", again, want, logs.String())
+			}
+			for _, id := range []string{"151-again", "151-new"} {
+				r := e.run(t, id)
+				if r.GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+					t.Errorf("run %s: %s, outcome %s; want SUCCESS, OK", id, r.GetStatus(), r.GetTriggerOutcome())
+				}
+				var n int
+				if err := e.db.QueryRowContext(ctxFor(t), e.db.Q(`SELECT COUNT(*) FROM completions WHERE trigger_id = $1`), id).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n != 1 {
+					t.Errorf("run %s: %d completions, want 1", id, n)
+				}
+			}
+		})
+	}
+}
+
+// TestFreshIDs: only ids with both a record and a final result in the cycle are taken for new.
+func TestFreshIDs(t *testing.T) {
+	t.Parallel()
+	recs := recordsTicket([]*logsv1.TriggerRecord{record("1-a", 1, base), record("1-b", 1, base), record("1-c", 1, base)})
+	res := resultsTicket([]*logsv1.RunResult{
+		result("1-a", 1, logsv1.RunStatus_RUN_STATUS_RUNNING, base), result("1-a", 1, logsv1.RunStatus_RUN_STATUS_FAIL, base),
+		result("1-b", 1, logsv1.RunStatus_RUN_STATUS_RUNNING, base), result("1-d", 1, logsv1.RunStatus_RUN_STATUS_SUCCESS, base),
+	})
+	got := freshIDs(append(recs.ops, res.ops...))
+	if len(got) != 1 || !got["1-a"] {
+		t.Errorf("fresh %v, want only 1-a (1-b has no final result, 1-c no result, 1-d no record)", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -300,6 +300,10 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *db.Tx) error) error {
 		if err == nil || attempt == 3 || !retryable(err) {
 			return err
 		}
+		if errors.Is(err, errNotFresh) { // expected now and then: nothing went wrong
+			s.log.DebugContext(ctx, "write cycle run again reading every run", "attempt", attempt, "error", err)
+			continue
+		}
 		s.log.WarnContext(ctx, "transaction aborted by the store; retrying", "attempt", attempt, "error", err)
 	}
 }
