@@ -3,6 +3,8 @@ package firecheck
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,7 +193,8 @@ func TestTally(t *testing.T) {
 	done := make(chan bool)
 	go func() { done <- tl.WaitScheduledAfter(sched.Add(-time.Millisecond), 10*time.Second) }()
 	for i := range 3 {
-		job := &sdk.Job{ID: int64(i + 1), TriggerID: fmt.Sprintf("%d-x", i), ScheduledTime: sched.Add(time.Duration(i) * time.Second), TriggerType: "CRON"}
+		job := &sdk.Job{ID: int64(i + 1), TriggerID: fmt.Sprintf("%d-%s", i, strings.Repeat("x", i+1)), ScheduledTime: sched.Add(time.Duration(i) * time.Second),
+			TriggerType: []string{"CRON", "RETRY"}[i%2]}
 		if err := tl.Handle(context.Background(), job); err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +213,15 @@ func TestTally(t *testing.T) {
 		t.Errorf("Count of the first two seconds = %d, want 2", n)
 	}
 	got := tl.Snapshot(sched.UnixMilli(), sched.Add(time.Second).UnixMilli())
-	if len(got) != 2 || got[0].JobID != 1 || got[1].JobID != 2 || got[1].TriggerID != "1-x" {
+	if len(got) != 2 || got[0].JobID != 1 || got[1].JobID != 2 || got[0].TriggerID != "0-x" || got[1].TriggerID != "1-xx" {
 		t.Errorf("Snapshot of the first two seconds = %+v", got)
+	}
+	got = tl.Snapshot(sched.Add(time.Second).UnixMilli(), sched.Add(2*time.Second).UnixMilli())
+	want := []Execution{{JobID: 2, TriggerID: "1-xx", TriggerType: "RETRY"}, {JobID: 3, TriggerID: "2-xxx", TriggerType: "CRON"}}
+	for i := range got {
+		got[i].ScheduledMs, got[i].ArrivedNs = 0, 0
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Snapshot of the last two seconds = %+v, want %+v", got, want)
 	}
 }
