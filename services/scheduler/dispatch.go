@@ -175,6 +175,20 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 		}
 		targets = targets[:1]
 	}
+	if len(targets) == 1 { // nearly every fire: no goroutines, closures or slices to build
+		t, tctx := targets[0], ctx
+		if len(f.addresses) > 0 {
+			tctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
+		}
+		id, failure := s.send(tctx, f, t, routeMsg)
+		failed := 0
+		if failure != "" {
+			failed = 1
+		}
+		ids := []string{id}
+		endFire(span, ids, []string{t.Address}, failed, failure)
+		return ids
+	}
 	// The shards of a broadcast go out together: one slow or hung executor must not hold the
 	// others' Run until the fire's deadline.
 	ids, addrs, fails := make([]string, len(targets)), make([]string, len(targets)), make([]string, len(targets))
@@ -186,15 +200,11 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 		ids[i], fails[i] = s.send(tctx, f, t, routeMsg)
 		addrs[i] = t.Address
 	}
-	if len(targets) == 1 {
-		sendOne(0)
-	} else {
-		var wg sync.WaitGroup
-		for i := range targets {
-			wg.Go(func() { sendOne(i) })
-		}
-		wg.Wait()
+	var wg sync.WaitGroup
+	for i := range targets {
+		wg.Go(func() { sendOne(i) })
 	}
+	wg.Wait()
 	var failed int
 	var failMsg string
 	for _, msg := range fails {
