@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
 
@@ -194,46 +193,4 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// TestBacklogParks: behind a backlog a cycle still parks the sides of fires it cannot pair, so
-// they are written with their other side by the next cycle, once. The first cycle here can take
-// only the records (their results do not fit), parks them, and the second writes both.
-func TestBacklogParks(t *testing.T) {
-	t.Parallel()
-	e := newEnvWith(t, dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}, Config{Retention: -1}, false)
-	const n = maxCycleItems * 6 / 10
-	var recs []*logsv1.TriggerRecord
-	var res []*logsv1.RunResult
-	for i := range n {
-		id := fmt.Sprintf("152-%d-0-0", base+int64(i))
-		recs = append(recs, record(id, 152, base+int64(i)))
-		res = append(res, result(id, 152, logsv1.RunStatus_RUN_STATUS_SUCCESS, base+int64(i)))
-	}
-	q := e.svc.queue
-	rt, st := recordsTicket(recs), resultsTicket(res)
-	rt.eventMs, st.eventMs = base, base+1
-	for _, tk := range []*ticket{rt, st} {
-		tk.ctx, tk.lane, tk.left = context.Background(), q.open(), len(tk.ops)
-		tk.lane.waiting, tk.lane.held = []*ticket{tk}, tk.items()
-		q.held += tk.items()
-	}
-	q.writing = true
-	e.svc.drain()
-	for _, tk := range []*ticket{rt, st} {
-		if !tk.finished || tk.err != nil {
-			t.Fatalf("batch finished %v, error %v; want finished without error", tk.finished, tk.err)
-		}
-	}
-	if !rt.committed.Equal(st.committed) {
-		t.Errorf("records committed at %v, results at %v: want one cycle for both (the records parked)", rt.committed, st.committed)
-	}
-	var done, ok int
-	if err := e.db.QueryRowContext(ctxFor(t), `SELECT COUNT(*), COUNT(*) FILTER (WHERE status = $1 AND trigger_outcome = $2) FROM runs`,
-		int32(logsv1.RunStatus_RUN_STATUS_SUCCESS), int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK)).Scan(&done, &ok); err != nil {
-		t.Fatal(err)
-	}
-	if done != n || ok != n {
-		t.Errorf("%d runs, %d of them SUCCESS and OK; want %d and %d", done, ok, n, n)
-	}
 }

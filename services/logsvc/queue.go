@@ -29,15 +29,10 @@ import (
 // a cycle's start, and a run written from one side is written again when the other comes. A
 // run's record and RUNNING result wait for its final result likewise, for parkForFinal at most.
 // A cycle takes parked items back only when an item of theirs arrives or their time is up
-// (parkedOps). A cycle behind a backlog parks too: it takes the oldest batches of every stream
-// by their fires' time (recordsTicket), so the other side of a fire it could not pair is in
-// the batches that wait, taken by the next cycle or the one after, and the item waits in its
-// stream's room only that long. (Writing such items at once wrote one fire in twelve twice in
-// BenchmarkIngestFires, which floods logsvc: Postgres 19.5 against 15 µs a fire.) It parks
-// only while the parked items are fewer than a tenth of MaxQueuedItems, so that a backlog of
-// one side whose other side does not come (the two streams on different replicas) is written
-// rather than held in the room its stream waits for. All items of a trigger id in a cycle are
-// parked or written together, in order.
+// (parkedOps). Only
+// a cycle that took every batch waiting parks: behind a backlog the other side is rarely just
+// one cycle away, and parked items would take the room of the batches that wait. All items of
+// a trigger id in a cycle are parked or written together, in order.
 //
 // The writer is a goroutine that starts when a batch is queued and none runs, and ends when
 // nothing is queued or parked. A cycle's work stops once every stream waiting on it has ended.
@@ -53,9 +48,6 @@ const (
 	// the scheduler's dispatch lead (200 ms by default) both come that long before the fire
 	// starts.
 	parkForFinal = 500 * time.Millisecond
-	// maxBacklogParked: a cycle behind a backlog parks while fewer than MaxQueuedItems /
-	// maxBacklogParked items are parked.
-	maxBacklogParked = 10
 )
 
 // ticket is one ingest batch on its way to the store.
@@ -403,8 +395,6 @@ func (s *Service) drain() {
 		for i := range ops {
 			ops[i].orphan = ops[i].t.ctx.Err() != nil
 		}
-		// Behind a backlog, park while the parked items stay few (maxBacklogParked).
-		park := !backlog || q.parked.n < s.cfg.MaxQueuedItems/maxBacklogParked
 		q.mu.Unlock()
 		for _, t := range taken {
 			ops = append(ops, t.ops...)
@@ -412,7 +402,7 @@ func (s *Service) drain() {
 		if len(ops) == 0 && len(taken) == 0 {
 			continue
 		}
-		still, released := s.writeCycle(ops, taken, park)
+		still, released := s.writeCycle(ops, taken, !backlog)
 		q.mu.Lock()
 		q.parked.add(still)
 		for t, n := range released {
