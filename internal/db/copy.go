@@ -104,12 +104,6 @@ func (b *CopyRows) Grow(n int) {
 	b.buf = slices.Grow(b.buf, n+2) // and the trailer
 }
 
-// Reset empties b and keeps its memory.
-func (b *CopyRows) Reset() { b.buf, b.n = b.buf[:0], 0 }
-
-// Len counts the rows added.
-func (b *CopyRows) Len() int { return b.n }
-
 // Row starts a row of fields values.
 func (b *CopyRows) Row(fields int) {
 	if len(b.buf) == 0 {

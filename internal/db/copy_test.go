@@ -30,7 +30,7 @@ func TestCopyIn(t *testing.T) {
 	want := []row{{"a", -1 << 62, -7, ""}, {"b", 0, 1 << 30, "naïve ☃ text"}, {"c", 1795000000123, 0, "x"}}
 	var rows db.CopyRows
 	copyRows := func(rs []row) {
-		rows.Reset()
+		rows = db.CopyRows{}
 		for _, r := range rs {
 			rows.Row(4)
 			rows.Text(r.id)

@@ -176,11 +176,8 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 		targets = targets[:1]
 	}
 	if len(targets) == 1 { // nearly every fire: no goroutines, closures or slices to build
-		t, tctx := targets[0], ctx
-		if len(f.addresses) > 0 {
-			tctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
-		}
-		id, failure := s.send(tctx, f, t, routeMsg)
+		t := targets[0]
+		id, failure := s.send(ctx, f, t, routeMsg)
 		failed := 0
 		if failure != "" {
 			failed = 1
@@ -192,17 +189,12 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 	// The shards of a broadcast go out together: one slow or hung executor must not hold the
 	// others' Run until the fire's deadline.
 	ids, addrs, fails := make([]string, len(targets)), make([]string, len(targets)), make([]string, len(targets))
-	sendOne := func(i int) {
-		t, tctx := targets[i], ctx
-		if len(f.addresses) > 0 {
-			tctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
-		}
-		ids[i], fails[i] = s.send(tctx, f, t, routeMsg)
-		addrs[i] = t.Address
-	}
 	var wg sync.WaitGroup
-	for i := range targets {
-		wg.Go(func() { sendOne(i) })
+	for i, t := range targets {
+		wg.Go(func() {
+			ids[i], fails[i] = s.send(ctx, f, t, routeMsg)
+			addrs[i] = t.Address
+		})
 	}
 	wg.Wait()
 	var failed int
@@ -219,8 +211,12 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 }
 
 // send delivers one shard of a fire to one executor and records what happened; failure says
-// why the fire did not get there (empty when it did).
+// why the fire did not get there (empty when it did). A fire to addresses the trigger named
+// presents the token of the group each address belongs to (tokenFor).
 func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string) (id, failure string) {
+	if len(f.addresses) > 0 {
+		ctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
+	}
 	shard, total := int32(t.ShardIndex), int32(t.ShardTotal)
 	if total == 0 {
 		total = 1
