@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -75,10 +76,11 @@ func leadTick(lead time.Duration) time.Duration { return min(lead/10, 20*time.Mi
 // otherwise it waits for its time off the pool. Fires whose executor must answer for its state
 // at the fire's time wait too: DISCARD_LATER (the executor refuses the fire while the job runs)
 // and BUSYOVER (routing asks executors whether the job is idle).
-func (s *Service) dispatchScheduled(f *fire) []string {
+func (s *Service) dispatchScheduled(f *fire) {
 	early := time.UnixMilli(f.dueMs).Sub(s.clk.Now())
 	if early <= 0 || s.sendsEarly(f) {
-		return s.dispatch(f)
+		s.dispatch(f, trace.Link{}, nil)
+		return
 	}
 	t := s.clk.NewTimer(early)
 	go func() {
@@ -88,7 +90,6 @@ func (s *Service) dispatchScheduled(f *fire) []string {
 		}
 		s.submit(f)
 	}()
-	return nil
 }
 
 // sendsEarly says whether a fire may be sent before its time: its group routes over executors
@@ -121,27 +122,33 @@ func (s *Service) submit(f *fire) {
 	}
 }
 
-// dispatch routes a fire and sends Run to each chosen executor, then records the outcome.
-func (s *Service) dispatch(f *fire) []string { return s.dispatchLinked(f, trace.Link{}) }
-
-// dispatchLinked is dispatch for a fire caused by a traced operation: its root span links to it.
-func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
-	if f.lead != nil {
-		if !f.lead.begin() {
-			return nil // leadership lost: the fire stays owed and the next leader sends it
+// dispatch routes a fire and sends Run to each chosen executor. It does not wait for the
+// executors' answers: once each shard is answered or has failed, the outcome is recorded, the
+// fire settled, and then (if not nil) gets the fire's trigger ids (nil when the fire was not
+// dispatched: its leadership was lost). The fire's root span links to cause (a traced operation
+// that caused the fire), if valid.
+func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
+	if f.lead != nil && !f.lead.begin() {
+		if then != nil {
+			then(nil)
 		}
-		defer f.lead.end()
-		defer s.settle(f)
+		return // leadership lost: the fire stays owed and the next leader sends it
 	}
 	start := time.Now()
-	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()
 	ctx, span := s.startFire(f, cause)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
-	defer cancel()
-	fail := func(msg string) []string {
-		ids := []string{s.recordFailure(ctx, f, 0, 1, "", msg)}
-		endFire(span, ids, nil, 1, msg)
-		return ids
+	end := func(ids, addrs []string, failed int, msg string) {
+		endFire(span, ids, addrs, failed, msg)
+		cancel()
+		s.slowness.observe(f.job.ID, time.Since(start))
+		if f.pending { // settling deletes its pending_fires row: not on the goroutine of the answers
+			go s.settled(f, ids, then)
+			return
+		}
+		s.settled(f, ids, then)
+	}
+	fail := func(msg string) {
+		end([]string{s.recordFailure(ctx, f, 0, 1, "", msg)}, nil, 1, msg)
 	}
 
 	var targets []route.Target
@@ -155,7 +162,8 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 		addrs, token, err := s.groups.addresses(ctx, f.job.GroupID)
 		if err != nil {
 			s.metrics.gaveUp(outcomeNoRoute)
-			return fail("route: " + err.Error())
+			fail("route: " + err.Error())
+			return
 		}
 		ctx = withAccessToken(ctx, token) // route probes and Run alike, all to the group's executors
 		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
@@ -165,7 +173,8 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 				msg += "\n" + dec.Message
 			}
 			s.metrics.gaveUp(outcomeNoRoute)
-			return fail(msg)
+			fail(msg)
+			return
 		}
 		targets, routeMsg = dec.Targets, dec.Message
 	}
@@ -175,45 +184,60 @@ func (s *Service) dispatchLinked(f *fire, cause trace.Link) []string {
 		}
 		targets = targets[:1]
 	}
-	if len(targets) == 1 { // nearly every fire: no goroutines, closures or slices to build
+	if len(targets) == 1 { // nearly every fire: no slices or counters to build
 		t := targets[0]
-		id, failure := s.send(ctx, f, t, routeMsg)
-		failed := 0
-		if failure != "" {
-			failed = 1
-		}
-		ids := []string{id}
-		endFire(span, ids, []string{t.Address}, failed, failure)
-		return ids
+		s.send(ctx, f, t, routeMsg, func(id, failure string) {
+			failed := 0
+			if failure != "" {
+				failed = 1
+			}
+			end([]string{id}, []string{t.Address}, failed, failure)
+		})
+		return
 	}
-	// The shards of a broadcast go out together: one slow or hung executor must not hold the
-	// others' Run until the fire's deadline.
+	// The shards of a broadcast go out together, each in its executor's lane: one slow or hung
+	// executor does not hold the others' Run. The last answer ends the fire.
 	ids, addrs, fails := make([]string, len(targets)), make([]string, len(targets)), make([]string, len(targets))
-	var wg sync.WaitGroup
+	var left atomic.Int32
+	left.Store(int32(len(targets)))
 	for i, t := range targets {
-		wg.Go(func() {
-			ids[i], fails[i] = s.send(ctx, f, t, routeMsg)
-			addrs[i] = t.Address
+		addrs[i] = t.Address
+		s.send(ctx, f, t, routeMsg, func(id, failure string) {
+			ids[i], fails[i] = id, failure
+			if left.Add(-1) > 0 {
+				return
+			}
+			var failed int
+			var failMsg string
+			for _, msg := range fails {
+				if msg != "" {
+					if failed++; failed == 1 {
+						failMsg = msg
+					}
+				}
+			}
+			end(ids, addrs, failed, failMsg)
 		})
 	}
-	wg.Wait()
-	var failed int
-	var failMsg string
-	for _, msg := range fails {
-		if msg != "" {
-			if failed++; failed == 1 {
-				failMsg = msg
-			}
-		}
-	}
-	endFire(span, ids, addrs, failed, failMsg)
-	return ids
 }
 
-// send delivers one shard of a fire to one executor and records what happened; failure says
-// why the fire did not get there (empty when it did). A fire to addresses the trigger named
-// presents the token of the group each address belongs to (tokenFor).
-func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string) (id, failure string) {
+// settled closes a dispatch: a scheduled fire is no longer owed (a retry or child fire leaves
+// pending_fires), its leadership's dispatch ends, and then gets the fire's trigger ids.
+func (s *Service) settled(f *fire, ids []string, then func(ids []string)) {
+	if f.lead != nil {
+		s.settle(f)
+		f.lead.end()
+	}
+	if then != nil {
+		then(ids)
+	}
+}
+
+// send delivers one shard of a fire to one executor, records what happened once the executor
+// answers, and then calls done with the shard's trigger id and why the fire did not get there
+// (empty when it did). A fire to addresses the trigger named presents the token of the group
+// each address belongs to (tokenFor).
+func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string, done func(id, failure string)) {
 	if len(f.addresses) > 0 {
 		ctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
 	}
@@ -226,7 +250,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	if f.params != nil {
 		params = *f.params
 	}
-	id = TriggerID(j.ID, f.fireMs, shard, f.attempt)
+	id := TriggerID(j.ID, f.fireMs, shard, f.attempt)
 	ctx, span := startDispatch(ctx, id, t)
 	traceID, tc := traceOf(ctx)
 	sentAt := s.clk.Now()
@@ -240,7 +264,16 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
-	ack, err := s.execs.run(ctx, t.Address, trig, f.dueMs)
+	s.execs.runAsync(ctx, t.Address, trig, f.dueMs, func(ack *executorv1.RunAck, err error) {
+		done(id, s.answered(ctx, f, t, routeMsg, rec, span, sentAt, ack, err))
+	})
+}
+
+// answered records one shard's Run answer (ack, or err when there is none) and ends its span;
+// it returns why the fire did not get there (empty when it did).
+func (s *Service) answered(ctx context.Context, f *fire, t route.Target, routeMsg string, rec *logsv1.TriggerRecord,
+	span trace.Span, sentAt time.Time, ack *executorv1.RunAck, err error) (failure string) {
+	j := f.job
 	outcome := outcomeAccepted
 	answer := strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_")
 	switch {
@@ -269,7 +302,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	s.metrics.sent(f.trigType, f.fireMs, sentAt, outcome)
 	endDispatch(span, answer, failure != "", failure)
 	s.deliver(ctx, rec)
-	return id, failure
+	return failure
 }
 
 // refusal says what an executor that answered Unauthenticated refused.
@@ -376,7 +409,9 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 		p := req.GetParams()
 		f.params = &p
 	}
-	return &schedulerv1.TriggerJobResponse{TriggerIds: s.dispatchLinked(f, trace.LinkFromContext(ctx))}, nil
+	done := make(chan []string, 1)
+	s.dispatch(f, trace.LinkFromContext(ctx), func(ids []string) { done <- ids })
+	return &schedulerv1.TriggerJobResponse{TriggerIds: <-done}, nil
 }
 
 // pool is a trigger pool: a bounded queue and a fixed set of workers.
@@ -392,7 +427,7 @@ func newPool(name string, workers, queue int) *pool {
 	return &pool{name: name, n: workers, queue: make(chan *fire, queue)}
 }
 
-func (p *pool) start(work func(*fire) []string) {
+func (p *pool) start(work func(*fire)) {
 	p.wg.Add(p.n)
 	for range p.n {
 		go func() {

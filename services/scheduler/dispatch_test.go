@@ -6,6 +6,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -48,7 +49,7 @@ func TestFullPoolRefuses(t *testing.T) {
 	if p.trySubmit(&fire{}) {
 		t.Error("second fire accepted by a full pool (no worker started)")
 	}
-	p.start(func(*fire) []string { return nil })
+	p.start(func(*fire) {})
 	p.stop()
 	if p.trySubmit(&fire{}) {
 		t.Error("fire accepted by a stopped pool")
@@ -97,7 +98,7 @@ func TestBroadcastShardsGoOutTogether(t *testing.T) {
 	f := &fire{job: &jobRow{ID: 1, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST},
 		fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
 	done := make(chan []string, 1)
-	go func() { done <- s.dispatch(f) }()
+	s.dispatch(f, trace.Link{}, func(ids []string) { done <- ids })
 	for _, e := range []*gatedExecutor{a, b} {
 		select {
 		case <-e.arrived:
@@ -114,6 +115,66 @@ func TestBroadcastShardsGoOutTogether(t *testing.T) {
 	for _, e := range []*gatedExecutor{a, b} {
 		if calls, _ := e.snapshot(); len(calls) != 1 || len(calls[0]) != 1 {
 			t.Errorf("executor calls %v, want one call of one shard", calls)
+		}
+	}
+}
+
+// TestHeldRunDoesNotHoldAWorker: a trigger pool's worker hands a fire to its executor's lane and
+// goes on; with one worker, a fire to another executor goes out while the first executor holds
+// its Run, and each fire settles when its own answer comes.
+func TestHeldRunDoesNotHoldAWorker(t *testing.T) {
+	t.Parallel()
+	held := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	free := &gatedExecutor{arrived: make(chan struct{}, 1)}
+	addrHeld, addrFree := serveExecutor(t, held), serveExecutor(t, free)
+	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
+	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Minute, FastWorkers: 1, Logger: slog.New(slog.DiscardHandler)}, Deps{
+		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
+		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.execs.close)
+	s.fast.start(s.dispatchScheduled)
+	t.Cleanup(s.fast.stop)
+	for group, addr := range map[int64]string{1: addrHeld, 2: addrFree} {
+		s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
+			AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
+	}
+	lead := &leadership{owed: newOwed()}
+	fireTo := func(group int64) *fire {
+		f := &fire{job: &jobRow{ID: group, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
+			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: lead}
+		lead.owed.arm(f.job.ID, f.fireMs)
+		return f
+	}
+	arrived := func(e *gatedExecutor, what string) {
+		t.Helper()
+		select {
+		case <-e.arrived:
+		case <-time.After(20 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	owes := func(job int64) bool { _, ok := lead.owed.min(job); return ok }
+
+	s.submit(fireTo(1))
+	arrived(held, "the first fire did not reach its executor")
+	s.submit(fireTo(2))
+	arrived(free, "a fire to another executor waited for the held Run: the only worker was held")
+	for deadline := time.Now().Add(20 * time.Second); owes(2); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the answered fire was not settled")
+		}
+	}
+	if !owes(1) {
+		t.Fatal("the held fire was settled before its executor answered")
+	}
+	close(held.gate)
+	for deadline := time.Now().Add(20 * time.Second); owes(1); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the held fire was not settled after its executor answered")
 		}
 	}
 }

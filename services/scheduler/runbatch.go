@@ -25,27 +25,29 @@ const (
 // gets none) never share a call, since the token is per call.
 type laneKey struct{ addr, auth string }
 
-// runLane coalesces the Run calls to one executor. A fire that finds the lane idle is sent at
-// once, by the caller, alone: at low rates nothing waits. Fires that come while a call is in
-// flight queue up and leave together in the next RunRequest, so under load an executor receives
-// one call per round trip instead of one per fire — group commit, without a timer.
+// runLane coalesces the Run calls to one executor. A fire that finds the lane idle starts a
+// sender, which takes it at once, alone: at low rates nothing waits. Fires that come while a call
+// is in flight queue up and leave together in the next RunRequest, so under load an executor
+// receives one call per round trip instead of one per fire — group commit, without a timer.
+// Nobody waits on the lane: each fire's answer goes to its callback, so the fires in flight are
+// not bounded by the trigger pools' workers but by the dispatch deadline.
 type runLane struct {
 	pool *executorPool
 	key  laneKey
 
 	mu      sync.Mutex
 	queue   []*runCall
-	sending bool // a call is in flight or about to be; its sender drains the queue after it
+	sending bool // a sender runs; it drains the queue before it ends
 }
 
 // runCall is one fire waiting for its executor's answer.
 type runCall struct {
 	ctx  context.Context
 	trig *executorv1.Trigger
-	due  int64         // when the fire is due to start, Unix ms; the executor holds it until then
-	done chan struct{} // closed when ack or err is set
-	ack  *executorv1.RunAck
-	err  error
+	due  int64 // when the fire is due to start, Unix ms; the executor holds it until then
+	// done receives the executor's answer to the fire, or why there is none; it is called
+	// once, on a goroutine of the lane's, never under the lane's lock.
+	done func(*executorv1.RunAck, error)
 }
 
 // lane returns the lane of an executor and access token, creating it on first use.
@@ -61,73 +63,59 @@ func (p *executorPool) lane(addr, auth string) *runLane {
 	return l
 }
 
-// run sends one fire to an executor, in a RunRequest of its own or together with the other
-// fires queued for that executor meanwhile, and returns the executor's answer to it. ctx carries
-// the fire's deadline, trace and access token; a call that carries several fires runs under the
-// first one's context (the fires of one lane share their token, and their deadlines differ by
-// the time they waited). A fire sent before dueMs (Unix ms) carries the delay until then, taken
-// as the call leaves (Trigger.start_delay_us).
-func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64) (*executorv1.RunAck, error) {
+// runAsync queues one fire for an executor and returns at once; done gets the executor's answer
+// to it, from a RunRequest of its own or one shared with the other fires queued for that
+// executor meanwhile. ctx carries the fire's deadline, trace and access token; a call that
+// carries several fires runs under the first one's context (the fires of one lane share their
+// token, and their deadlines differ by the time they waited), and a fire whose context ends
+// while it is queued is not sent. A fire sent before dueMs (Unix ms) carries the delay until
+// then, taken as the call leaves (Trigger.start_delay_us).
+func (p *executorPool) runAsync(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64, done func(*executorv1.RunAck, error)) {
 	var auth string
 	if v := metadata.ValueFromOutgoingContext(ctx, "authorization"); len(v) > 0 { // no copy of the whole MD
 		auth = v[len(v)-1]
 	}
 	l := p.lane(addr, auth)
-	c := &runCall{ctx: ctx, trig: t, due: dueMs, done: make(chan struct{})}
+	c := &runCall{ctx: ctx, trig: t, due: dueMs, done: done}
 	l.mu.Lock()
 	l.queue = append(l.queue, c)
 	idle := !l.sending
 	l.sending = true
 	l.mu.Unlock()
 	if idle {
-		l.drain(true)
-	}
-	select {
-	case <-c.done:
-		return c.ack, c.err
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+		go l.drain()
 	}
 }
 
-// drain sends the queued fires, one call at a time, until the queue is empty. The caller that
-// found the lane idle sends the first call itself (inline) and hands any later ones to a
-// goroutine of their own, so its fire's dispatch is not held up by fires that came after it.
-func (l *runLane) drain(inline bool) {
+// drain sends the queued fires, one call at a time, until the queue is empty. The answers of a
+// call are handed out on a goroutine of their own, so the next call leaves at once.
+func (l *runLane) drain() {
 	for {
 		l.mu.Lock()
-		batch := l.takeLocked()
+		batch, dropped := l.takeLocked()
 		if len(batch) == 0 {
 			l.sending = false
-			l.mu.Unlock()
-			return
 		}
 		l.mu.Unlock()
-		l.send(batch)
-		if inline {
-			l.mu.Lock()
-			if len(l.queue) == 0 {
-				l.sending = false
-				l.mu.Unlock()
-				return
-			}
-			l.mu.Unlock()
-			go l.drain(false)
+		for _, c := range dropped {
+			c.done(nil, status.FromContextError(c.ctx.Err()).Err())
+		}
+		if len(batch) == 0 {
 			return
 		}
+		l.send(batch)
 	}
 }
 
-// takeLocked removes the next call's fires from the queue: those whose caller still waits, up
-// to maxBatchFires and maxBatchBytes (always at least one). A fire that goes alone is not sized.
-func (l *runLane) takeLocked() []*runCall {
-	var batch []*runCall
+// takeLocked removes the next call's fires from the queue, up to maxBatchFires and
+// maxBatchBytes (always at least one), and the fires before them whose context ended (dropped:
+// not sent, for the caller to answer). A fire that goes alone is not sized.
+func (l *runLane) takeLocked() (batch, dropped []*runCall) {
 	size, n := 0, 0
 	for ; n < len(l.queue) && len(batch) < maxBatchFires; n++ {
 		c := l.queue[n]
-		if err := c.ctx.Err(); err != nil { // its caller gave up: do not send it
-			c.err = status.FromContextError(err).Err()
-			close(c.done)
+		if c.ctx.Err() != nil { // past its deadline, or its caller gave up: do not send it
+			dropped = append(dropped, c)
 			continue
 		}
 		if len(batch) == 0 {
@@ -148,20 +136,15 @@ func (l *runLane) takeLocked() []*runCall {
 	if len(l.queue) == 0 {
 		l.queue = l.queue[:0:0] // let the backing array go after a burst
 	}
-	return batch
+	return batch, dropped
 }
 
-// send makes one Run call with the batch's fires and hands each caller its answer.
+// send makes one Run call with the batch's fires and hands each fire its answer, on a goroutine
+// of its own.
 func (l *runLane) send(batch []*runCall) {
-	finish := func(err error) {
-		for _, c := range batch {
-			c.err = err
-			close(c.done)
-		}
-	}
 	cli, err := l.pool.client(l.key.addr)
 	if err != nil {
-		finish(err)
+		go answer(batch, nil, err)
 		return
 	}
 	trigs := make([]*executorv1.Trigger, len(batch))
@@ -176,20 +159,22 @@ func (l *runLane) send(batch []*runCall) {
 		l.pool.batched(len(batch))
 	}
 	resp, err := cli.Run(batch[0].ctx, &executorv1.RunRequest{Triggers: trigs})
-	if err != nil {
-		finish(err)
-		return
-	}
-	if len(resp.GetAcks()) != len(batch) {
-		finish(fmt.Errorf("executor answered %d acks for %d fires", len(resp.GetAcks()), len(batch)))
-		return
+	go answer(batch, resp, err)
+}
+
+// answer hands each fire of a call its ack from resp, or err.
+func answer(batch []*runCall, resp *executorv1.RunResponse, err error) {
+	if err == nil && len(resp.GetAcks()) != len(batch) {
+		err = fmt.Errorf("executor answered %d acks for %d fires", len(resp.GetAcks()), len(batch))
 	}
 	for i, c := range batch {
-		if a := resp.Acks[i]; a.GetTriggerId() != "" && a.GetTriggerId() != c.trig.GetTriggerId() {
-			c.err = fmt.Errorf("executor answered for fire %s in place of %s (acks out of order)", a.GetTriggerId(), c.trig.GetTriggerId())
-		} else {
-			c.ack = a
+		switch a := resp.GetAcks(); {
+		case err != nil:
+			c.done(nil, err)
+		case a[i].GetTriggerId() != "" && a[i].GetTriggerId() != c.trig.GetTriggerId():
+			c.done(nil, fmt.Errorf("executor answered for fire %s in place of %s (acks out of order)", a[i].GetTriggerId(), c.trig.GetTriggerId()))
+		default:
+			c.done(a[i], nil)
 		}
-		close(c.done)
 	}
 }

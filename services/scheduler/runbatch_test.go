@@ -78,6 +78,22 @@ func serveExecutor(t *testing.T, e *gatedExecutor) string {
 
 func trig(id string) *executorv1.Trigger { return &executorv1.Trigger{TriggerId: id, JobId: 1} }
 
+// run sends one fire with runAsync and waits for its answer, or until ctx ends.
+func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64) (*executorv1.RunAck, error) {
+	type answer struct {
+		ack *executorv1.RunAck
+		err error
+	}
+	done := make(chan answer, 1)
+	p.runAsync(ctx, addr, t, dueMs, func(ack *executorv1.RunAck, err error) { done <- answer{ack, err} })
+	select {
+	case a := <-done:
+		return a.ack, a.err
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
 // TestRunCoalescesFiresPerExecutor: a fire sent to an idle executor goes alone and at once; the
 // fires that come while that call is held up go together in the next call (bounded by
 // maxBatchFires), every caller gets the answer to its own fire, and fires under another access
@@ -178,12 +194,20 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 	<-e.arrived
 	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := p.run(short, addr, trig("late"), 0); status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("a fire that timed out in the queue: %v, want DeadlineExceeded", err)
-	}
+	late := make(chan error, 1)
+	p.runAsync(short, addr, trig("late"), 0, func(_ *executorv1.RunAck, err error) { late <- err })
+	<-short.Done()
 	close(e.gate)
 	if err := <-held; err != nil {
 		t.Fatalf("held fire: %v", err)
+	}
+	select {
+	case err := <-late:
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("a fire that timed out in the queue: %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a fire that timed out in the queue never got an answer")
 	}
 	// The next fire finds the lane idle again; the timed-out one was never sent.
 	if _, err := p.run(t.Context(), addr, trig("after"), 0); err != nil {
