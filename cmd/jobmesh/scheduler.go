@@ -32,6 +32,8 @@ type schedulerConfig struct {
 	// DispatchLead is how long before its time a fire goes to executors that hold it until then;
 	// 0 sends every fire at its time.
 	DispatchLead time.Duration
+	// RecordQueue caps the trigger records held for logsvc (scheduler.Config.RecordQueue).
+	RecordQueue int
 }
 
 var schedulerPeers = []peer{peerRegistry, peerLogs}
@@ -52,6 +54,9 @@ func (c *schedulerConfig) validate() error {
 	if c.DispatchLead < 0 || c.DispatchLead > 4*time.Second {
 		errs = append(errs, fmt.Errorf("--dispatch-lead %v: want 0 (off) to 4s, less than the 5s pre-read window", c.DispatchLead))
 	}
+	if c.RecordQueue < 1 {
+		errs = append(errs, fmt.Errorf("--record-queue %d: at least 1", c.RecordQueue))
+	}
 	return errors.Join(errs...)
 }
 
@@ -69,6 +74,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
 	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
 	f.dur(&c.DispatchLead, "dispatch-lead", scheduler.DefaultDispatchLead, "send fires this long before their time to executors that hold them until then (0: at their time)")
+	f.integer(&c.RecordQueue, "record-queue", scheduler.DefaultRecordQueue, "trigger records held for logsvc until it acknowledges them (about 320 bytes each); beyond it new ones are dropped and logged")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}
@@ -109,7 +115,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, DispatchLead: leadConfig(cfg.DispatchLead), Logger: log}, scheduler.Deps{
+	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log}, scheduler.Deps{
 		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
 	})

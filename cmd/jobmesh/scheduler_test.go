@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
 func TestParseSchedulerFlags(t *testing.T) {
@@ -56,6 +58,21 @@ func TestParseSchedulerFlags(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "--dispatch-lead") {
 				t.Errorf("--dispatch-lead %s: error = %v, want one naming --dispatch-lead", bad, err)
 			}
+		}
+	})
+
+	t.Run("record queue", func(t *testing.T) {
+		c, err := parseSchedulerFlags(full, io.Discard)
+		if err != nil || c.RecordQueue != scheduler.DefaultRecordQueue {
+			t.Errorf("default record queue = %d (error %v), want %d", c.RecordQueue, err, scheduler.DefaultRecordQueue)
+		}
+		c, err = parseSchedulerFlags(append(slices.Clone(full), "--record-queue", "2000000"), io.Discard)
+		if err != nil || c.RecordQueue != 2_000_000 {
+			t.Errorf("--record-queue 2000000 = %d (error %v)", c.RecordQueue, err)
+		}
+		_, err = parseSchedulerFlags(append(slices.Clone(full), "--record-queue", "0"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--record-queue") {
+			t.Errorf("--record-queue 0: error = %v, want one naming --record-queue", err)
 		}
 	})
 

@@ -41,6 +41,10 @@ func MigrationsFS() fs.FS {
 // DefaultDispatchLead is Config.DispatchLead's default.
 const DefaultDispatchLead = 200 * time.Millisecond
 
+// DefaultRecordQueue is Config.RecordQueue's default: 25 s of 20,000 fires/s while logsvc is
+// slow or away, about 160 MB of records at most.
+const DefaultRecordQueue = 500_000
+
 // Config tunes the scheduler. Zero values take the documented defaults.
 type Config struct {
 	// ReplicaID names this replica in the election; default hostname-pid.
@@ -66,6 +70,10 @@ type Config struct {
 	FastWorkers, SlowWorkers int
 	// PoolQueue bounds each trigger pool's queue. Default 20000.
 	PoolQueue int
+	// RecordQueue caps the trigger records held for logsvc, queued or sent and not yet
+	// acknowledged; beyond it new records are dropped and logged (their runs are completed
+	// without them: logsvc's sweepUnrecorded). Default DefaultRecordQueue.
+	RecordQueue int
 	// Clock drives scheduling; default the wall clock.
 	Clock clock.Clock
 	// Logger receives the scheduler's logs; nil discards them.
@@ -109,6 +117,9 @@ func (c *Config) setDefaults() {
 	if c.PoolQueue == 0 {
 		c.PoolQueue = 20000
 	}
+	if c.RecordQueue == 0 {
+		c.RecordQueue = DefaultRecordQueue
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
 	}
@@ -135,6 +146,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("scheduler: misfire threshold %v: not negative", c.MisfireThreshold)
 	case c.FastWorkers < 1 || c.SlowWorkers < 1 || c.PoolQueue < 1:
 		return errors.New("scheduler: trigger pool workers and queue: at least 1")
+	case c.RecordQueue < 1:
+		return fmt.Errorf("scheduler: record queue %d: at least 1", c.RecordQueue)
 	}
 	return nil
 }
@@ -207,8 +220,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		Batch: func(id uint64, items []*logsv1.TriggerRecord) *logsv1.IngestTriggerRecordsRequest {
 			return &logsv1.IngestTriggerRecordsRequest{BatchId: id, Records: items}
 		},
-		Acked:  func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
-		Logger: cfg.Logger,
+		Acked:      func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
+		MaxPending: cfg.RecordQueue,
+		Logger:     cfg.Logger,
 	})
 	return s, nil
 }

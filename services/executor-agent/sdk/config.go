@@ -74,7 +74,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxPending caps results and log lines held for logsvc and not yet acknowledged; beyond it
 	// new lines are dropped and logged (the local log file keeps the output), and beyond a tenth
-	// more, results too. Default 100000.
+	// more, results too. Default 500000: 25 s of 20,000 fires/s while logsvc is slow or away,
+	// about as many results as SpoolMaxBytes' default holds on disk (a quick fire's result
+	// spools in ~190 bytes); each held item takes a few hundred bytes of memory.
 	MaxPending int
 	// SpoolDir holds the durable spool of results and log lines not yet acknowledged by logsvc;
 	// they are delivered after a restart. One executor per directory. Default LogDir/spool.
@@ -139,7 +141,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.IdleTimeout = 90 * time.Second
 	}
 	if cfg.MaxPending == 0 {
-		cfg.MaxPending = 100_000
+		cfg.MaxPending = 500_000
 	}
 	if cfg.SpoolDir == "" && cfg.LogDir != "" {
 		cfg.SpoolDir = filepath.Join(cfg.LogDir, "spool")
