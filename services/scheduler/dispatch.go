@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -125,8 +126,10 @@ func (s *Service) submit(f *fire) {
 // dispatch routes a fire and sends Run to each chosen executor. It does not wait for the
 // executors' answers: once each shard is answered or has failed, the outcome is recorded, the
 // fire settled, and then (if not nil) gets the fire's trigger ids (nil when the fire was not
-// dispatched: its leadership was lost). The fire's root span links to cause (a traced operation
-// that caused the fire), if valid.
+// dispatched: its leadership was lost). A fire to one executor whose leadership is lost while it
+// waits for its executor's call is not sent either: it stays owed, for the next leader; the
+// shards of a broadcast that has begun all go. The fire's root span links to cause (a traced
+// operation that caused the fire), if valid.
 func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	if f.lead != nil && !f.lead.begin() {
 		if then != nil {
@@ -134,15 +137,21 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 		}
 		return // leadership lost: the fire stays owed and the next leader sends it
 	}
+	// The slow pool takes the jobs whose dispatch holds a worker: routing (probes for FAILOVER
+	// and BUSYOVER) and handing the fire over, not the wait for the answer.
 	start := time.Now()
+	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()
 	ctx, span := s.startFire(f, cause)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
 	end := func(ids, addrs []string, failed int, msg string) {
 		endFire(span, ids, addrs, failed, msg)
 		cancel()
-		s.slowness.observe(f.job.ID, time.Since(start))
 		if f.pending { // settling deletes its pending_fires row: not on the goroutine of the answers
-			go s.settled(f, ids, then)
+			go func() {
+				s.settling <- struct{}{}
+				defer func() { <-s.settling }()
+				s.settled(f, ids, then)
+			}()
 			return
 		}
 		s.settled(f, ids, then)
@@ -184,9 +193,26 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 		}
 		targets = targets[:1]
 	}
+	if len(targets) == 0 { // routing answers an error rather than no executor; never send nothing
+		fail("route: no executor chosen")
+		return
+	}
 	if len(targets) == 1 { // nearly every fire: no slices or counters to build
 		t := targets[0]
-		s.send(ctx, f, t, routeMsg, func(id, failure string) {
+		var skip func() bool
+		if f.lead != nil {
+			skip = f.lead.isLost
+		}
+		s.send(ctx, f, t, routeMsg, skip, func(id, failure string, sent bool) {
+			if !sent { // still owed: the next leader sends it
+				span.End()
+				cancel()
+				f.lead.end()
+				if then != nil {
+					then(nil)
+				}
+				return
+			}
 			failed := 0
 			if failure != "" {
 				failed = 1
@@ -202,7 +228,7 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	left.Store(int32(len(targets)))
 	for i, t := range targets {
 		addrs[i] = t.Address
-		s.send(ctx, f, t, routeMsg, func(id, failure string) {
+		s.send(ctx, f, t, routeMsg, nil, func(id, failure string, _ bool) {
 			ids[i], fails[i] = id, failure
 			if left.Add(-1) > 0 {
 				return
@@ -235,9 +261,10 @@ func (s *Service) settled(f *fire, ids []string, then func(ids []string)) {
 
 // send delivers one shard of a fire to one executor, records what happened once the executor
 // answers, and then calls done with the shard's trigger id and why the fire did not get there
-// (empty when it did). A fire to addresses the trigger named presents the token of the group
-// each address belongs to (tokenFor).
-func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string, done func(id, failure string)) {
+// (empty when it did). If skip (may be nil) says so when the executor's call is formed, the fire
+// is not sent, nor recorded: done gets sent false. A fire to addresses the trigger named presents
+// the token of the group each address belongs to (tokenFor).
+func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string, skip func() bool, done func(id, failure string, sent bool)) {
 	if len(f.addresses) > 0 {
 		ctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
 	}
@@ -264,8 +291,13 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
-	s.execs.runAsync(ctx, t.Address, trig, f.dueMs, func(ack *executorv1.RunAck, err error) {
-		done(id, s.answered(ctx, f, t, routeMsg, rec, span, sentAt, ack, err))
+	s.execs.runAsync(ctx, t.Address, trig, f.dueMs, skip, func(ack *executorv1.RunAck, err error) {
+		if errors.Is(err, errNotSent) {
+			endDispatch(span, "NOT_SENT", false, "")
+			done(id, "", false)
+			return
+		}
+		done(id, s.answered(ctx, f, t, routeMsg, rec, span, sentAt, ack, err), true)
 	})
 }
 
@@ -411,7 +443,12 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	}
 	done := make(chan []string, 1)
 	s.dispatch(f, trace.LinkFromContext(ctx), func(ids []string) { done <- ids })
-	return &schedulerv1.TriggerJobResponse{TriggerIds: <-done}, nil
+	select {
+	case ids := <-done:
+		return &schedulerv1.TriggerJobResponse{TriggerIds: ids}, nil
+	case <-ctx.Done(): // the fire goes on; its record tells how it went
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // pool is a trigger pool: a bounded queue and a fixed set of workers.
@@ -460,7 +497,8 @@ func (p *pool) stop() {
 }
 
 // slowTracker moves a job to the slow pool once more than 10 of its dispatches took over 500 ms
-// in the current minute, as XXL-JOB does; the counts reset every minute.
+// in the current minute, as XXL-JOB does; the counts reset every minute. A dispatch's time is
+// what it held its worker: routing and handing the fire to its executor's lane.
 type slowTracker struct {
 	clk    clock.Clock
 	mu     sync.Mutex

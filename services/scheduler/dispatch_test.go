@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -175,6 +176,66 @@ func TestHeldRunDoesNotHoldAWorker(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); owes(1); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the held fire was not settled after its executor answered")
+		}
+	}
+}
+
+// TestLostLeadershipKeepsQueuedFiresOwed: a fire waiting in its executor's lane when its
+// leadership is lost is not sent and stays owed, for the next leader; the one already in flight
+// settles when answered; the leadership's stop returns once both are through.
+func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
+	t.Parallel()
+	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr := serveExecutor(t, e)
+	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
+	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)}, Deps{
+		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
+		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.execs.close)
+	const group = 1
+	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
+		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
+	lead := &leadership{owed: newOwed()}
+	fireOf := func(job int64) *fire {
+		f := &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
+			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: lead}
+		lead.owed.arm(job, f.fireMs)
+		return f
+	}
+	inFlight, queued := fireOf(1), fireOf(2)
+	s.dispatch(inFlight, trace.Link{}, nil)
+	select {
+	case <-e.arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first fire did not reach its executor")
+	}
+	s.dispatch(queued, trace.Link{}, nil)
+	waitQueued(t, s.execs, addr, 1)
+	stopped := make(chan struct{})
+	go func() { lead.stop(); close(stopped) }()
+	for !lead.isLost() {
+		time.Sleep(time.Millisecond)
+	}
+	close(e.gate)
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leadership's stop did not return: a dispatch never ended")
+	}
+	if _, owed := lead.owed.min(1); owed {
+		t.Error("the fire in flight was not settled after its answer")
+	}
+	if _, owed := lead.owed.min(2); !owed {
+		t.Error("the queued fire was settled: the next leader would not send it")
+	}
+	calls, _ := e.snapshot()
+	for _, c := range calls {
+		if slices.Contains(c, TriggerID(2, queued.fireMs, 0, 0)) {
+			t.Fatalf("the queued fire was sent after the leadership was lost: calls %v", calls)
 		}
 	}
 }

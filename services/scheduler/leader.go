@@ -183,7 +183,7 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 		s.log.Info("shutting down: stopping the ring and resigning", "epoch", epoch)
 	}
 	r.Drain() // stops firing at once; what it held stays owed
-	l.stop()  // queued fires are skipped (still owed); dispatches in flight finish
+	l.stop()  // queued fires are skipped (still owed), in the pools and the lanes; calls in flight finish
 	cancel()
 	<-done
 	<-done

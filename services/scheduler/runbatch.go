@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -26,9 +27,10 @@ const (
 type laneKey struct{ addr, auth string }
 
 // runLane coalesces the Run calls to one executor. A fire that finds the lane idle starts a
-// sender, which takes it at once, alone: at low rates nothing waits. Fires that come while a call
-// is in flight queue up and leave together in the next RunRequest, so under load an executor
-// receives one call per round trip instead of one per fire — group commit, without a timer.
+// sender at once, which takes what is queued by then (at low rates, that fire alone): nothing
+// waits for a timer. Fires that come while a call is in flight queue up and leave together in the
+// next RunRequest, so under load an executor receives one call per round trip instead of one per
+// fire — group commit.
 // Nobody waits on the lane: each fire's answer goes to its callback, so the fires in flight are
 // not bounded by the trigger pools' workers but by the dispatch deadline.
 type runLane struct {
@@ -45,6 +47,8 @@ type runCall struct {
 	ctx  context.Context
 	trig *executorv1.Trigger
 	due  int64 // when the fire is due to start, Unix ms; the executor holds it until then
+	// skip, if set, says not to send the fire after all: it gets errNotSent instead.
+	skip func() bool
 	// done receives the executor's answer to the fire, or why there is none; it is called
 	// once, on a goroutine of the lane's, never under the lane's lock.
 	done func(*executorv1.RunAck, error)
@@ -63,20 +67,25 @@ func (p *executorPool) lane(addr, auth string) *runLane {
 	return l
 }
 
+// errNotSent answers a fire whose skip said, as its call was formed, not to send it.
+var errNotSent = errors.New("not sent")
+
 // runAsync queues one fire for an executor and returns at once; done gets the executor's answer
 // to it, from a RunRequest of its own or one shared with the other fires queued for that
 // executor meanwhile. ctx carries the fire's deadline, trace and access token; a call that
-// carries several fires runs under the first one's context (the fires of one lane share their
-// token, and their deadlines differ by the time they waited), and a fire whose context ends
-// while it is queued is not sent. A fire sent before dueMs (Unix ms) carries the delay until
-// then, taken as the call leaves (Trigger.start_delay_us).
-func (p *executorPool) runAsync(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64, done func(*executorv1.RunAck, error)) {
+// carries several fires presents the first one's token and trace (the fires of one lane share
+// their token) under the earliest deadline among them, and is not cancelled with any one fire's
+// context. A fire whose context ends while it is queued is not sent (it gets the context's error
+// once the call ahead of it is answered), nor one whose skip (if not nil) says so then
+// (errNotSent). A fire sent before dueMs (Unix ms) carries the delay until then, taken as the
+// call leaves (Trigger.start_delay_us).
+func (p *executorPool) runAsync(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64, skip func() bool, done func(*executorv1.RunAck, error)) {
 	var auth string
 	if v := metadata.ValueFromOutgoingContext(ctx, "authorization"); len(v) > 0 { // no copy of the whole MD
 		auth = v[len(v)-1]
 	}
 	l := p.lane(addr, auth)
-	c := &runCall{ctx: ctx, trig: t, due: dueMs, done: done}
+	c := &runCall{ctx: ctx, trig: t, due: dueMs, skip: skip, done: done}
 	l.mu.Lock()
 	l.queue = append(l.queue, c)
 	idle := !l.sending
@@ -98,7 +107,11 @@ func (l *runLane) drain() {
 		}
 		l.mu.Unlock()
 		for _, c := range dropped {
-			c.done(nil, status.FromContextError(c.ctx.Err()).Err())
+			if err := c.ctx.Err(); err != nil {
+				c.done(nil, status.FromContextError(err).Err())
+			} else {
+				c.done(nil, errNotSent)
+			}
 		}
 		if len(batch) == 0 {
 			return
@@ -108,13 +121,13 @@ func (l *runLane) drain() {
 }
 
 // takeLocked removes the next call's fires from the queue, up to maxBatchFires and
-// maxBatchBytes (always at least one), and the fires before them whose context ended (dropped:
-// not sent, for the caller to answer). A fire that goes alone is not sized.
+// maxBatchBytes (always at least one), and the fires before them whose context ended or whose
+// skip says so (dropped: not sent, for the caller to answer). A fire that goes alone is not sized.
 func (l *runLane) takeLocked() (batch, dropped []*runCall) {
 	size, n := 0, 0
 	for ; n < len(l.queue) && len(batch) < maxBatchFires; n++ {
 		c := l.queue[n]
-		if c.ctx.Err() != nil { // past its deadline, or its caller gave up: do not send it
+		if c.ctx.Err() != nil || (c.skip != nil && c.skip()) { // past its deadline, its caller gave up, or not to be sent
 			dropped = append(dropped, c)
 			continue
 		}
@@ -147,6 +160,7 @@ func (l *runLane) send(batch []*runCall) {
 		go answer(batch, nil, err)
 		return
 	}
+	ctx, cancel := callContext(batch)
 	trigs := make([]*executorv1.Trigger, len(batch))
 	now := l.pool.clk.Now()
 	for i, c := range batch {
@@ -158,8 +172,26 @@ func (l *runLane) send(batch []*runCall) {
 	if l.pool.batched != nil {
 		l.pool.batched(len(batch))
 	}
-	resp, err := cli.Run(batch[0].ctx, &executorv1.RunRequest{Triggers: trigs})
+	resp, err := cli.Run(ctx, &executorv1.RunRequest{Triggers: trigs})
+	cancel()
 	go answer(batch, resp, err)
+}
+
+// callContext is the context of a call that carries batch: the first fire's values (its token,
+// its trace), the earliest deadline among the fires, and no fire's cancellation: a manual
+// trigger's client that goes away does not fail the scheduled fires that share its call.
+func callContext(batch []*runCall) (context.Context, context.CancelFunc) {
+	var deadline time.Time
+	for _, c := range batch {
+		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+			deadline = d
+		}
+	}
+	ctx := context.WithoutCancel(batch[0].ctx)
+	if deadline.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
 }
 
 // answer hands each fire of a call its ack from resp, or err.

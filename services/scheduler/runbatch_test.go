@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,7 +87,7 @@ func (p *executorPool) run(ctx context.Context, addr string, t *executorv1.Trigg
 		err error
 	}
 	done := make(chan answer, 1)
-	p.runAsync(ctx, addr, t, dueMs, func(ack *executorv1.RunAck, err error) { done <- answer{ack, err} })
+	p.runAsync(ctx, addr, t, dueMs, nil, func(ack *executorv1.RunAck, err error) { done <- answer{ack, err} })
 	select {
 	case a := <-done:
 		return a.ack, a.err
@@ -195,7 +197,7 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	late := make(chan error, 1)
-	p.runAsync(short, addr, trig("late"), 0, func(_ *executorv1.RunAck, err error) { late <- err })
+	p.runAsync(short, addr, trig("late"), 0, nil, func(_ *executorv1.RunAck, err error) { late <- err })
 	<-short.Done()
 	close(e.gate)
 	if err := <-held; err != nil {
@@ -209,7 +211,7 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a fire that timed out in the queue never got an answer")
 	}
-	// The next fire finds the lane idle again; the timed-out one was never sent.
+	// The next fire goes out too; the timed-out one was never sent.
 	if _, err := p.run(t.Context(), addr, trig("after"), 0); err != nil {
 		t.Fatalf("fire after: %v", err)
 	}
@@ -218,6 +220,88 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 		if slices.Contains(c, "late") {
 			t.Fatalf("the timed-out fire was sent: calls %v", calls)
 		}
+	}
+}
+
+// TestRunSkipsFiresAsTheirCallForms: a fire whose skip says so when its call is formed is not
+// sent and gets errNotSent; the fires beside it go.
+func TestRunSkipsFiresAsTheirCallForms(t *testing.T) {
+	t.Parallel()
+	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr := serveExecutor(t, e)
+	p := newExecutorPool(nil)
+	t.Cleanup(p.close)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	held := make(chan error, 1)
+	go func() { _, err := p.run(ctx, addr, trig("held"), 0); held <- err }()
+	<-e.arrived
+	var lost atomic.Bool
+	skipped, kept := make(chan error, 1), make(chan error, 1)
+	p.runAsync(ctx, addr, trig("skipped"), 0, lost.Load, func(_ *executorv1.RunAck, err error) { skipped <- err })
+	p.runAsync(ctx, addr, trig("kept"), 0, nil, func(_ *executorv1.RunAck, err error) { kept <- err })
+	waitQueued(t, p, addr, 2)
+	lost.Store(true) // after it was queued: the call it would go in has not formed yet
+	close(e.gate)
+	if err := <-held; err != nil {
+		t.Fatalf("held fire: %v", err)
+	}
+	if err := <-skipped; !errors.Is(err, errNotSent) {
+		t.Fatalf("skipped fire: %v, want errNotSent", err)
+	}
+	if err := <-kept; err != nil {
+		t.Fatalf("the fire beside it: %v", err)
+	}
+	calls, _ := e.snapshot()
+	for _, c := range calls {
+		if slices.Contains(c, "skipped") {
+			t.Fatalf("the skipped fire was sent: calls %v", calls)
+		}
+	}
+}
+
+// TestCallOutlivesOneFiresContext: a call that carries several fires is not cancelled when the
+// first fire's context is (a manual trigger's client that went away): the other fires get
+// their answers.
+func TestCallOutlivesOneFiresContext(t *testing.T) {
+	t.Parallel()
+	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr := serveExecutor(t, e)
+	p := newExecutorPool(nil)
+	t.Cleanup(p.close)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	held := make(chan error, 1)
+	go func() { _, err := p.run(ctx, addr, trig("held"), 0); held <- err }()
+	<-e.arrived
+	first, firstCancel := context.WithCancel(ctx)
+	defer firstCancel()
+	answers := make(chan error, 2)
+	p.runAsync(first, addr, trig("first"), 0, nil, func(_ *executorv1.RunAck, err error) { answers <- err })
+	p.runAsync(ctx, addr, trig("second"), 0, nil, func(_ *executorv1.RunAck, err error) { answers <- err })
+	waitQueued(t, p, addr, 2)
+	second := make(chan struct{})
+	e.mu.Lock()
+	gate := e.gate
+	e.gate = second // the next call is held too
+	e.mu.Unlock()
+	close(gate)
+	if err := <-held; err != nil {
+		t.Fatalf("held fire: %v", err)
+	}
+	<-e.arrived // the call with both fires is in flight
+	firstCancel()
+	time.Sleep(50 * time.Millisecond) // a call under the first fire's context would fail now
+	close(second)
+	for range 2 {
+		if err := <-answers; err != nil {
+			t.Fatalf("a fire of the shared call: %v, want its ack", err)
+		}
+	}
+	if calls, _ := e.snapshot(); len(calls) != 2 || len(calls[1]) != 2 {
+		t.Fatalf("calls %v, want the held one, then one with both fires", calls)
 	}
 }
 
@@ -281,6 +365,23 @@ func waitQueued(t *testing.T, p *executorPool, addr string, n int) {
 	}
 }
 
+// waitIdle waits until the lane of addr (no token) has no sender.
+func waitIdle(t *testing.T, p *executorPool, addr string) {
+	t.Helper()
+	l := p.lane(addr, "")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		l.mu.Lock()
+		sending := l.sending
+		l.mu.Unlock()
+		if !sending {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lane's sender never ended")
+		}
+	}
+}
+
 func sizes(calls [][]string) []int {
 	out := make([]int, len(calls))
 	for i, c := range calls {
@@ -303,6 +404,7 @@ func TestPoolClosesIdleConnections(t *testing.T) {
 	if _, err := p.run(ctx, idleAddr, trig("1-1-0-0"), 0); err != nil {
 		t.Fatal(err)
 	}
+	waitIdle(t, p, idleAddr) // its sender ends just after the answer
 	done := make(chan error, 1)
 	go func() { _, err := p.run(ctx, busyAddr, trig("2-1-0-0"), 0); done <- err }()
 	select {

@@ -41,6 +41,9 @@ func MigrationsFS() fs.FS {
 // DefaultDispatchLead is Config.DispatchLead's default.
 const DefaultDispatchLead = 200 * time.Millisecond
 
+// maxSettling is how many pending_fires deletes of dispatched fires run at once.
+const maxSettling = 16
+
 // DefaultRecordQueue is Config.RecordQueue's default: 25 s of 20,000 fires/s while logsvc is
 // slow or away, about 160 MB of records at most.
 const DefaultRecordQueue = 500_000
@@ -182,6 +185,9 @@ type Service struct {
 	metrics  *metrics
 	records  *ackstream.Sender[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]
 	dropped  dropReport // trigger records the records queue refused
+	// settling bounds the dispatched retry and child fires whose pending_fires rows are being
+	// deleted at once: answers come without a worker to bound them.
+	settling chan struct{}
 
 	mu      sync.Mutex
 	started bool
@@ -210,6 +216,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.execs.batched, s.execs.clk = s.metrics.runBatch, cfg.Clock
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
 	s.slowness = newSlowTracker(cfg.Clock)
+	s.settling = make(chan struct{}, maxSettling)
 	s.fast = newPool("fast", cfg.FastWorkers, cfg.PoolQueue)
 	s.slow = newPool("slow", cfg.SlowWorkers, cfg.PoolQueue)
 	s.records = ackstream.New(ackstream.Config[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]{
