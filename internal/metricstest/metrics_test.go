@@ -112,6 +112,7 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	d2.want(t, "leader epoch", series{"jobmesh_scheduler_leader_epoch", nil}, atLeast(1))
 	d2.want(t, "ring size (a 1 s job keeps the 5 s window armed)", series{"jobmesh_scheduler_ring_size", nil}, atLeast(1))
 	d2.want(t, "fast pool queue", series{"jobmesh_scheduler_pool_queue_size", map[string]string{"jobmesh_pool_name": "fast"}}, atLeast(0))
+	d2.want(t, "fires awaiting their executors' answers", series{"jobmesh_scheduler_dispatch_inflight", nil}, atLeast(0))
 	d2.want(t, "slow pool queue limit", series{"jobmesh_scheduler_pool_queue_limit", map[string]string{"jobmesh_pool_name": "slow"}}, equal(20000))
 	d2.want(t, "executors online, dev app", series{"jobmesh_registry_executors_online", map[string]string{"jobmesh_executor_app": devstack.DevApp}}, equal(1))
 	d2.want(t, "ingest latency of results", series{"jobmesh_logsvc_ingest_duration_seconds", map[string]string{"jobmesh_ingest_stream": "results"}}, atLeast(1))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -36,6 +37,8 @@ type executorPool struct {
 	batched func(fires int)
 	// clk times a fire's start delay as its call leaves (the scheduler's clock).
 	clk clock.Clock
+	// inflight counts the fires handed to lanes and not answered yet (metrics).
+	inflight atomic.Int64
 }
 
 func newExecutorPool(opts []grpc.DialOption) *executorPool {

@@ -97,7 +97,8 @@ func newMetrics(replicaID string) *metrics {
 }
 
 // observe registers the callback that reports the scheduler's sizes and leadership at each
-// collection: ring size, trigger pool queues, leader status and epoch.
+// collection: ring size, trigger pool queues, fires awaiting their executors' answers, leader
+// status and epoch.
 func (mt *metrics) observe(s *Service) {
 	m := otel.Meter(meterName)
 	ringSize, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.ring.size", metric.WithUnit("{fire}"),
@@ -106,6 +107,8 @@ func (mt *metrics) observe(s *Service) {
 		metric.WithDescription("Fires waiting in a trigger pool's queue."))
 	queueCap, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.pool.queue.limit", metric.WithUnit("{fire}"),
 		metric.WithDescription("Capacity of a trigger pool's queue; a fire beyond it is rejected."))
+	inflight, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.dispatch.inflight", metric.WithUnit("{fire}"),
+		metric.WithDescription("Fires handed to their executors' Run calls and not answered yet: queued behind a call in flight, or in it."))
 	leader, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader",
 		metric.WithDescription("1 while this replica is the elected leader, 0 otherwise."))
 	epoch, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader.epoch",
@@ -123,13 +126,14 @@ func (mt *metrics) observe(s *Service) {
 			o.ObserveInt64(epoch, ep, replica)
 		}
 		o.ObserveInt64(ringSize, size, replica)
+		o.ObserveInt64(inflight, s.execs.inflight.Load(), replica)
 		o.ObserveInt64(leader, isLeader, replica)
 		for _, p := range pools {
 			o.ObserveInt64(queue, int64(len(p.queue)), mt.byPool[p.name])
 			o.ObserveInt64(queueCap, int64(cap(p.queue)), mt.byPool[p.name])
 		}
 		return nil
-	}, ringSize, queue, queueCap, leader, epoch)
+	}, ringSize, queue, queueCap, inflight, leader, epoch)
 }
 
 // stop unregisters the callback.

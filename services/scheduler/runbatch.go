@@ -86,6 +86,7 @@ func (p *executorPool) runAsync(ctx context.Context, addr string, t *executorv1.
 	}
 	l := p.lane(addr, auth)
 	c := &runCall{ctx: ctx, trig: t, due: dueMs, skip: skip, done: done}
+	p.inflight.Add(1)
 	l.mu.Lock()
 	l.queue = append(l.queue, c)
 	idle := !l.sending
@@ -106,6 +107,7 @@ func (l *runLane) drain() {
 			l.sending = false
 		}
 		l.mu.Unlock()
+		l.pool.inflight.Add(-int64(len(dropped)))
 		for _, c := range dropped {
 			if err := c.ctx.Err(); err != nil {
 				c.done(nil, status.FromContextError(err).Err())
@@ -157,7 +159,7 @@ func (l *runLane) takeLocked() (batch, dropped []*runCall) {
 func (l *runLane) send(batch []*runCall) {
 	cli, err := l.pool.client(l.key.addr)
 	if err != nil {
-		go answer(batch, nil, err)
+		go l.answer(batch, nil, err)
 		return
 	}
 	ctx, cancel := callContext(batch)
@@ -174,7 +176,7 @@ func (l *runLane) send(batch []*runCall) {
 	}
 	resp, err := cli.Run(ctx, &executorv1.RunRequest{Triggers: trigs})
 	cancel()
-	go answer(batch, resp, err)
+	go l.answer(batch, resp, err)
 }
 
 // callContext is the context of a call that carries batch: the first fire's values (its token,
@@ -195,7 +197,8 @@ func callContext(batch []*runCall) (context.Context, context.CancelFunc) {
 }
 
 // answer hands each fire of a call its ack from resp, or err.
-func answer(batch []*runCall, resp *executorv1.RunResponse, err error) {
+func (l *runLane) answer(batch []*runCall, resp *executorv1.RunResponse, err error) {
+	l.pool.inflight.Add(-int64(len(batch)))
 	if err == nil && len(resp.GetAcks()) != len(batch) {
 		err = fmt.Errorf("executor answered %d acks for %d fires", len(resp.GetAcks()), len(batch))
 	}

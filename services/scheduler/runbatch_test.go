@@ -224,7 +224,8 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 }
 
 // TestRunSkipsFiresAsTheirCallForms: a fire whose skip says so when its call is formed is not
-// sent and gets errNotSent; the fires beside it go.
+// sent and gets errNotSent; the fires beside it go. Fires count as in flight from hand-over to
+// answer.
 func TestRunSkipsFiresAsTheirCallForms(t *testing.T) {
 	t.Parallel()
 	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
@@ -242,6 +243,9 @@ func TestRunSkipsFiresAsTheirCallForms(t *testing.T) {
 	p.runAsync(ctx, addr, trig("skipped"), 0, lost.Load, func(_ *executorv1.RunAck, err error) { skipped <- err })
 	p.runAsync(ctx, addr, trig("kept"), 0, nil, func(_ *executorv1.RunAck, err error) { kept <- err })
 	waitQueued(t, p, addr, 2)
+	if n := p.inflight.Load(); n != 3 {
+		t.Errorf("%d fires in flight, want 3: the held one and the two queued", n)
+	}
 	lost.Store(true) // after it was queued: the call it would go in has not formed yet
 	close(e.gate)
 	if err := <-held; err != nil {
@@ -252,6 +256,9 @@ func TestRunSkipsFiresAsTheirCallForms(t *testing.T) {
 	}
 	if err := <-kept; err != nil {
 		t.Fatalf("the fire beside it: %v", err)
+	}
+	if n := p.inflight.Load(); n != 0 {
+		t.Errorf("%d fires in flight after every answer, want 0", n)
 	}
 	calls, _ := e.snapshot()
 	for _, c := range calls {
