@@ -84,15 +84,7 @@ func TestBroadcastShardsGoOutTogether(t *testing.T) {
 	a := &gatedExecutor{gate: gate, arrived: make(chan struct{}, 1)}
 	b := &gatedExecutor{gate: gate, arrived: make(chan struct{}, 1)}
 	addrA, addrB := serveExecutor(t, a), serveExecutor(t, b)
-	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
-	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)}, Deps{
-		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
-		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.execs.close)
+	s := dispatchService(t, Config{ReplicaID: "t", DispatchTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	const group = 7
 	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addrA, addrB}}}
@@ -128,15 +120,7 @@ func TestHeldRunDoesNotHoldAWorker(t *testing.T) {
 	held := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	free := &gatedExecutor{arrived: make(chan struct{}, 1)}
 	addrHeld, addrFree := serveExecutor(t, held), serveExecutor(t, free)
-	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
-	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Minute, FastWorkers: 1, Logger: slog.New(slog.DiscardHandler)}, Deps{
-		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
-		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.execs.close)
+	s := dispatchService(t, Config{ReplicaID: "t", DispatchTimeout: time.Minute, FastWorkers: 1, Logger: slog.New(slog.DiscardHandler)})
 	s.fast.start(s.dispatchScheduled)
 	t.Cleanup(s.fast.stop)
 	for group, addr := range map[int64]string{1: addrHeld, 2: addrFree} {
@@ -187,15 +171,7 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 	t.Parallel()
 	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	addr := serveExecutor(t, e)
-	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
-	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)}, Deps{
-		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
-		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.execs.close)
+	s := dispatchService(t, Config{ReplicaID: "t", DispatchTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	const group = 1
 	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
@@ -238,4 +214,20 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 			t.Fatalf("the queued fire was sent after the leadership was lost: calls %v", calls)
 		}
 	}
+}
+
+// dispatchService is a scheduler on a scratch store whose dispatch tests drive by hand: no
+// registry, logsvc or etcd behind it (the tests fill its group view themselves).
+func dispatchService(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
+	s, err := New(cfg, Deps{
+		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
+		Ingest: logsv1.NewIngestServiceClient(nil), Logs: logsv1.NewLogServiceClient(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.execs.close)
+	return s
 }

@@ -181,19 +181,9 @@ func TestRunCoalescesFiresPerExecutor(t *testing.T) {
 // answer in time fails every fire it carries.
 func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 	t.Parallel()
-	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
-	addr := serveExecutor(t, e)
-	p := newExecutorPool(nil)
-	t.Cleanup(p.close)
-
-	held := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		_, err := p.run(ctx, addr, trig("held"), 0)
-		held <- err
-	}()
-	<-e.arrived
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	e, addr, p, held := heldLane(t, ctx)
 	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	late := make(chan error, 1)
@@ -223,21 +213,28 @@ func TestRunDropsFiresWhoseCallerGaveUp(t *testing.T) {
 	}
 }
 
+// heldLane serves a gated executor and sends it a fire ("held", under ctx) that it holds
+// until the test closes its gate; held gets that fire's answer. The lane then queues.
+func heldLane(t *testing.T, ctx context.Context) (e *gatedExecutor, addr string, p *executorPool, held chan error) {
+	t.Helper()
+	e = &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	addr = serveExecutor(t, e)
+	p = newExecutorPool(nil)
+	t.Cleanup(p.close)
+	held = make(chan error, 1)
+	go func() { _, err := p.run(ctx, addr, trig("held"), 0); held <- err }()
+	<-e.arrived
+	return e, addr, p, held
+}
+
 // TestRunSkipsFiresAsTheirCallForms: a fire whose skip says so when its call is formed is not
 // sent and gets errNotSent; the fires beside it go. Fires count as in flight from hand-over to
 // answer.
 func TestRunSkipsFiresAsTheirCallForms(t *testing.T) {
 	t.Parallel()
-	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
-	addr := serveExecutor(t, e)
-	p := newExecutorPool(nil)
-	t.Cleanup(p.close)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-
-	held := make(chan error, 1)
-	go func() { _, err := p.run(ctx, addr, trig("held"), 0); held <- err }()
-	<-e.arrived
+	e, addr, p, held := heldLane(t, ctx)
 	var lost atomic.Bool
 	skipped, kept := make(chan error, 1), make(chan error, 1)
 	p.runAsync(ctx, addr, trig("skipped"), 0, lost.Load, func(_ *executorv1.RunAck, err error) { skipped <- err })
@@ -273,16 +270,9 @@ func TestRunSkipsFiresAsTheirCallForms(t *testing.T) {
 // their answers.
 func TestCallOutlivesOneFiresContext(t *testing.T) {
 	t.Parallel()
-	e := &gatedExecutor{gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
-	addr := serveExecutor(t, e)
-	p := newExecutorPool(nil)
-	t.Cleanup(p.close)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-
-	held := make(chan error, 1)
-	go func() { _, err := p.run(ctx, addr, trig("held"), 0); held <- err }()
-	<-e.arrived
+	e, addr, p, held := heldLane(t, ctx)
 	first, firstCancel := context.WithCancel(ctx)
 	defer firstCancel()
 	answers := make(chan error, 2)
