@@ -95,6 +95,43 @@ func TestListRunsUsesIndexes(t *testing.T) {
 	}
 }
 
+// TestAlarmPassReadsOnlyUnsuccessfulCompletions checks on Postgres with 200,000 completions, one
+// in a hundred failed, that the alarm pass finds the failed ones through
+// completions_unsuccessful, not by reading every completion after its cursor.
+func TestAlarmPassReadsOnlyUnsuccessfulCompletions(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, dbtest.Store{Name: "postgres", Config: db.Config{URL: dbtest.NewPostgres(t)}}, Config{Retention: -1}, false)
+	ctx := context.Background()
+	if _, err := e.db.ExecContext(ctx, `INSERT INTO completions (trigger_id, job_id, status, trigger_outcome, attempt,
+			shard_index, shard_total, scheduled_ms, end_ms, trigger_type, params, created_ms, group_id)
+		SELECT 'c' || g, g % 1000 + 1, CASE WHEN g % 100 = 0 THEN 3 ELSE 2 END, 1, 0, 0, 1,
+			CAST($1 AS BIGINT) + g, CAST($1 AS BIGINT) + g + 50, 1, '', CAST($1 AS BIGINT) + g + 60, 1
+		FROM generate_series(1, 200000) g`, base); err != nil {
+		t.Fatalf("fill completions: %v", err)
+	}
+	if _, err := e.db.ExecContext(ctx, `ANALYZE completions`); err != nil {
+		t.Fatalf("analyze: %v", err)
+	}
+	plan := explain(t, e.db, fmt.Sprintf(`SELECT cursor, trigger_id FROM completions
+		WHERE cursor > $1 AND cursor <= $2 AND status <> %d ORDER BY cursor LIMIT $3`, statusSuccess), 0, 200_000, 500)
+	if !strings.Contains(plan, "completions_unsuccessful") {
+		t.Errorf("alarm pass: plan\n%s\nwant completions_unsuccessful", plan)
+	}
+	// 2,000 failed: a full batch of 500 moves the cursor to its last one's, not past the rest.
+	var want int64
+	if err := e.db.QueryRowContext(ctx, `SELECT cursor FROM completions WHERE trigger_id = 'c50000'`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	failed, n, to, err := e.svc.failedAfter(ctxFor(t), 0)
+	if err != nil || len(failed) != 500 || failed[0] != "c100" || failed[499] != "c50000" || to != want || n != int(want) {
+		t.Fatalf("first alarm batch: %d failed, moved %d to %d, %v; want c100 … c50000, to its cursor %d", len(failed), n, to, err, want)
+	}
+	failed, _, _, err = e.svc.failedAfter(ctxFor(t), to)
+	if err != nil || len(failed) != 500 || failed[0] != "c50100" {
+		t.Fatalf("second alarm batch: %d failed, %v; want 500 from c50100", len(failed), err)
+	}
+}
+
 // newBenchEnv is a logsvc over the Postgres database at url, its background work off.
 func newBenchEnv(b *testing.B, url string) *env {
 	b.Helper()
