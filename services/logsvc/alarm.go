@@ -276,15 +276,15 @@ const (
 // every channel and its run records SENT, FAILED, or NOT_NEEDED when no channel had anything to
 // do. A replica claims a batch by moving the cursor past it (compare-and-set), so replicas never
 // alarm twice; a replica that dies between claim and send loses that batch's alarms (they stay
-// PENDING), as XXL-JOB's locked alarm_status does. It returns how far it moved the cursor: the
-// completions it handled (cursors leave a gap where a write cycle rolled back).
+// PENDING), as XXL-JOB's locked alarm_status does. It returns how many failed completions it
+// handled.
 func (s *Service) alarmPass(ctx context.Context) (int, error) {
 	var from int64
 	if err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT position FROM cursors WHERE name = $1`), alarmCursorName).Scan(&from); err != nil {
 		return 0, fmt.Errorf("read alarm cursor: %w", err)
 	}
-	failed, n, to, err := s.failedAfter(ctx, from)
-	if err != nil || n == 0 {
+	failed, to, err := s.failedAfter(ctx, from)
+	if err != nil || len(failed) == 0 {
 		return 0, err
 	}
 	res, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE cursors SET position = $1 WHERE name = $2 AND position = $3`), to, alarmCursorName, from)
@@ -300,44 +300,35 @@ func (s *Service) alarmPass(ctx context.Context) (int, error) {
 			return 0, err
 		}
 	}
-	return n, nil
+	return len(failed), nil
 }
 
-// failedAfter finds, for the alarm pass, the completions after cursor that did not succeed,
+// failedAfter finds, for the alarm pass, the next completions after cursor that did not succeed,
 // through completions_unsuccessful (which successful completions, nearly all, never enter):
-// their trigger ids in cursor order, at most WatchBatch of them, and to, the cursor the pass
-// moves to: the last completion written so far (writers publish cursors in increasing order,
-// under completionsLock, so none below it can still appear), or the last one read when the batch
-// is full. n is how far that moves the cursor; 0 when there is nothing new.
-func (s *Service) failedAfter(ctx context.Context, cursor int64) (failed []string, n int, to int64, err error) {
-	if err := s.store.QueryRowContext(ctx, `SELECT COALESCE(MAX(cursor), 0) FROM completions`).Scan(&to); err != nil {
-		return nil, 0, 0, fmt.Errorf("read completions: %w", err)
-	}
-	if to <= cursor {
-		return nil, 0, cursor, nil
-	}
+// their trigger ids in cursor order, at most WatchBatch, and the last one's cursor (cursor when
+// there are none). Writers publish cursors in increasing order, under completionsLock, so a
+// failed completion not read now comes after every one read. The cursor does not move past
+// successes: it needs no write while nothing fails.
+func (s *Service) failedAfter(ctx context.Context, cursor int64) (failed []string, to int64, err error) {
 	// The literal predicate matches completions_unsuccessful's.
 	rows, err := s.store.QueryContext(ctx, s.store.Q(fmt.Sprintf(`SELECT cursor, trigger_id FROM completions
-		WHERE cursor > $1 AND cursor <= $2 AND status <> %d ORDER BY cursor LIMIT $3`, statusSuccess)), cursor, to, s.cfg.WatchBatch)
+		WHERE cursor > $1 AND status <> %d ORDER BY cursor LIMIT $2`, statusSuccess)), cursor, s.cfg.WatchBatch)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("read completions: %w", err)
+		return nil, 0, fmt.Errorf("read completions: %w", err)
 	}
 	defer rows.Close()
-	var last int64
+	to = cursor
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&last, &id); err != nil {
-			return nil, 0, 0, fmt.Errorf("read completions: %w", err)
+		if err := rows.Scan(&to, &id); err != nil {
+			return nil, 0, fmt.Errorf("read completions: %w", err)
 		}
 		failed = append(failed, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, 0, fmt.Errorf("read completions: %w", err)
+		return nil, 0, fmt.Errorf("read completions: %w", err)
 	}
-	if len(failed) == s.cfg.WatchBatch {
-		to = last // more may follow: the next pass goes on from here
-	}
-	return failed, int(to - cursor), to, nil
+	return failed, to, nil
 }
 
 // alarm sends run id's alarm on every channel and returns the alarm status to keep.
