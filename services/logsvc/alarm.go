@@ -303,16 +303,21 @@ func (s *Service) alarmPass(ctx context.Context) (int, error) {
 	return len(failed), nil
 }
 
+// failedAfterQuery reads the failed completions after a cursor ($1), at most $2, through
+// completions_unsuccessful: its literal predicate matches the index's, so even a generic plan
+// can use it.
+var failedAfterQuery = fmt.Sprintf(`SELECT cursor, trigger_id FROM completions
+	WHERE cursor > $1 AND status <> %d ORDER BY cursor LIMIT $2`, statusSuccess)
+
 // failedAfter finds, for the alarm pass, the next completions after cursor that did not succeed,
 // through completions_unsuccessful (which successful completions, nearly all, never enter):
 // their trigger ids in cursor order, at most WatchBatch, and the last one's cursor (cursor when
-// there are none). Writers publish cursors in increasing order, under completionsLock, so a
-// failed completion not read now comes after every one read. The cursor does not move past
-// successes: it needs no write while nothing fails.
+// there are none). Writers publish cursors in increasing order (on Postgres under
+// completionsLock, on SQLite as its only writer), so a failed completion not read now comes
+// after every one read. The cursor does not move past successes: it needs no write while
+// nothing fails.
 func (s *Service) failedAfter(ctx context.Context, cursor int64) (failed []string, to int64, err error) {
-	// The literal predicate matches completions_unsuccessful's.
-	rows, err := s.store.QueryContext(ctx, s.store.Q(fmt.Sprintf(`SELECT cursor, trigger_id FROM completions
-		WHERE cursor > $1 AND status <> %d ORDER BY cursor LIMIT $2`, statusSuccess)), cursor, s.cfg.WatchBatch)
+	rows, err := s.store.QueryContext(ctx, s.store.Q(failedAfterQuery), cursor, s.cfg.WatchBatch)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read completions: %w", err)
 	}
