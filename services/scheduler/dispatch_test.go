@@ -191,11 +191,11 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 	}
 	s.dispatch(queued, trace.Link{}, nil)
 	waitQueued(t, s.execs, addr, 1)
+	lead.mu.Lock()
+	lead.lost = true // as stop does first; stop then waits for the dispatches in flight
+	lead.mu.Unlock()
 	stopped := make(chan struct{})
 	go func() { lead.stop(); close(stopped) }()
-	for !lead.isLost() {
-		time.Sleep(time.Millisecond)
-	}
 	close(e.gate)
 	select {
 	case <-stopped:

@@ -199,17 +199,18 @@ func callContext(batch []*runCall) (context.Context, context.CancelFunc) {
 // answer hands each fire of a call its ack from resp, or err.
 func (l *runLane) answer(batch []*runCall, resp *executorv1.RunResponse, err error) {
 	l.pool.inflight.Add(-int64(len(batch)))
-	if err == nil && len(resp.GetAcks()) != len(batch) {
-		err = fmt.Errorf("executor answered %d acks for %d fires", len(resp.GetAcks()), len(batch))
+	acks := resp.GetAcks()
+	if err == nil && len(acks) != len(batch) {
+		err = fmt.Errorf("executor answered %d acks for %d fires", len(acks), len(batch))
 	}
 	for i, c := range batch {
-		switch a := resp.GetAcks(); {
+		switch {
 		case err != nil:
 			c.done(nil, err)
-		case a[i].GetTriggerId() != "" && a[i].GetTriggerId() != c.trig.GetTriggerId():
-			c.done(nil, fmt.Errorf("executor answered for fire %s in place of %s (acks out of order)", a[i].GetTriggerId(), c.trig.GetTriggerId()))
+		case acks[i].GetTriggerId() != "" && acks[i].GetTriggerId() != c.trig.GetTriggerId():
+			c.done(nil, fmt.Errorf("executor answered for fire %s in place of %s (acks out of order)", acks[i].GetTriggerId(), c.trig.GetTriggerId()))
 		default:
-			c.done(a[i], nil)
+			c.done(acks[i], nil)
 		}
 	}
 }
