@@ -60,7 +60,7 @@ if docker compose version >/dev/null 2>&1; then compose=(docker compose); else
   }
   compose=(docker-compose)
 fi
-JOBMESH_INTERNAL_TOKEN=ci-placeholder-internal-token-0000000000 JOBMESH_AGENT_TOKEN=ci-placeholder-agent-token-000000000000 \
+JOBMESH_INTERNAL_TOKEN=ci-placeholder-internal-token-0000000000 JOBMESH_DEMO_GROUP_TOKEN=ci-placeholder-group-token-000000000000 \
   POSTGRES_PASSWORD=ci-placeholder "${compose[@]}" -f docker-compose.yml config -q
 
 step "go test -race"

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/jobmesh/jobmesh/internal/bench"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
@@ -64,7 +63,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 		jsonPath, mdPath, logLevel string
 		target                     bool
 		tg                         bench.Target
-		schedAddrs, etcdEndpoints  string
+		schedAddrs                 string
 		seed                       int
 	)
 	cfg.Scenario = scenario
@@ -103,13 +102,11 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.dur(&cfg.MaxP99, "max-p99", 0, "ramp: the p99 lateness a step may reach and hold (default 100ms)")
 	f.integer(&cfg.MaxLost, "max-lost", 0, "ramp: lost + doubled fires a step may have and hold")
 	f.dur(&cfg.StoreWait, "store-wait", 0, "how long after a window to wait for logsvc to store its results (default 60s)")
-	f.boolean(&target, "target", false, "drive a running cluster: give --scheduler-addr, --registry-addr, --logs-addr, --etcd-endpoints, --token")
+	f.boolean(&target, "target", false, "drive a running cluster: give --scheduler-addr, --registry-addr, --logs-addr, --token")
 	f.str(&schedAddrs, "scheduler-addr", "", "--target: comma-separated scheduler replica gRPC addresses")
 	f.str(&tg.RegistryAddr, "registry-addr", "", "--target: registry gRPC address")
 	f.str(&tg.LogsAddr, "logs-addr", "", "--target: logsvc gRPC address")
-	f.str(&etcdEndpoints, "etcd-endpoints", "", "--target: comma-separated etcd endpoints the agents register in")
 	f.str(&tg.Token, "token", "", "--target: the internal token, or an admin's API token")
-	f.str(&tg.AgentToken, "agent-token", "", "--target: logsvc's agent token (default --token)")
 	f.str(&logLevel, "log-level", "info", "the bench's own progress log level")
 	if err := f.parse(args); err != nil {
 		return err
@@ -122,7 +119,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	}
 	cfg.Seed = uint64(seed)
 	if target {
-		tg.SchedulerAddrs, tg.EtcdEndpoints = splitList(schedAddrs), splitList(etcdEndpoints)
+		tg.SchedulerAddrs = splitList(schedAddrs)
 		cfg.Target = &tg
 	}
 	log, err := telemetry.NewLogger(telemetry.Config{Service: "bench", Level: logLevel, Output: stderr})
@@ -194,30 +191,25 @@ func runBenchEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // runBenchAgent is a bench agent process: an executor that records when each fire arrives.
 func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		cfg                 bench.AgentConfig
-		endpoints, logLevel string
+		cfg      bench.AgentConfig
+		logLevel string
 	)
 	f := newFlags("jobmesh bench agent", stderr)
 	f.str(&cfg.App, "app", "bench", "executor group app name")
 	f.str(&cfg.Instance, "instance", "", "instance id (required)")
-	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints (required)")
+	f.str(&cfg.RegistryAddr, "registry-addr", "", "registry gRPC address, to register with (required)")
 	f.str(&cfg.LogsAddr, "logs-addr", "", "logsvc gRPC address (required)")
-	f.str(&cfg.AgentToken, "agent-token", "", "token presented to logsvc")
+	f.str(&cfg.GroupToken, "group-token", "", "the executor group's access token (required)")
 	f.str(&cfg.LogDir, "log-dir", "", "run logs and spool (required)")
 	f.str(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:0", "ExecutorService address; port 0 picks one")
 	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:0", "the driver's endpoint (/stats, /executions); port 0 picks one")
-	f.dur(&cfg.RegistrationTTL, "registration-ttl", 0, "registration lease TTL (default 10s)")
 	f.str(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	cfg.EtcdEndpoints = splitList(endpoints)
 	var errs []error
-	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}, {"--logs-addr", cfg.LogsAddr}} {
+	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}, {"--logs-addr", cfg.LogsAddr}, {"--registry-addr", cfg.RegistryAddr}} {
 		errs = append(errs, checkAddr(a.flag, a.addr))
-	}
-	if cfg.RegistrationTTL != 0 && cfg.RegistrationTTL < time.Second {
-		errs = append(errs, fmt.Errorf("--registration-ttl %v: want at least 1s", cfg.RegistrationTTL))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

@@ -46,7 +46,6 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	}
 	const (
 		internal = "internal-secret-internal-secret-0123"
-		agentTok = "agent-secret-agent-secret-agent-0123"
 		password = "cluster-admin-password"
 		groupTok = "cluster-group-access-token"
 	)
@@ -68,7 +67,7 @@ func TestClusterOfServiceCommands(t *testing.T) {
 		procs := []proc{
 			{"registry", runRegistry, []string{"--grpc-addr", reg, "--etcd-endpoints", etcd.Endpoint(), "--database-url", dbURL,
 				"--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, "registry grpc "},
-			{"logsvc", runLogsvc, []string{"--grpc-addr", logs, "--database-url", dbURL, "--agent-token", agentTok,
+			{"logsvc", runLogsvc, []string{"--grpc-addr", logs, "--database-url", dbURL,
 				"--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, "logsvc grpc "},
 			{"gateway", runGateway, []string{"--http-addr", httpAddr, "--grpc-addr", authAddr, "--database-url", dbURL,
 				"--admin-password", password, "--scheduler-addr", sched1, "--registry-addr", reg, "--logs-addr", logs}, "gateway http "},
@@ -154,13 +153,9 @@ func TestClusterOfServiceCommands(t *testing.T) {
 		t.Fatalf("create group = %d", code)
 	}
 
-	agentEtcd, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agentEtcd.Close()
-	ex, err := sdk.New(sdk.Config{AppName: "cluster-app", InstanceID: "e1", ListenAddr: "127.0.0.1:0", Etcd: agentEtcd,
-		LogsvcAddr: logs, LogsvcToken: agentTok, LogDir: t.TempDir(), RegistrationTTL: 2 * time.Second, AccessToken: groupTok,
+	// The executor registers with the registry and delivers to logsvc with its group's token.
+	ex, err := sdk.New(sdk.Config{AppName: "cluster-app", InstanceID: "e1", ListenAddr: "127.0.0.1:0", RegistryAddr: reg,
+		LogsvcAddr: logs, LogDir: t.TempDir(), AccessToken: groupTok,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -255,19 +255,17 @@ type guardDeps struct {
 	// (the auth service itself); otherwise the process uses the auth service at AuthAddr.
 	Users auth.Authenticator
 	Audit auth.AuditSink
-	// AgentToken is the secret agents present to deliver results (logsvc only).
-	AgentToken string
 }
 
 // guard builds the token check every gRPC server of the process installs.
 func (p *process) guard(d guardDeps) (*auth.Guard, error) {
+	resolver := auth.ClientResolver{
+		Jobs: schedulerv1.NewJobServiceClient(d.Jobs), Logs: logsv1.NewLogServiceClient(d.Logs),
+		Registry: registryv1.NewRegistryServiceClient(d.Registry),
+	}
 	cfg := auth.GuardConfig{
-		InternalToken: p.mesh.InternalToken, AgentToken: d.AgentToken, Logger: p.log,
-		Users: d.Users, Audit: d.Audit,
-		Groups: auth.ClientResolver{
-			Jobs: schedulerv1.NewJobServiceClient(d.Jobs), Logs: logsv1.NewLogServiceClient(d.Logs),
-			Registry: registryv1.NewRegistryServiceClient(d.Registry),
-		},
+		InternalToken: p.mesh.InternalToken, Logger: p.log,
+		Users: d.Users, Audit: d.Audit, Groups: resolver, Executors: resolver,
 	}
 	if d.Users == nil && p.mesh.AuthAddr != "" {
 		authConn, err := p.dialAs("--auth-addr", p.mesh.AuthAddr)

@@ -106,7 +106,8 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	// Only services (the scheduler) read executor groups' access tokens in clear.
-	reg, err := registry.New(registry.Config{Logger: p.log, RevealTokens: auth.IsInternalCaller}, store, etcd)
+	reg, err := registry.New(registry.Config{Logger: p.log, RevealTokens: auth.IsInternalCaller,
+		SealSecret: mesh.InternalToken, Executor: auth.ExecutorOf}, store, etcd)
 	if err != nil {
 		return err
 	}
@@ -136,25 +137,20 @@ var logsPeers = []peer{peerScheduler, peerRegistry}
 // runLogsvc runs logsvc: run records, results and log lines in Postgres.
 func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		mesh                              meshConfig
-		grpcAddr, databaseURL, agentToken string
-		alarms                            alarmFlags
+		mesh                  meshConfig
+		grpcAddr, databaseURL string
+		alarms                alarmFlags
 	)
 	f := newFlags("jobmesh logsvc", stderr)
 	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9012", "gRPC address of IngestService and LogService; port 0 picks one")
 	f.str(&databaseURL, "database-url", "", "Postgres URL (schema logs) (required)")
-	f.str(&agentToken, "agent-token", "", "secret executor agents present to deliver results and logs; empty means agents use the internal token")
 	mesh.addFlags(f, logsPeers, peerAuth)
 	alarms.add(f)
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	var errs []error
-	if agentToken != "" && len(agentToken) < auth.MinSecretLen {
-		errs = append(errs, fmt.Errorf("--agent-token: at least %d characters", auth.MinSecretLen))
-	}
 	channels, err := alarms.channels()
-	errs = append(errs, err, checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))
+	errs := []error{err, checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL)}
 	if err := checkArgs(f, &mesh, logsPeers, errs...); err != nil {
 		return err
 	}
@@ -180,7 +176,7 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	guard, err := p.peersGuard(guardDeps{AgentToken: agentToken}, ln.Addr().String(), peerLogs)
+	guard, err := p.peersGuard(guardDeps{}, ln.Addr().String(), peerLogs)
 	if err != nil {
 		return err
 	}
@@ -193,7 +189,8 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer view.Stop()
 	logs, err := logsvc.New(logsvc.Config{
 		Logger: p.log, Executors: view, AlarmChannels: channels,
-		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)},
+		Jobs:           logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)},
+		DeliverySecret: mesh.InternalToken, Executor: auth.ExecutorOf,
 	}, store, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
 	if err != nil {
 		return err

@@ -27,6 +27,10 @@ import (
 	"github.com/jobmesh/jobmesh/services/logsvc"
 )
 
+// groupToken is the access token the tests' executors are given: the test clients present it on
+// Run, and the logsvc here, which runs without a guard, takes whatever they deliver.
+const groupToken = "agenttest-group-token"
+
 // wait bounds every wait on a condition.
 const wait = 60 * time.Second
 
@@ -215,7 +219,7 @@ func TestLogsvcDown30sWhile200RunsFinish(t *testing.T) {
 	logDir := t.TempDir()
 	ended := make(chan sdk.Result, fires)
 	e, err := sdk.New(sdk.Config{
-		AppName: "outage", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ls.addr, LogDir: logDir,
+		AppName: "outage", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ls.addr, LogDir: logDir, AccessToken: groupToken,
 		Logger: slog.New(slog.DiscardHandler), OnResult: func(r sdk.Result) { ended <- r },
 	})
 	if err != nil {
@@ -231,7 +235,7 @@ func TestLogsvcDown30sWhile200RunsFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Stop)
-	cli := sdktest.Client(t, e.Addr(), "")
+	cli := sdktest.Client(t, e.Addr(), groupToken)
 
 	ls.down()
 	downAt := time.Now()
@@ -319,7 +323,7 @@ func startAgent(t *testing.T, bin, addr, logsvcAddr, logDir string, flags ...str
 	args := append([]string{"--app-name", "killed", "--instance-id", "k1", "--listen-addr", addr,
 		"--logsvc-addr", logsvcAddr, "--log-dir", logDir, "--log-level", "debug"}, flags...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "JOBMESH_ACCESS_TOKEN=" + groupToken}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start jobmesh-agent: %v", err)
@@ -338,7 +342,7 @@ func startAgent(t *testing.T, bin, addr, logsvcAddr, logDir string, flags ...str
 		}
 	})
 	// Ready when it answers Beat.
-	cli := sdktest.Client(t, addr, "")
+	cli := sdktest.Client(t, addr, groupToken)
 	deadline := time.Now().Add(wait)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -373,7 +377,7 @@ func TestAgentSIGKILLedWithFullSpoolLosesNothing(t *testing.T) {
 	ls := newLogsvc(t) // not up yet
 	logDir, addr := t.TempDir(), freeAddr(t)
 	a := startAgent(t, bin, addr, ls.addr, logDir)
-	cli := sdktest.Client(t, addr, "")
+	cli := sdktest.Client(t, addr, groupToken)
 
 	src := "echo \"$JOBMESH_TRIGGER_ID line 1\"\necho \"$JOBMESH_TRIGGER_ID line 2\" >&2\necho \"$JOBMESH_TRIGGER_ID line 3\"\n"
 	var ids []string

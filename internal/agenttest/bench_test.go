@@ -33,7 +33,7 @@ func BenchmarkAgentToLogsvc(b *testing.B) {
 	ls.up()
 	ended := make(chan sdk.Result, 1<<16)
 	ex, err := sdk.New(sdk.Config{
-		AppName: "bench", InstanceID: "b1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ls.addr, LogDir: b.TempDir(),
+		AppName: "bench", InstanceID: "b1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ls.addr, LogDir: b.TempDir(), AccessToken: groupToken,
 		IdleTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler), OnResult: func(r sdk.Result) { ended <- r },
 	})
 	if err != nil {
@@ -44,7 +44,7 @@ func BenchmarkAgentToLogsvc(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(ex.Stop)
-	cli := sdktest.Client(b, ex.Addr(), "")
+	cli := sdktest.Client(b, ex.Addr(), groupToken)
 	ctx := context.Background()
 
 	const batch = 100

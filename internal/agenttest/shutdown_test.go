@@ -2,6 +2,8 @@ package agenttest
 
 import (
 	"context"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,11 +14,15 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
+	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
@@ -35,13 +41,14 @@ func TestGracefulShutdownOfTheAgentProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcd := etcdtest.Client(t)
+	regAddr := serveRegistry(t, etcd)
 	ls := newLogsvc(t)
 	ls.up()
 	logDir, addr, release := t.TempDir(), freeAddr(t), filepath.Join(t.TempDir(), "release")
 	const stopGrace = 8 * time.Second // long enough for the checks below, which take milliseconds
 	a := startAgent(t, bin, addr, ls.addr, logDir, "--app-name", "graceful", "--instance-id", "g1",
-		"--etcd-endpoints", etcd.Endpoints()[0], "--registration-ttl", "5m", "--stop-grace", stopGrace.String(), "--kill-grace", "1s")
-	cli := sdktest.Client(t, addr, "")
+		"--registry-addr", regAddr, "--stop-grace", stopGrace.String(), "--kill-grace", "1s")
+	cli := sdktest.Client(t, addr, groupToken)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 
@@ -186,4 +193,37 @@ func handleMessages(t *testing.T, ls *logsvcProc) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// serveRegistry runs a registry on etcd (its own client) over loopback gRPC, without a guard:
+// it takes a call that names an executor app as that app's executor (the guard's check of the
+// group's token is tested with the guard), with a TTL far above the tests' waits, so an
+// executor that leaves the view was removed, not expired. It returns the registry's address.
+func serveRegistry(t *testing.T, etcd *clientv3.Client) string {
+	t.Helper()
+	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "registry", registry.MigrationsFS())
+	reg, err := registry.New(registry.Config{SealSecret: "agenttest-registry-seal-secret-0123", ExecutorTTL: 5 * time.Minute,
+		Executor: func(ctx context.Context) (int64, string, bool) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			if v := md.Get("x-jobmesh-executor-app"); len(v) == 1 {
+				return 1, v[0], true
+			}
+			return 0, "", false
+		}}, d, etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	g := grpcserver.New(slog.New(slog.DiscardHandler))
+	reg.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	return ln.Addr().String()
 }

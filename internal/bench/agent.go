@@ -17,9 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/jobmesh/jobmesh/internal/firecheck"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
@@ -36,16 +33,13 @@ const (
 type AgentConfig struct {
 	// App is the executor group's app name; Instance names this agent in it.
 	App, Instance string
-	// EtcdEndpoints is where the agent registers.
-	EtcdEndpoints []string
-	// LogsAddr is logsvc's gRPC address; AgentToken what the agent presents there.
-	LogsAddr, AgentToken string
+	// RegistryAddr is where the agent registers; LogsAddr where it delivers; GroupToken the
+	// group's access token it presents to both (and expects from the scheduler).
+	RegistryAddr, LogsAddr, GroupToken string
 	// LogDir holds the executor's run logs and spool.
 	LogDir string
 	// GRPCAddr is ExecutorService's listen address; HTTPAddr the driver's endpoint. Port 0 picks.
 	GRPCAddr, HTTPAddr string
-	// RegistrationTTL is the executor's lease TTL. Default 10s.
-	RegistrationTTL time.Duration
 	// Log receives the executor's own logs.
 	Log *slog.Logger
 }
@@ -62,22 +56,16 @@ type agentStats struct {
 // GET /stats (JSON), GET /count?from_ms=&to_ms= (a number), GET /executions?from_ms=&to_ms= (gob)
 // and /debug/pprof/.
 func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
-	if cfg.App == "" || cfg.Instance == "" || len(cfg.EtcdEndpoints) == 0 || cfg.LogDir == "" {
-		return errors.New("bench agent: --app, --instance, --etcd-endpoints and --log-dir are required")
+	if cfg.App == "" || cfg.Instance == "" || cfg.RegistryAddr == "" || cfg.GroupToken == "" || cfg.LogDir == "" {
+		return errors.New("bench agent: --app, --instance, --registry-addr, --group-token and --log-dir are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("--etcd-endpoints: %w", err)
-	}
-	defer etcd.Close()
 	tally := firecheck.NewTally()
 	var probes atomic.Int64
-	ex, err := sdk.New(sdk.Config{AppName: cfg.App, InstanceID: cfg.Instance, ListenAddr: cfg.GRPCAddr, Etcd: etcd,
-		RegistrationTTL: cfg.RegistrationTTL, LogsvcAddr: cfg.LogsAddr, LogsvcToken: cfg.AgentToken, LogDir: cfg.LogDir,
-		Version: "bench", Logger: cfg.Log})
+	ex, err := sdk.New(sdk.Config{AppName: cfg.App, InstanceID: cfg.Instance, ListenAddr: cfg.GRPCAddr, RegistryAddr: cfg.RegistryAddr,
+		LogsvcAddr: cfg.LogsAddr, AccessToken: cfg.GroupToken, LogDir: cfg.LogDir, Version: "bench", Logger: cfg.Log})
 	if err != nil {
 		return err
 	}

@@ -139,7 +139,7 @@ func TestConfig(t *testing.T) {
 		{"more API jobs than jobs", Config{Scenario: "scale", Jobs: 10, APIJobs: 20}, "--api-jobs"},
 		{"ramp that ends before it starts", Config{Scenario: "ramp", StartRate: 5000, MaxRate: 1000}, "--max-rate"},
 		{"failover against a target", Config{Scenario: "failover", Target: &Target{SchedulerAddrs: []string{"x:1"}, LogsAddr: "y:1",
-			RegistryAddr: "z:1", EtcdEndpoints: []string{"e"}, Token: "t"}}, "needs a cluster of its own"},
+			RegistryAddr: "z:1", Token: "t"}}, "needs a cluster of its own"},
 		{"a target without its addresses", Config{Scenario: "rate", Target: &Target{}}, "--scheduler-addr"},
 	} {
 		tc.cfg.Bin = "jobmesh"

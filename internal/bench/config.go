@@ -119,15 +119,11 @@ type Target struct {
 	SchedulerAddrs []string
 	// LogsAddr is logsvc's gRPC address, where the bench agents deliver results.
 	LogsAddr string
-	// EtcdEndpoints is where the bench agents register.
-	EtcdEndpoints []string
 	// Token is presented on every call to the scheduler and registry: the internal token, or an
 	// API token of an admin.
 	Token string
 	// RegistryAddr is the registry's gRPC address, to create the bench's executor group.
 	RegistryAddr string
-	// AgentToken is what the agents present to logsvc (its --agent-token, or the internal token).
-	AgentToken string
 }
 
 // withDefaults fills zero fields from the preset, then from the scenario's defaults.
@@ -308,9 +304,6 @@ func (c Config) validate() error {
 		}
 		if t.RegistryAddr == "" {
 			bad("registry-addr", "required with --target")
-		}
-		if len(t.EtcdEndpoints) == 0 {
-			bad("etcd-endpoints", "required with --target")
 		}
 		if t.Token == "" {
 			bad("token", "required with --target")

@@ -57,9 +57,10 @@ type topology struct {
 	pg            *pgx.Conn // the driver's own connection; nil when the database is unknown (--target)
 	dropDB        func() error
 
-	token, agentToken string
+	token, groupToken string
 	app               string
 	etcdEndpoints     []string
+	regAddr           string
 	logsAddr          string
 	logsPprofAddr     string
 
@@ -117,11 +118,8 @@ func up(ctx context.Context, cfg Config) (_ *topology, err error) {
 
 	var regAddr string
 	if tg := cfg.Target; tg != nil {
-		t.token, t.agentToken = tg.Token, tg.AgentToken
-		if t.agentToken == "" {
-			t.agentToken = tg.Token
-		}
-		t.etcdEndpoints, t.logsAddr, regAddr = tg.EtcdEndpoints, tg.LogsAddr, tg.RegistryAddr
+		t.token = tg.Token
+		t.logsAddr, regAddr = tg.LogsAddr, tg.RegistryAddr
 		t.app = "bench-" + randHex(4)
 		for i, a := range tg.SchedulerAddrs {
 			r := &replica{id: fmt.Sprintf("target-%d", i+1), addr: a}
@@ -138,9 +136,10 @@ func up(ctx context.Context, cfg Config) (_ *topology, err error) {
 	if err != nil {
 		return t, err
 	}
-	t.reg = registryv1.NewRegistryServiceClient(regConn)
+	t.reg, t.regAddr, t.groupToken = registryv1.NewRegistryServiceClient(regConn), regAddr, randHex(24)
 	g, err := t.reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{
-		Group: &registryv1.ExecutorGroup{AppName: t.app, Title: "jobmesh bench", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO}})
+		Group: &registryv1.ExecutorGroup{AppName: t.app, Title: "jobmesh bench", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO,
+			AccessToken: t.groupToken}})
 	if err != nil {
 		return t, fmt.Errorf("create the bench's executor group: %w", err)
 	}
@@ -162,7 +161,7 @@ func up(ctx context.Context, cfg Config) (_ *topology, err error) {
 // returns the registry's address.
 func (t *topology) startServices(ctx context.Context) (string, error) {
 	cfg := t.cfg
-	t.token, t.agentToken = randHex(24), randHex(24)
+	t.token = randHex(24)
 	etcdArgs := []string{"bench", "etcd", "--dir", filepath.Join(t.dir, "etcd"), "--client-addr", "127.0.0.1:0"}
 	if cfg.UnsafeEtcd {
 		etcdArgs = append(etcdArgs, "--unsafe")
@@ -227,7 +226,7 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if _, err := t.start(ctx, "logsvc", append([]string{"logsvc", "--grpc-addr", logs, "--database-url", withAppName(t.dbURL, "logsvc"),
-		"--agent-token", t.agentToken, "--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, append(common, m...)...), logsEnv, "logsvc grpc "); err != nil {
+		"--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, append(common, m...)...), logsEnv, "logsvc grpc "); err != nil {
 		return "", err
 	}
 	if m, _, err = metrics(); err != nil {
@@ -317,8 +316,8 @@ func (t *topology) start(ctx context.Context, name string, args, env []string, r
 
 // startAgent starts a bench agent.
 func (t *topology) startAgent(ctx context.Context, id string) error {
-	args := []string{"bench", "agent", "--app", t.app, "--instance", id, "--etcd-endpoints", strings.Join(t.etcdEndpoints, ","),
-		"--logs-addr", t.logsAddr, "--agent-token", t.agentToken, "--log-dir", filepath.Join(t.dir, "agents", id),
+	args := []string{"bench", "agent", "--app", t.app, "--instance", id, "--registry-addr", t.regAddr,
+		"--logs-addr", t.logsAddr, "--group-token", t.groupToken, "--log-dir", filepath.Join(t.dir, "agents", id),
 		"--log-level", t.cfg.ServiceLogLevel}
 	m, err := t.start(ctx, "agent-"+id, args, nil, "agent grpc ", "agent http ")
 	if err != nil {

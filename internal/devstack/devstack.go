@@ -3,8 +3,8 @@
 // one local executor agent. `jobmesh dev` runs it; the end-to-end tests start the same stack.
 //
 // Every gRPC server checks tokens with the same auth.Guard: people log in (the first admin's
-// password is printed at first start), services call each other with the internal token and the
-// agent delivers results with the agent token (docs/auth.md).
+// password is printed at first start), services call each other with the internal token, and the
+// agent registers and delivers results with its executor group's access token (docs/security.md).
 package devstack
 
 import (
@@ -15,7 +15,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -57,12 +60,11 @@ type Config struct {
 	// printed once.
 	AdminPassword string
 	// InternalToken is the secret the services present to each other (at least 32 characters);
-	// external scheduler replicas (NoScheduler) must be given the same. Empty means a random one
-	// for this start (Stack.InternalToken).
+	// external scheduler replicas (NoScheduler) must be given the same. It also seals fires'
+	// delivery tokens and the executors' registrations, so it must outlive a restart for results
+	// spooled across it to be accepted: empty means the one made at the data directory's first
+	// start and kept in DataDir/internal-token (Stack.InternalToken).
 	InternalToken string
-	// AgentToken is the secret executor agents present to deliver results and log lines (at
-	// least 32 characters). Empty means a random one for this start (Stack.AgentToken).
-	AgentToken string
 	// Auth tunes the auth service (session TTL, login throttling, clock); its Logger is set here.
 	Auth auth.Config
 	// EtcdAddr is the embedded etcd's client address. Default 127.0.0.1:2379.
@@ -117,10 +119,13 @@ type Stack struct {
 	// AdminPassword is the password given to the first admin by this start; empty when the
 	// store already had users.
 	AdminPassword string
-	// InternalToken and AgentToken are the secrets services and agents present (see Config).
-	InternalToken, AgentToken string
-	// GroupID is the executor group of the local agent.
-	GroupID int64
+	// InternalToken is the secret the services present to each other (see Config).
+	InternalToken string
+	// GroupID is the executor group of the local agent, and GroupToken its access token (made
+	// at the group's creation): the local agent presents it, and so must any other executor of
+	// the group.
+	GroupID    int64
+	GroupToken string
 	// MetricsAddr is the actual address of the /metrics endpoint; empty without one.
 	MetricsAddr string
 
@@ -134,12 +139,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("devstack: data dir: required")
 	}
-	st := &Stack{log: cfg.Logger, InternalToken: cfg.InternalToken, AgentToken: cfg.AgentToken}
+	st := &Stack{log: cfg.Logger, InternalToken: cfg.InternalToken}
 	if st.InternalToken == "" {
-		st.InternalToken = auth.NewSecret()
-	}
-	if st.AgentToken == "" {
-		st.AgentToken = auth.NewSecret()
+		if st.InternalToken, err = dataDirSecret(cfg.DataDir, "internal-token"); err != nil {
+			return nil, err
+		}
 	}
 	var undo []func() // reverse start order
 	defer func() {
@@ -283,12 +287,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if st.AdminPassword, err = authSvc.Bootstrap(ctx, "admin", cfg.AdminPassword); err != nil {
 		return nil, err
 	}
+	resolver := auth.ClientResolver{
+		Jobs: schedulerv1.NewJobServiceClient(schedConn), Logs: logsv1.NewLogServiceClient(logsConn),
+		Registry: registryv1.NewRegistryServiceClient(regConn),
+	}
 	guard, err := auth.NewGuard(auth.GuardConfig{
-		Users: authSvc, InternalToken: st.InternalToken, AgentToken: st.AgentToken, Audit: authSvc,
-		Groups: auth.ClientResolver{
-			Jobs: schedulerv1.NewJobServiceClient(schedConn), Logs: logsv1.NewLogServiceClient(logsConn),
-			Registry: registryv1.NewRegistryServiceClient(regConn),
-		},
+		Users: authSvc, InternalToken: st.InternalToken, Audit: authSvc, Groups: resolver, Executors: resolver,
 		Logger: log.With("service", "guard"),
 	})
 	if err != nil {
@@ -311,7 +315,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	reg, err := registry.New(registry.Config{Logger: log.With("service", "registry"), RevealTokens: auth.IsInternalCaller}, regDB, regEtcd)
+	reg, err := registry.New(registry.Config{Logger: log.With("service", "registry"), RevealTokens: auth.IsInternalCaller,
+		SealSecret: st.InternalToken, Executor: auth.ExecutorOf}, regDB, regEtcd)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +337,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	logs, err := logsvc.New(logsvc.Config{
 		Logger: log.With("service", "logsvc"), Executors: execView,
 		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)}, AlarmChannels: cfg.AlarmChannels,
+		DeliverySecret: st.InternalToken, Executor: auth.ExecutorOf,
 	}, logsDB, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
 	if err != nil {
 		return nil, err
@@ -351,6 +357,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		scfg := cfg.Scheduler
 		scfg.Logger = log.With("service", "scheduler")
+		scfg.DeliverySecret = st.InternalToken
 		sched, err := scheduler.New(scfg, scheduler.Deps{
 			Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 			Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
@@ -366,21 +373,18 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		stopSched = sched.Stop
 	}
 
+	// Every service serves before the local agent joins.
+	serve("auth", authLn, authSvc.Register)
+
 	// The local agent's group, then the agent.
-	gid, err := ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn))
-	if err != nil {
-		return nil, err
-	}
-	st.GroupID = gid
-	agentEtcd, err := newEtcd()
-	if err != nil {
+	if st.GroupID, st.GroupToken, err = ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn)); err != nil {
 		return nil, err
 	}
 	agent, err := sdk.New(sdk.Config{
-		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, Etcd: agentEtcd,
-		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev",
-		LogsvcDialOptions: []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken),
+		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, RegistryAddr: st.RegistryAddr,
+		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev", AccessToken: st.GroupToken,
+		DialOptions: []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 				MinConnectTimeout: 5 * time.Second,
@@ -399,8 +403,6 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	undo = append(undo, agent.Stop)
 	st.AgentAddr = agent.Addr()
-
-	serve("auth", authLn, authSvc.Register)
 
 	// Gateway.
 	gw, err := gateway.New(gateway.Config{
@@ -473,22 +475,56 @@ func (s *Stack) Stop() {
 	}
 }
 
-// ensureGroup returns the id of the local agent's executor group, creating it on first start.
-func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int64, error) {
+// dataDirSecret returns the secret kept in dir/name, making a random one on first use.
+func dataDirSecret(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	if b, err := os.ReadFile(path); err == nil {
+		if tok := strings.TrimSpace(string(b)); len(tok) >= auth.MinSecretLen {
+			return tok, nil
+		}
+		return "", fmt.Errorf("devstack: %s: want a secret of at least %d characters", path, auth.MinSecretLen)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	tok := auth.NewSecret()
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	return tok, nil
+}
+
+// ensureGroup returns the id and access token of the local agent's executor group, creating it
+// with a random token on first start, and giving it one if it has none (a data directory from
+// before executors needed one). The registry reveals the token to this internal caller.
+func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int64, string, error) {
 	resp, err := reg.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: DevApp})
 	if err != nil {
-		return 0, fmt.Errorf("devstack: list groups: %w", err)
+		return 0, "", fmt.Errorf("devstack: list groups: %w", err)
 	}
 	for _, g := range resp.GetGroups() {
-		if g.GetAppName() == DevApp {
-			return g.GetId(), nil
+		if g.GetAppName() != DevApp {
+			continue
 		}
+		if g.GetAccessToken() != "" {
+			return g.GetId(), g.GetAccessToken(), nil
+		}
+		tok := auth.NewSecret()
+		if _, err := reg.UpdateExecutorGroup(ctx, &registryv1.UpdateExecutorGroupRequest{
+			Group: &registryv1.ExecutorGroup{Id: g.GetId(), AccessToken: tok}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"access_token"}},
+		}); err != nil {
+			return 0, "", fmt.Errorf("devstack: give the local group an access token: %w", err)
+		}
+		return g.GetId(), tok, nil
 	}
+	tok := auth.NewSecret()
 	cr, err := reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
-		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO,
+		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO, AccessToken: tok,
 	}})
 	if err != nil {
-		return 0, fmt.Errorf("devstack: create group: %w", err)
+		return 0, "", fmt.Errorf("devstack: create group: %w", err)
 	}
-	return cr.GetGroup().GetId(), nil
+	return cr.GetGroup().GetId(), tok, nil
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,20 +25,12 @@ import (
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
 
-// startTokenExecutor runs an SDK executor of app on the stack that expects accessToken from the
-// scheduler, with the given handlers.
-func startTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken string, handlers map[string]sdk.HandlerFunc) *sdk.Executor {
+// startTokenExecutor runs an SDK executor of app on the stack with accessToken (which it expects
+// from the scheduler and presents to the registry and logsvc), with the given handlers. It
+// registers with the registry unless unregistered (an executor only a MANUAL group names).
+func startTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken string, unregistered bool, handlers map[string]sdk.HandlerFunc) *sdk.Executor {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	e, err := sdk.New(sdk.Config{
-		AppName: app, InstanceID: app + "-1", ListenAddr: "127.0.0.1:0", Etcd: cli, LogsvcAddr: st.LogsAddr,
-		LogsvcDialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken)},
-		AccessToken:       accessToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-	})
+	e, err := newTokenExecutor(t, st, app, accessToken, unregistered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +42,18 @@ func startTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken strin
 	}
 	t.Cleanup(e.Stop)
 	return e
+}
+
+func newTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken string, unregistered bool) (*sdk.Executor, error) {
+	regAddr := st.RegistryAddr
+	if unregistered {
+		regAddr = ""
+	}
+	return sdk.New(sdk.Config{
+		AppName: app, InstanceID: app + "-1", ListenAddr: "127.0.0.1:0", RegistryAddr: regAddr, LogsvcAddr: st.LogsAddr,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		AccessToken: accessToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+	})
 }
 
 // TestExecutorAccessToken runs the real scheduler, registry and logsvc against SDK executors
@@ -72,15 +74,19 @@ func TestExecutorAccessToken(t *testing.T) {
 		agentToken = "the-executor-wants-this-token"
 	)
 
-	createGroup := func(app, token string) string {
+	createGroup := func(app, token string, manual ...string) string {
 		t.Helper()
+		group := map[string]any{"app_name": app, "title": app, "access_token": token}
+		if len(manual) > 0 {
+			group["address_type"], group["manual_addresses"] = "ADDRESS_TYPE_MANUAL", manual
+		}
 		var resp struct {
 			Group struct {
 				ID          string `json:"id"`
 				AccessToken string `json:"access_token"`
 			} `json:"group"`
 		}
-		if code := call(t, "POST", base+"/executor-groups", map[string]any{"app_name": app, "title": app, "access_token": token}, &resp); code != http.StatusOK {
+		if code := call(t, "POST", base+"/executor-groups", group, &resp); code != http.StatusOK {
 			t.Fatalf("create group %s = %d", app, code)
 		}
 		if resp.Group.AccessToken != "****" {
@@ -89,11 +95,10 @@ func TestExecutorAccessToken(t *testing.T) {
 		return resp.Group.ID
 	}
 	secured := createGroup("secured", goodToken)
-	mismatched := createGroup("mismatched", groupToken)
 
 	var ran, blocked atomic.Int32
 	started := make(chan string, 1)
-	good := startTokenExecutor(t, st, "secured", goodToken, map[string]sdk.HandlerFunc{
+	good := startTokenExecutor(t, st, "secured", goodToken, false, map[string]sdk.HandlerFunc{
 		"hello": func(_ context.Context, j *sdk.Job) error {
 			ran.Add(1)
 			j.Logf("hello from %s", j.TriggerID)
@@ -107,9 +112,12 @@ func TestExecutorAccessToken(t *testing.T) {
 		},
 	})
 	var refusedRan atomic.Int32
-	other := startTokenExecutor(t, st, "mismatched", agentToken, map[string]sdk.HandlerFunc{
+	// An executor that wants another token than its group's cannot register (its credential is
+	// refused), so it is one only a MANUAL group names.
+	other := startTokenExecutor(t, st, "mismatched", agentToken, true, map[string]sdk.HandlerFunc{
 		"hello": func(context.Context, *sdk.Job) error { refusedRan.Add(1); return nil },
 	})
+	mismatched := createGroup("mismatched", groupToken, other.AdvertiseAddr())
 	waitOnline := func(groupID, addr string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -129,6 +137,24 @@ func TestExecutorAccessToken(t *testing.T) {
 	}
 	waitOnline(secured, good.AdvertiseAddr())
 	waitOnline(mismatched, other.AdvertiseAddr())
+
+	t.Run("an executor without its group's token cannot register", func(t *testing.T) {
+		for _, tok := range []string{groupToken, st.InternalToken} {
+			e, err := newTokenExecutor(t, st, "secured", tok, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = e.Start(t.Context())
+			if err == nil {
+				e.Stop()
+				t.Fatalf("an executor of secured with token %q registered", tok)
+			}
+			if !strings.Contains(err.Error(), "Unauthenticated") {
+				t.Errorf("registering with token %q: %v, want Unauthenticated", tok, err)
+			}
+		}
+		waitOnline(secured, good.AdvertiseAddr()) // and the real one stays alone in the view
+	})
 
 	t.Run("the group's token runs scheduled fires", func(t *testing.T) {
 		id := createJob(t, base, map[string]any{
@@ -334,10 +360,10 @@ func TestExecutorAccessToken(t *testing.T) {
 		if err != nil || gg.GetGroup().GetAccessToken() != goodToken {
 			t.Errorf("GetExecutorGroup with the internal token = %v %v, want the token in clear", gg, err)
 		}
-		// The agent token is no service's.
-		_, err = reg.GetExecutorGroup(as(st.AgentToken), &registryv1.GetExecutorGroupRequest{Id: sid})
+		// An executor's credential is no service's.
+		_, err = reg.GetExecutorGroup(metadata.AppendToOutgoingContext(as(goodToken), auth.ExecutorAppHeader, "secured"), &registryv1.GetExecutorGroupRequest{Id: sid})
 		if s, _ := status.FromError(err); s.Code() != codes.PermissionDenied {
-			t.Errorf("GetExecutorGroup with the agent token: %v, want PermissionDenied", err)
+			t.Errorf("GetExecutorGroup with an executor's credential: %v, want PermissionDenied", err)
 		}
 	})
 	if blocked.Load() != 1 {

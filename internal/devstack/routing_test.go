@@ -11,14 +11,11 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
-	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
 
 // shardCalls records which shard each executor ran, by executor address.
@@ -109,19 +106,13 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 	localAddr = st.AgentAddr
 	base := "http://" + st.HTTPAddr + "/api/v1"
 
-	// Two more executors of the stack's group, each with its own etcd client.
+	// Two more executors of the stack's group, with its access token.
 	addrs := []string{st.AgentAddr}
 	for _, inst := range []string{"extra-1", "extra-2"} {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		var e *sdk.Executor
-		e, err = sdk.New(sdk.Config{
-			AppName: devstack.DevApp, InstanceID: inst, ListenAddr: any0, Etcd: cli, LogsvcAddr: st.LogsAddr,
-			LogsvcDialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken)},
-			LogDir:            t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		e, err := sdk.New(sdk.Config{
+			AppName: devstack.DevApp, InstanceID: inst, ListenAddr: any0, RegistryAddr: st.RegistryAddr, LogsvcAddr: st.LogsAddr,
+			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+			AccessToken: st.GroupToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +219,7 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 		var manual struct{ Group struct{ ID string } }
 		if code := call(t, "POST", base+"/executor-groups", map[string]any{
 			"app_name": "manual-failover", "title": "manual", "address_type": "ADDRESS_TYPE_MANUAL",
-			"manual_addresses": []string{addrs[1], dead},
+			"manual_addresses": []string{addrs[1], dead}, "access_token": st.GroupToken, // what its executors expect
 		}, &manual); code != http.StatusOK {
 			t.Fatalf("create group = %d", code)
 		}

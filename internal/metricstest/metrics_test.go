@@ -60,20 +60,20 @@ func TestMetricsEndpointsMove(t *testing.T) {
 		t.Fatal("the stack serves no metrics endpoint although MetricsAddr was set")
 	}
 
-	// A real agent process of its own app, with its own endpoint.
-	agentAddr, agentMetrics := freeAddr(t), freeAddr(t)
-	stopAgent := startAgent(t, "--app-name", "metrics-agent", "--instance-id", "a1", "--listen-addr", agentAddr,
-		"--etcd-endpoints", st.EtcdEndpoint, "--logsvc-addr", st.LogsAddr, "--logsvc-token", st.AgentToken,
-		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics, "--registration-ttl", "2s")
-
+	// A real agent process of its own app and group, with its own endpoint.
 	api := newAPI(t, st)
 	var grp struct {
 		Group struct {
 			ID string `json:"id"`
 		} `json:"group"`
 	}
+	const agentToken = "metrics-agent-group-token"
 	api.call("POST", "/executor-groups", map[string]any{"app_name": "metrics-agent", "title": "Metrics agent",
-		"address_type": "ADDRESS_TYPE_AUTO"}, &grp)
+		"address_type": "ADDRESS_TYPE_AUTO", "access_token": agentToken}, &grp)
+	agentAddr, agentMetrics := freeAddr(t), freeAddr(t)
+	stopAgent := startAgent(t, "--app-name", "metrics-agent", "--instance-id", "a1", "--listen-addr", agentAddr,
+		"--registry-addr", st.RegistryAddr, "--logsvc-addr", st.LogsAddr, "--access-token", agentToken,
+		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics)
 	every := map[string]any{"type": "SCHEDULE_TYPE_FIX_RATE", "expression": "1s"}
 	api.call("POST", "/jobs", map[string]any{"name": "in-process", "group_id": st.GroupID, "handler": "metrics-noop",
 		"glue_type": "GLUE_TYPE_BEAN", "schedule": every, "status": "JOB_STATUS_RUNNING"}, nil)

@@ -447,6 +447,9 @@ func (a *restAPI) call(t *testing.T, method, path string, body, out any) {
 	}
 }
 
+// groupToken is the access token createGroup gives app's group, and its agent presents.
+func groupToken(app string) string { return app + "-group-token" }
+
 func (a *restAPI) createGroup(t *testing.T, app string) int64 {
 	t.Helper()
 	var resp struct {
@@ -454,7 +457,8 @@ func (a *restAPI) createGroup(t *testing.T, app string) int64 {
 			ID string `json:"id"`
 		} `json:"group"`
 	}
-	a.call(t, "POST", "/executor-groups", map[string]any{"app_name": app, "title": app, "address_type": "ADDRESS_TYPE_AUTO"}, &resp)
+	a.call(t, "POST", "/executor-groups", map[string]any{"app_name": app, "title": app, "address_type": "ADDRESS_TYPE_AUTO",
+		"access_token": groupToken(app)}, &resp)
 	return mustInt(t, resp.Group.ID)
 }
 
@@ -557,10 +561,10 @@ func startAgent(t *testing.T, st *devstack.Stack, app, otlpHTTP string) (addr, l
 	}
 	defer f.Close()
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", "a1", "--listen-addr", "127.0.0.1:0",
-		"--etcd-endpoints", st.EtcdEndpoint, "--logsvc-addr", st.LogsAddr, "--log-dir", t.TempDir(),
-		"--registration-ttl", "2s", "--log-format", "json", "--log-level", "debug")
+		"--registry-addr", st.RegistryAddr, "--logsvc-addr", st.LogsAddr, "--log-dir", t.TempDir(),
+		"--log-format", "json", "--log-level", "debug")
 	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "JOBMESH_LOGSVC_TOKEN=" + st.AgentToken,
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "JOBMESH_ACCESS_TOKEN=" + groupToken(app),
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpHTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=100",
 	}
 	cmd.Stdout, cmd.Stderr = f, f

@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -47,7 +46,7 @@ func TestMain(m *testing.M) {
 func serveRegistry(t *testing.T, st dbtest.Store, cli *clientv3.Client) registryv1.RegistryServiceClient {
 	t.Helper()
 	d := dbtest.Open(t, st.Config, "registry", registry.MigrationsFS())
-	svc, err := registry.New(registry.Config{}, d, cli)
+	svc, err := registry.New(registry.Config{SealSecret: registrySealSecret}, d, cli)
 	if err != nil {
 		t.Fatalf("registry.New: %v", err)
 	}
@@ -71,7 +70,11 @@ func serveRegistry(t *testing.T, st dbtest.Store, cli *clientv3.Client) registry
 	return registryv1.NewRegistryServiceClient(conn)
 }
 
-// registerExecutor puts an executor's key in etcd under a fresh lease, as an agent does.
+// registrySealSecret seals the registrations of serveRegistry's registries.
+const registrySealSecret = "logsvc-test-registry-seal-secret-0123"
+
+// registerExecutor puts an executor's key in etcd under a fresh lease, as the registry does for
+// an agent.
 func registerExecutor(t *testing.T, cli *clientv3.Client, app, inst, addr string) clientv3.LeaseID {
 	t.Helper()
 	ctx := ctxFor(t)
@@ -79,8 +82,11 @@ func registerExecutor(t *testing.T, cli *clientv3.Client, app, inst, addr string
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	val, _ := protojson.Marshal(&registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 1})
-	if _, err := cli.Put(ctx, registry.KeyPrefix+app+"/"+inst, string(val), clientv3.WithLease(lease.ID)); err != nil {
+	key, val, err := registry.Registration(registrySealSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, key, val, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	return lease.ID

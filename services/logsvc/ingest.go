@@ -54,7 +54,19 @@ func (s *Service) IngestTriggerRecords(stream grpc.BidiStreamingServer[logsv1.In
 // IngestResults implements IngestService: a RUNNING result records that an executor accepted
 // the fire; final results for runs that already ended are refused and listed in the ack.
 func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]) error {
-	return serveBatches(s, "results", streamResults, resultsStats, stream, resultItems, checkResults,
+	d := s.deliveryOf(stream.Context())
+	check := checkResults
+	if d != nil {
+		check = func(req *logsv1.IngestResultsRequest) (*ticket, error) {
+			refused := d.filterResults(req)
+			t, err := checkResults(req)
+			if t != nil {
+				t.refused = append(t.refused, refused...)
+			}
+			return t, err
+		}
+	}
+	return serveBatches(s, "results", streamResults, resultsStats, stream, resultItems, check,
 		func(req *logsv1.IngestResultsRequest, t *ticket) *logsv1.IngestResultsResponse {
 			return &logsv1.IngestResultsResponse{BatchId: req.GetBatchId(), RefusedTriggerIds: t.refused}
 		})
@@ -62,7 +74,15 @@ func (s *Service) IngestResults(stream grpc.BidiStreamingServer[logsv1.IngestRes
 
 // IngestLogLines implements IngestService: a line already stored is kept as it is.
 func (s *Service) IngestLogLines(stream grpc.BidiStreamingServer[logsv1.IngestLogLinesRequest, logsv1.IngestLogLinesResponse]) error {
-	return serveBatches(s, "log lines", streamLines, linesStats, stream, nil, checkLines,
+	d := s.deliveryOf(stream.Context())
+	check := checkLines
+	if d != nil {
+		check = func(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
+			d.filterLines(req)
+			return checkLines(req)
+		}
+	}
+	return serveBatches(s, "log lines", streamLines, linesStats, stream, nil, check,
 		func(req *logsv1.IngestLogLinesRequest, _ *ticket) *logsv1.IngestLogLinesResponse {
 			return &logsv1.IngestLogLinesResponse{BatchId: req.GetBatchId()}
 		})

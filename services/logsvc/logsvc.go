@@ -20,6 +20,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
 //go:embed migrations
@@ -75,6 +76,15 @@ type Config struct {
 	// so a slow store pushes back on senders through gRPC flow control instead of filling
 	// memory. 0 means 50,000.
 	MaxQueuedItems int
+	// DeliverySecret is the secret fires' delivery tokens are sealed with (the services' internal
+	// token; scheduler.Config.DeliverySecret): an executor's results and lines are stored only
+	// when they carry their fire's delivery token, which the scheduler sends only to the
+	// executor it dispatched the fire to. Empty refuses every executor's delivery.
+	DeliverySecret string
+	// Executor identifies a call made with an executor group's credential (auth.ExecutorOf);
+	// its deliveries are checked as DeliverySecret says. Calls it does not identify come from
+	// services and are trusted (the guard lets nobody else deliver). Nil identifies none.
+	Executor func(ctx context.Context) (groupID int64, app string, ok bool)
 }
 
 func (c *Config) validate() error {
@@ -143,6 +153,8 @@ type Service struct {
 	// did not find: where another replica may store one of them first.
 	beforeInsertRuns func(context.Context)
 	metrics          *metrics
+	// delivery checks executors' delivery tokens; nil without Config.DeliverySecret.
+	delivery *seal.Key
 
 	mu      sync.Mutex
 	started bool
@@ -163,8 +175,12 @@ func New(cfg Config, store *db.DB, killer Killer) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub(),
-		queue: newQueue(), metrics: newMetrics()}, nil
+	s := &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub(),
+		queue: newQueue(), metrics: newMetrics()}
+	if cfg.DeliverySecret != "" {
+		s.delivery = seal.New(cfg.DeliverySecret, seal.Delivery)
+	}
+	return s, nil
 }
 
 // Register adds IngestService and LogService to g.

@@ -13,17 +13,20 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
+	"github.com/jobmesh/jobmesh/services/registry"
 )
 
-// TestAgentProcessLeavesTheView runs the real jobmesh-agent binary against the package's etcd and
-// the registry: killed with SIGKILL it cannot revoke its lease, so it must leave the live view
-// when the lease expires, within TTL + 1 s (XXL-JOB takes 90 s); stopped with SIGTERM it revokes
-// its lease and leaves at once, long before its TTL.
+// TestAgentProcessLeavesTheView runs the real jobmesh-agent binary against the registry: killed
+// with SIGKILL, its registration stream breaks and the registry revokes its lease; stopped with
+// SIGTERM it ends the stream itself. Either way it leaves the live view at once, long before the
+// registry's TTL, which only removes executors whose connection went silent (XXL-JOB takes 90 s
+// for all of them).
 func TestAgentProcessLeavesTheView(t *testing.T) {
 	t.Parallel()
 	bin := buildAgent(t)
-	endpoint := etcdtest.Client(t).Endpoints()[0]
-	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
+	// A TTL far above the waits below: leaving proves the lease was revoked, not expired.
+	c, regAddr := serveAt(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}, etcdtest.Client(t),
+		registry.Config{ExecutorTTL: 5 * time.Minute})
 	const app = "proc-app"
 	st, err := c.WatchExecutors(t.Context(), &registryv1.WatchExecutorsRequest{AppName: app})
 	if err != nil {
@@ -47,22 +50,15 @@ func TestAgentProcessLeavesTheView(t *testing.T) {
 	}
 
 	t.Run("SIGKILL", func(t *testing.T) {
-		const ttl = 2 * time.Second
-		a := startAgent(t, bin, endpoint, app, "killed", ttl)
+		a := startAgent(t, bin, regAddr, app, "killed")
 		waitEvent(registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_PUT, "killed", a.logPath)
 		killedAt := a.signal(syscall.SIGKILL)
 		left := waitEvent(registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE, "killed", a.logPath)
-		took := left.Sub(killedAt)
-		t.Logf("SIGKILLed agent left the view %v after the kill (TTL %v)", took.Round(time.Millisecond), ttl)
-		if took > ttl+time.Second {
-			t.Errorf("SIGKILLed agent left the view %v after the kill, want within TTL + 1s = %v", took, ttl+time.Second)
-		}
+		t.Logf("SIGKILLed agent left the view %v after the kill", left.Sub(killedAt).Round(time.Millisecond))
 	})
 
 	t.Run("SIGTERM", func(t *testing.T) {
-		// A TTL far above the wait below: leaving proves the lease was revoked, not expired.
-		const ttl = 5 * time.Minute
-		a := startAgent(t, bin, endpoint, app, "stopped", ttl)
+		a := startAgent(t, bin, regAddr, app, "stopped")
 		waitEvent(registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_PUT, "stopped", a.logPath)
 		a.signal(syscall.SIGTERM)
 		waitEvent(registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE, "stopped", a.logPath)
@@ -85,8 +81,8 @@ type agentProc struct {
 	err     error         // its exit status, once exited is closed
 }
 
-// startAgent runs the agent binary registered as app/instance with the given lease TTL.
-func startAgent(t *testing.T, bin, endpoint, app, instance string, ttl time.Duration) *agentProc {
+// startAgent runs the agent binary registered with the registry at regAddr as app/instance.
+func startAgent(t *testing.T, bin, regAddr, app, instance string) *agentProc {
 	t.Helper()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "agent.log")
@@ -96,8 +92,8 @@ func startAgent(t *testing.T, bin, endpoint, app, instance string, ttl time.Dura
 	}
 	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", instance, "--listen-addr", "127.0.0.1:0",
-		"--etcd-endpoints", endpoint, "--log-dir", filepath.Join(dir, "logs"), "--registration-ttl", ttl.String())
-	cmd.Env = append(os.Environ(), "OTEL_SDK_DISABLED=true")
+		"--registry-addr", regAddr, "--log-dir", filepath.Join(dir, "logs"))
+	cmd.Env = append(os.Environ(), "OTEL_SDK_DISABLED=true", "JOBMESH_ACCESS_TOKEN=a group token")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {

@@ -2,12 +2,15 @@ package registry_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -20,20 +23,36 @@ import (
 )
 
 // The agent's registration is tested here, on the package's embedded etcd: the agent module may
-// not link the etcd server, and a test must never skip for want of an etcd binary.
+// not link the etcd server, and a test must never skip for want of an etcd binary. Agents
+// register through the registry (RegisterExecutor), which writes their keys.
+
+func sqliteStore(t *testing.T) dbtest.Store {
+	return dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}
+}
+
+// newAgent is an SDK executor of app that registers with the registry at regAddr.
+func newAgent(t *testing.T, regAddr, app, inst string, configure func(*sdk.Config)) *sdk.Executor {
+	t.Helper()
+	cfg := sdk.Config{AppName: app, InstanceID: inst, ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), RegistryAddr: regAddr,
+		AccessToken: "a group token"}
+	if configure != nil {
+		configure(&cfg)
+	}
+	e, err := sdk.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
 
 func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	t.Parallel()
 	cli := etcdtest.Client(t)
+	_, regAddr := serveAt(t, sqliteStore(t), cli, registry.Config{ExecutorTTL: 2 * time.Second})
 	rec := logtest.New()
-	e, err := sdk.New(sdk.Config{
-		AppName: "reg-app", InstanceID: "i1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: cli,
-		RegistrationTTL: 2 * time.Second, Version: "v1.2.3", Labels: map[string]string{"zone": "eu"},
-		Logger: rec.Logger(),
+	e := newAgent(t, regAddr, "reg-app", "i1", func(c *sdk.Config) {
+		c.Version, c.Labels, c.Logger = "v1.2.3", map[string]string{"zone": "eu"}, rec.Logger()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -49,11 +68,12 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 		t.Fatalf("value: %v", err)
 	}
 	if got.GetAddress() != e.AdvertiseAddr() || got.GetVersion() != "v1.2.3" || got.GetCapacity() != 100 || got.GetLabels()["zone"] != "eu" ||
-		got.GetStartTime() == nil || resp.Kvs[0].Lease == 0 {
+		got.GetStartTime() == nil || got.GetSeal() == "" || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("registration: got %v (lease %x)", &got, resp.Kvs[0].Lease)
 	}
 
-	// Lose the lease (as after an etcd restart or expiry): the executor registers again.
+	// Lose the lease (as after an etcd restart or expiry): the registry ends the registration
+	// and the executor registers again.
 	rev, err := cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease))
 	if err != nil {
 		t.Fatalf("Revoke: %v", err)
@@ -63,78 +83,63 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	events := cli.Watch(wctx, key, clientv3.WithRev(rev.Header.Revision+1))
 	select {
 	case w := <-events:
-		if len(w.Events) == 0 || w.Events[0].Type != mvccpb.PUT || w.Events[0].Kv.Lease == resp.Kvs[0].Lease {
+		if len(w.Events) == 0 || w.Events[0].Type != clientv3.EventTypePut || w.Events[0].Kv.Lease == resp.Kvs[0].Lease {
 			t.Fatalf("after losing the lease: got %v, want a PUT under a new lease", w.Events)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("executor did not register again after losing its lease")
 	}
 	// And it said why.
-	rec.Wait(t, 10*time.Second, "WARN executor registration lost", "reason=lease expired or revoked")
+	rec.Wait(t, 10*time.Second, "WARN executor registration lost", "lease was lost")
 	rec.Wait(t, 10*time.Second, "executor registered again")
 
 	e.Stop()
-	resp, err = cli.Get(t.Context(), key)
-	if err != nil || len(resp.Kvs) != 0 {
-		t.Fatalf("after Stop: got %v %v, want the key gone", resp.Kvs, fmt.Sprint(err))
-	}
+	waitGone(t, cli, key)
 }
 
-// TestRegistrationSurvivesEtcdRestart stops etcd for longer than the registration's TTL, so the
-// executor's keepalive gives up, then starts it again on the same data and port: the executor
-// registers again (saying why it had to), the registry's view follows, and the key outlives the
-// old lease, which etcd restored at restart and then let expire.
-func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
-	t.Parallel()
-	srv := privateEtcd(t, "127.0.0.1:0")
-	agentCli, regCli := srv.client(t), srv.client(t)
-	c := serveWith(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}, regCli, nil)
-	rec := logtest.New()
-	const app = "restart-app"
-	e, err := sdk.New(sdk.Config{
-		AppName: app, InstanceID: "r1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: agentCli,
-		RegistrationTTL: 2 * time.Second, Logger: rec.Logger(),
-	})
+// waitGone waits for key to leave etcd (the registry revokes when the stream ends).
+func waitGone(t *testing.T, cli *clientv3.Client, key string) {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(resp.Kvs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for w := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		for _, ev := range w.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s still registered 20s after the executor stopped", key)
+}
+
+// TestRegistrationSurvivesEtcdRestart stops etcd for longer than the registration's TTL, so the
+// registry loses the registration's lease, then starts it again on the same data and port: the
+// executor registers again, the registry's view follows, and the executor leaves when it stops.
+func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
+	t.Parallel()
+	srv := privateEtcd(t, "127.0.0.1:0")
+	regCli := srv.client(t)
+	c, regAddr := serveAt(t, sqliteStore(t), regCli, registry.Config{ExecutorTTL: 2 * time.Second})
+	rec := logtest.New()
+	const app = "restart-app"
+	e := newAgent(t, regAddr, app, "r1", func(c *sdk.Config) { c.Logger = rec.Logger() })
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(e.Stop)
 	waitAddresses(t, c, app, e.AdvertiseAddr())
-	key := registry.KeyPrefix + app + "/r1"
-	resp, err := agentCli.Get(t.Context(), key)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("Get %s: got %v %v, want one key", key, resp, err)
-	}
-	oldLease := clientv3.LeaseID(resp.Kvs[0].Lease)
 
 	srv.s.Close()
-	rec.Wait(t, 30*time.Second, "WARN executor registration lost", "reason=keepalive ended and etcd is unreachable")
+	rec.Wait(t, 30*time.Second, "WARN executor registration lost")
 	srv.start(t)
 	rec.Wait(t, 30*time.Second, "executor registered again")
-
-	// The old lease came back with etcd and expires within its TTL; the key, now under the new
-	// lease, must stay.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ttl, err := agentCli.TimeToLive(t.Context(), oldLease)
-		if err == nil && ttl.TTL == -1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("old lease %x still alive 30s after the restart: %v %v", oldLease, ttl, err)
-		}
-		select {
-		case <-time.After(100 * time.Millisecond): // a lease expires in its own time
-		case <-t.Context().Done():
-		}
-	}
-	resp, err = agentCli.Get(t.Context(), key)
-	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) == oldLease {
-		t.Fatalf("after the old lease expired: Get %s = %v %v, want the key under a new lease", key, resp, err)
-	}
 	waitAddresses(t, c, app, e.AdvertiseAddr())
 
 	e.Stop()
@@ -142,14 +147,11 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 }
 
 // TestAgentJoinsAndLeavesTheView runs a real agent against the registry: it shows up in the live
-// view, and leaves it the moment it stops (its lease is revoked).
+// view, and leaves it the moment it stops (the registry revokes its lease).
 func TestAgentJoinsAndLeavesTheView(t *testing.T) {
 	t.Parallel()
-	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
-	e, err := sdk.New(sdk.Config{AppName: "view-app", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: etcdtest.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, regAddr := serveAt(t, sqliteStore(t), etcdtest.Client(t), registry.Config{})
+	e := newAgent(t, regAddr, "view-app", "a1", nil)
 	st, err := c.WatchExecutors(t.Context(), &registryv1.WatchExecutorsRequest{AppName: "view-app"})
 	if err != nil {
 		t.Fatalf("watch: %v", err)
@@ -159,11 +161,134 @@ func TestAgentJoinsAndLeavesTheView(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(e.Stop)
-	if ev := recvWithin(t, st); ev.Type != registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_PUT || ev.Executors[0].Address != e.AdvertiseAddr() {
-		t.Fatalf("event = %v, want PUT of %s", ev, e.AdvertiseAddr())
+	if ev := recvWithin(t, st); ev.Type != registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_PUT || ev.Executors[0].Address != e.AdvertiseAddr() ||
+		ev.Executors[0].GetSeal() != "" {
+		t.Fatalf("event = %v, want PUT of %s without its seal", ev, e.AdvertiseAddr())
 	}
 	e.Stop()
 	if ev := recvWithin(t, st); ev.Type != registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE {
 		t.Fatalf("event after Stop = %v, want DELETE", ev)
 	}
+}
+
+// TestRegistrationRefusals: an executor registers only under its own credential's app, with a
+// valid registration; a caller that is neither an executor nor a service registers nothing.
+func TestRegistrationRefusals(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Client(t)
+	_, regAddr := serveAt(t, sqliteStore(t), cli, registry.Config{})
+	conn, err := grpc.NewClient(regAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := registryv1.NewRegistryServiceClient(conn)
+	as := func(app string) context.Context {
+		if app == "" {
+			return t.Context()
+		}
+		return metadata.AppendToOutgoingContext(t.Context(), "x-jobmesh-executor-app", app)
+	}
+	for _, tc := range []struct {
+		name   string
+		caller string
+		e      *registryv1.Executor
+		want   codes.Code
+	}{
+		{"another group's app", "app-a", &registryv1.Executor{AppName: "app-b", InstanceId: "x", Address: "127.0.0.1:1"}, codes.PermissionDenied},
+		{"no credential", "", &registryv1.Executor{AppName: "app-a", InstanceId: "x", Address: "127.0.0.1:1"}, codes.PermissionDenied},
+		{"address not host:port", "app-a", &registryv1.Executor{AppName: "app-a", InstanceId: "x", Address: "nowhere"}, codes.InvalidArgument},
+		{"instance id with a slash", "app-a", &registryv1.Executor{AppName: "app-a", InstanceId: "x/../y", Address: "127.0.0.1:1"}, codes.InvalidArgument},
+		{"no registration", "app-a", nil, codes.InvalidArgument},
+	} {
+		st, err := c.RegisterExecutor(as(tc.caller))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&registryv1.RegisterExecutorRequest{Executor: tc.e}); err != nil {
+			t.Fatalf("%s: send: %v", tc.name, err)
+		}
+		_, err = st.Recv()
+		if status.Code(err) != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	for _, app := range []string{"app-a/", "app-b/"} { // the package's etcd is shared: only these apps'
+		resp, err := cli.Get(t.Context(), registry.KeyPrefix+app, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Fatalf("keys under %s written by refused registrations: %v %v, want none", app, resp.Count, err)
+		}
+	}
+}
+
+// TestSilentRegistrationIsRemoved: an executor whose heartbeats stop (a host that vanished
+// without closing its connection) leaves the view after the registry's TTL.
+func TestSilentRegistrationIsRemoved(t *testing.T) {
+	t.Parallel()
+	c, regAddr := serveAt(t, sqliteStore(t), etcdtest.Client(t), registry.Config{ExecutorTTL: time.Second})
+	conn, err := grpc.NewClient(regAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := registryv1.NewRegistryServiceClient(conn).RegisterExecutor(
+		metadata.AppendToOutgoingContext(t.Context(), "x-jobmesh-executor-app", "silent-app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&registryv1.RegisterExecutorRequest{Executor: &registryv1.Executor{AppName: "silent-app", InstanceId: "s1", Address: "127.0.0.1:7"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("registration answer: %v", err)
+	}
+	waitAddresses(t, c, "silent-app", "127.0.0.1:7")
+	// No heartbeat: the registry ends the stream and removes the executor.
+	if _, err := st.Recv(); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stream after silence: %v, want DeadlineExceeded", err)
+	}
+	waitAddresses(t, c, "silent-app")
+}
+
+// TestUnsealedKeyIsNotAnExecutor: a key written into etcd by anyone but a registry (a host with
+// etcd access) is not in the live view, and a sealed registration replaced by an unsealed value
+// leaves it.
+func TestUnsealedKeyIsNotAnExecutor(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Client(t)
+	c := serveWith(t, sqliteStore(t), cli, nil)
+	const app = "forged-app"
+	register(t, cli, app, "real", "127.0.0.1:11")
+	waitAddresses(t, c, app, "127.0.0.1:11")
+	forge := func(inst, addr, secret string) {
+		t.Helper()
+		e := &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr}
+		key, val, err := registry.Registration(secret, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(t.Context(), key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, _ := protojson.Marshal(&registryv1.Executor{Address: "127.0.0.1:12"})
+	if _, err := cli.Put(t.Context(), registry.KeyPrefix+app+"/plain", string(plain)); err != nil {
+		t.Fatal(err)
+	}
+	forge("other-secret", "127.0.0.1:13", "a secret that is not the registry's")
+	// A sealed registration's value copied under another instance's key: the seal covers the key.
+	_, val, _ := registry.Registration(testSecret, &registryv1.Executor{AppName: app, InstanceId: "real", Address: "127.0.0.1:14"})
+	if _, err := cli.Put(t.Context(), registry.KeyPrefix+app+"/copied", val); err != nil {
+		t.Fatal(err)
+	}
+	// A registration the tests seal as the registry would: it joins, so the forged ones were
+	// seen and left out by then (the watch delivers in order).
+	register(t, cli, app, "later", "127.0.0.1:15")
+	waitAddresses(t, c, app, "127.0.0.1:11", "127.0.0.1:15")
+
+	// An unsealed value written over a registration removes it.
+	if _, err := cli.Put(t.Context(), registry.KeyPrefix+app+"/real", string(plain)); err != nil {
+		t.Fatal(err)
+	}
+	waitAddresses(t, c, app, "127.0.0.1:15")
 }

@@ -27,6 +27,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
 //go:embed migrations
@@ -47,6 +48,17 @@ type Config struct {
 	// to executors. Everyone else, people included, reads them as MaskedToken. Nil reveals them
 	// to no one.
 	RevealTokens func(ctx context.Context) bool
+	// SealSecret is the secret the registry seals the registrations it writes to etcd with (the
+	// services' internal token); the live view leaves out keys without a valid seal, so a host
+	// that can write to etcd still cannot add an executor. Required.
+	SealSecret string
+	// Executor identifies a call made with an executor group's access token (auth.ExecutorOf):
+	// RegisterExecutor accepts such a caller only for its own group's app. Nil accepts only
+	// services (RevealTokens).
+	Executor func(ctx context.Context) (groupID int64, app string, ok bool)
+	// ExecutorTTL is how long a registration outlives its executor's last heartbeat (and its
+	// etcd lease's TTL). Default 10s; at least 1s.
+	ExecutorTTL time.Duration
 }
 
 // MaskedToken is what reads return in place of a group's access token. Sent back in an update
@@ -57,10 +69,14 @@ const MaskedToken = "****"
 type Service struct {
 	registryv1.UnimplementedRegistryServiceServer
 
-	log    *slog.Logger
-	store  *db.DB
-	view   *view
-	reveal func(context.Context) bool
+	log      *slog.Logger
+	store    *db.DB
+	etcd     *clientv3.Client
+	view     *view
+	reveal   func(context.Context) bool
+	executor func(context.Context) (int64, string, bool)
+	seal     *seal.Key
+	ttl      time.Duration
 
 	mu      sync.Mutex
 	started bool
@@ -82,7 +98,23 @@ func New(cfg Config, store *db.DB, etcd *clientv3.Client) (*Service, error) {
 	if reveal == nil {
 		reveal = func(context.Context) bool { return false }
 	}
-	return &Service{log: log, store: store, view: newView(log, etcd, time.Now), reveal: reveal}, nil
+	executor := cfg.Executor
+	if executor == nil {
+		executor = func(context.Context) (int64, string, bool) { return 0, "", false }
+	}
+	if cfg.SealSecret == "" {
+		return nil, errors.New("registry: seal secret is required")
+	}
+	ttl := cfg.ExecutorTTL
+	if ttl == 0 {
+		ttl = 10 * time.Second
+	}
+	if ttl < time.Second {
+		return nil, fmt.Errorf("registry: executor TTL %v: want at least 1s", ttl)
+	}
+	sk := seal.New(cfg.SealSecret, seal.Registration)
+	return &Service{log: log, store: store, etcd: etcd, view: newView(log, etcd, time.Now, sk), reveal: reveal,
+		executor: executor, seal: sk, ttl: ttl}, nil
 }
 
 // Register adds RegistryService to g.

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
@@ -42,6 +42,34 @@ func serveWith(t *testing.T, store dbtest.Store, cli *clientv3.Client, log *slog
 // serveConfig is serveWith with the whole registry configuration.
 func serveConfig(t *testing.T, store dbtest.Store, cli *clientv3.Client, cfg registry.Config) registryv1.RegistryServiceClient {
 	t.Helper()
+	c, _ := serveAt(t, store, cli, cfg)
+	return c
+}
+
+// testSecret seals the registrations of the tests' registries (Config.SealSecret).
+const testSecret = "registry-test-secret-0123456789abcdef"
+
+// executorByHeader stands in for the guard (auth.ExecutorOf), which the tests of the registry
+// alone do not run: a call naming an executor app in its metadata comes from that app's
+// executor. The guard's check of the group's token is tested with the guard.
+func executorByHeader(ctx context.Context) (int64, string, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-jobmesh-executor-app"); len(v) == 1 {
+		return 1, v[0], true
+	}
+	return 0, "", false
+}
+
+// serveAt is serveConfig that also returns the registry's address. Unset, the configuration's
+// SealSecret is testSecret and its Executor executorByHeader.
+func serveAt(t *testing.T, store dbtest.Store, cli *clientv3.Client, cfg registry.Config) (registryv1.RegistryServiceClient, string) {
+	t.Helper()
+	if cfg.SealSecret == "" {
+		cfg.SealSecret = testSecret
+	}
+	if cfg.Executor == nil {
+		cfg.Executor = executorByHeader
+	}
 	d := dbtest.Open(t, store.Config, "registry", registry.MigrationsFS())
 	svc, err := registry.New(cfg, d, cli)
 	if err != nil {
@@ -64,7 +92,7 @@ func serveConfig(t *testing.T, store dbtest.Store, cli *clientv3.Client, cfg reg
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return registryv1.NewRegistryServiceClient(conn)
+	return registryv1.NewRegistryServiceClient(conn), ln.Addr().String()
 }
 
 // register puts an executor key under a fresh lease and returns the lease.
@@ -75,8 +103,11 @@ func register(t *testing.T, cli *clientv3.Client, app, inst, addr string) client
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	val, _ := protojson.Marshal(&registryv1.Executor{Address: addr, Version: "test", Capacity: 5})
-	if _, err := cli.Put(ctx, registry.KeyPrefix+app+"/"+inst, string(val), clientv3.WithLease(lease.ID)); err != nil {
+	key, val, err := registry.Registration(testSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, key, val, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	return lease.ID

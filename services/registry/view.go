@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
 // KeyPrefix is where executors register: KeyPrefix + "<app>/<instance>", value the protojson of
@@ -25,9 +26,10 @@ const KeyPrefix = "/jobmesh/v1/executors/"
 
 // view is the live executor view, rebuilt from etcd and kept current by a watch.
 type view struct {
-	log *slog.Logger
-	cli *clientv3.Client
-	now func() time.Time
+	log  *slog.Logger
+	cli  *clientv3.Client
+	now  func() time.Time
+	seal *seal.Key // registrations without its seal are left out
 
 	mu     sync.RWMutex
 	execs  map[string]*registryv1.Executor // etcd key → executor
@@ -44,9 +46,9 @@ type subscriber struct {
 	resync chan struct{} // closed-or-signalled (cap 1) when events overflowed
 }
 
-func newView(log *slog.Logger, cli *clientv3.Client, now func() time.Time) *view {
+func newView(log *slog.Logger, cli *clientv3.Client, now func() time.Time, sk *seal.Key) *view {
 	return &view{
-		log: log, cli: cli, now: now, execs: map[string]*registryv1.Executor{},
+		log: log, cli: cli, now: now, seal: sk, execs: map[string]*registryv1.Executor{},
 		leases: map[string]clientv3.LeaseID{}, subs: map[*subscriber]struct{}{},
 	}
 }
@@ -142,6 +144,13 @@ func (v *view) apply(wr clientv3.WatchResponse) {
 				v.execs[key] = e
 				v.leases[key] = clientv3.LeaseID(ev.Kv.Lease)
 				puts = append(puts, e)
+				continue
+			}
+			// An unreadable or unsealed value replaced a registration: it is gone.
+			if e, ok := v.execs[key]; ok {
+				delete(v.execs, key)
+				delete(v.leases, key)
+				dels = append(dels, e)
 			}
 		case clientv3.EventTypeDelete:
 			if e, ok := v.execs[key]; ok {
@@ -315,6 +324,12 @@ func (v *view) decode(key string, val []byte) (*registryv1.Executor, bool) {
 		v.log.Warn("ignoring executor registration without address", "key", key)
 		return nil, false
 	}
+	if !v.seal.Valid(e.Seal, key, string(sealed(e))) {
+		// Not written by a registry (RegisterExecutor): someone with write access to etcd.
+		v.log.Warn("ignoring executor registration the registry did not write (no valid seal)", "key", key, "address", e.Address)
+		return nil, false
+	}
+	e.Seal = ""
 	e.AppName, e.InstanceId = app, inst
 	e.LastSeenTime = timestamppb.New(v.now())
 	return e, true

@@ -288,6 +288,9 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 		GlueUpdatedUnixMs: j.GlueUpdatedMs, ShardIndex: shard, ShardTotal: total, ScheduledUnixMs: f.fireMs,
 		DispatchUnixMs: now, Attempt: f.attempt, TriggerType: f.trigType, TraceContext: tc,
 	}
+	if s.delivery != nil {
+		trig.DeliveryToken = s.delivery.Sum(id)
+	}
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
@@ -30,7 +29,7 @@ func TestRouteViewFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
 	cli := etcdtest.Client(t)
 	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "registry", registry.MigrationsFS())
-	reg, err := registry.New(registry.Config{}, d, etcdtest.Client(t))
+	reg, err := registry.New(registry.Config{SealSecret: viewSealSecret}, d, etcdtest.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +116,11 @@ func put(t *testing.T, cli *clientv3.Client, app, inst, addr string) clientv3.Le
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	val, _ := protojson.Marshal(&registryv1.Executor{Address: addr})
-	if _, err := cli.Put(t.Context(), registry.KeyPrefix+app+"/"+inst, string(val), clientv3.WithLease(lease.ID)); err != nil {
+	key, val, err := registry.Registration(viewSealSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), key, val, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	t.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) })
@@ -131,3 +133,6 @@ func revoke(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) {
 		t.Fatalf("revoke: %v", err)
 	}
 }
+
+// viewSealSecret seals the registrations of TestRouteViewFollowsTheRegistry's registry.
+const viewSealSecret = "route-view-test-seal-secret-0123456789"

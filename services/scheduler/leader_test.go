@@ -55,7 +55,8 @@ func newCluster(t *testing.T) *cluster {
 	cli := etcdtest.Client(t)
 	// The schedulers are the registry's only callers here: they read groups' access tokens in clear.
 	reveal := func(context.Context) bool { return true }
-	reg, err := registry.New(registry.Config{RevealTokens: reveal}, dbtest.Open(t, sqlite(), "registry", registry.MigrationsFS()), cli)
+	// They also register the tests' executors (RegisterExecutor), as services may.
+	reg, err := registry.New(registry.Config{RevealTokens: reveal, SealSecret: testSealSecret}, dbtest.Open(t, sqlite(), "registry", registry.MigrationsFS()), cli)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +105,9 @@ func (c *cluster) replicaWith(t *testing.T, cfg scheduler.Config) *scheduler.Ser
 	t.Cleanup(s.Stop)
 	return s
 }
+
+// testSealSecret seals the registrations of the tests' registries.
+const testSealSecret = "scheduler-test-seal-secret-0123456789"
 
 type noKill struct{}
 

@@ -10,7 +10,6 @@ import (
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
@@ -56,14 +55,14 @@ func (c *cluster) executors(t *testing.T, app string, n int, handler string, h s
 	t.Helper()
 	reg := registryv1.NewRegistryServiceClient(c.regConn)
 	g, err := reg.CreateExecutorGroup(t.Context(), &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
-		AppName: app, Title: app,
+		AppName: app, Title: app, AccessToken: app + "-token",
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
 		ex, err := sdk.New(sdk.Config{AppName: app, InstanceID: fmt.Sprintf("%s-%d", app, i), ListenAddr: "127.0.0.1:0",
-			Etcd: etcdtest.Client(t), RegistrationTTL: 2 * time.Second, LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir()})
+			RegistryAddr: c.regConn.Target(), AccessToken: app + "-token", LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,7 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/seal"
 	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
@@ -83,6 +84,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ExecutorDialOptions are used to dial executors (credentials, stats handlers).
 	ExecutorDialOptions []grpc.DialOption
+	// DeliverySecret is the secret the scheduler seals each fire's delivery token with (the
+	// services' internal token, which logsvc checks the tokens with): an executor can deliver
+	// results and lines only for the fires sent to it. Empty sends fires without a token, and
+	// logsvc then refuses their executors' deliveries.
+	DeliverySecret string
 }
 
 func (c *Config) setDefaults() {
@@ -178,6 +184,7 @@ type Service struct {
 	logs     logsv1.LogServiceClient
 	groups   *routeView
 	router   *route.Router
+	delivery *seal.Key // seals fires' delivery tokens; nil without Config.DeliverySecret
 	execs    *executorPool
 	fast     *pool
 	slow     *pool
@@ -212,6 +219,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, store: deps.Store, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
 		groups: newRouteView(deps.Registry, cfg.Logger),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
+	}
+	if cfg.DeliverySecret != "" {
+		s.delivery = seal.New(cfg.DeliverySecret, seal.Delivery)
 	}
 	s.execs.batched, s.execs.clk = s.metrics.runBatch, cfg.Clock
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})

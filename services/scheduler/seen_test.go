@@ -14,7 +14,6 @@ import (
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/internal/logtest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
@@ -47,7 +46,7 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 	var addrs []string
 	for _, inst := range []string{"seen-0", "seen-1"} {
 		ex, err := sdk.New(sdk.Config{AppName: "seen-app", InstanceID: inst, ListenAddr: "127.0.0.1:0", AccessToken: token,
-			Etcd: etcdtest.Client(t), RegistrationTTL: 2 * time.Second, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+			RegistryAddr: c.regConn.Target(), LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ func benchExecutor(b *testing.B) (*sdk.Executor, executorv1.ExecutorServiceClien
 	ingest := sdktest.NewIngest()
 	ended := make(chan sdk.Result, 1<<16)
 	e, err := sdk.New(sdk.Config{
-		AppName: "bench", InstanceID: "b1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(b), LogDir: b.TempDir(),
+		AppName: "bench", InstanceID: "b1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(b), LogDir: b.TempDir(), AccessToken: "bench-token",
 		IdleTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler), OnResult: func(r sdk.Result) { ended <- r },
 	})
 	if err != nil {
@@ -32,7 +32,7 @@ func benchExecutor(b *testing.B) (*sdk.Executor, executorv1.ExecutorServiceClien
 		b.Fatal(err)
 	}
 	b.Cleanup(e.Stop)
-	return e, sdktest.Client(b, e.Addr(), ""), ended
+	return e, sdktest.Client(b, e.Addr(), "bench-token"), ended
 }
 
 // cpuTime is the CPU time (user and system) this process has used so far.

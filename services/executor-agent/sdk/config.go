@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
 
@@ -30,26 +29,25 @@ type Config struct {
 	// listener's actual address; an unspecified listen host (0.0.0.0, ::) is replaced by the
 	// first non-loopback IPv4 address of the machine.
 	AdvertiseAddr string
-	// Etcd, when set, is used to register /jobmesh/v1/executors/<app>/<instance> under a lease.
-	// The caller owns the client and closes it after Stop.
-	Etcd *clientv3.Client
-	// RegistrationTTL is the lease TTL of the registration, at least 1s. Default 10s.
-	RegistrationTTL time.Duration
+	// RegistryAddr is the gRPC address of the registry the executor registers with (it joins
+	// the live view of its group while registered, and leaves it when it stops or its heartbeats
+	// stop). Empty: the executor does not register (it is reachable only as a MANUAL group's
+	// address).
+	RegistryAddr string
 	// LogsvcAddr is the gRPC address of logsvc's IngestService. Empty disables delivery: results
 	// and output stay in the local log files.
 	LogsvcAddr string
-	// LogsvcToken, when set, is presented to logsvc on every call as "authorization: Bearer
-	// <token>" (logsvc checks it when its server enforces tokens).
-	LogsvcToken string
-	// LogsvcDialOptions replace the default dial options (plaintext, reconnect backoff capped at
-	// 2s) of the logsvc connection, e.g. to add TLS.
-	LogsvcDialOptions []grpc.DialOption
+	// DialOptions replace the default dial options (plaintext, reconnect backoff capped at 2s)
+	// of the registry and logsvc connections, e.g. to add TLS. The executor's credential
+	// (AccessToken with its AppName) is added to them.
+	DialOptions []grpc.DialOption
 	// LogDir holds per-run log files (runs/<yyyy-mm-dd>/<trigger id>.log) and GLUE script files
 	// (glue/). Required.
 	LogDir string
-	// AccessToken, when set, must be presented by every ExecutorService call as the metadata
-	// "authorization: Bearer <token>"; other calls fail with Unauthenticated. Give it the
-	// access token of the executor's group: the scheduler presents that (docs/auth.md).
+	// AccessToken is the access token of the executor's group. Every ExecutorService call must
+	// present it ("authorization: Bearer <token>"; the scheduler does), and the executor
+	// presents it, with its AppName, to the registry and logsvc: it is how they know the
+	// executor belongs to its group (docs/security.md). Required to register or deliver.
 	AccessToken string
 	// Version is the version the executor reports and registers.
 	Version string
@@ -125,9 +123,6 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:9999"
 	}
-	if cfg.RegistrationTTL == 0 {
-		cfg.RegistrationTTL = 10 * time.Second
-	}
 	if cfg.Capacity == 0 {
 		cfg.Capacity = 100
 	}
@@ -180,8 +175,13 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("LogsvcAddr %q: %w", cfg.LogsvcAddr, err))
 		}
 	}
-	if cfg.RegistrationTTL < time.Second {
-		errs = append(errs, fmt.Errorf("RegistrationTTL %v: want at least 1s", cfg.RegistrationTTL))
+	if cfg.RegistryAddr != "" {
+		if _, _, err := net.SplitHostPort(cfg.RegistryAddr); err != nil {
+			errs = append(errs, fmt.Errorf("RegistryAddr %q: %w", cfg.RegistryAddr, err))
+		}
+	}
+	if (cfg.RegistryAddr != "" || cfg.LogsvcAddr != "") && cfg.AccessToken == "" {
+		errs = append(errs, errors.New("AccessToken: required to register with the registry or deliver to logsvc (the group's access token)"))
 	}
 	if cfg.LogDir == "" {
 		errs = append(errs, errors.New("LogDir: required"))

@@ -158,8 +158,8 @@ type streamOutbox struct {
 	dropped int  // items dropped in this episode
 }
 
-// defaultLogsvcDialOptions: plaintext, reconnect backoff capped at 2 s.
-func defaultLogsvcDialOptions() []grpc.DialOption {
+// defaultDialOptions: plaintext, reconnect backoff capped at 2 s.
+func defaultDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -170,14 +170,7 @@ func defaultLogsvcDialOptions() []grpc.DialOption {
 }
 
 func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
-	opts := cfg.LogsvcDialOptions
-	if len(opts) == 0 {
-		opts = defaultLogsvcDialOptions()
-	}
-	if cfg.LogsvcToken != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(cfg.LogsvcToken)))
-	}
-	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	opts := dialOptions(cfg)
 	sp, replay, err := spool.Open(spool.Config{Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("SpoolDir: %w", err)
@@ -739,12 +732,24 @@ func (o *streamOutbox) stop() {
 	}
 }
 
-// bearer presents a token as "authorization: Bearer <token>" on every call.
-type bearer string
+// dialOptions are the options of the executor's connections to the registry and logsvc: the
+// configured (or default) ones, the executor's credential, and tracing.
+func dialOptions(cfg Config) []grpc.DialOption {
+	opts := cfg.DialOptions
+	if len(opts) == 0 {
+		opts = defaultDialOptions()
+	}
+	return append(opts[:len(opts):len(opts)], grpc.WithPerRPCCredentials(executorCreds{app: cfg.AppName, token: cfg.AccessToken}),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+}
 
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+// executorCreds present the executor's group credential on every call: its access token as
+// "authorization: Bearer <token>" and its app name as "x-jobmesh-executor-app".
+type executorCreds struct{ app, token string }
+
+func (c executorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + c.token, "x-jobmesh-executor-app": c.app}, nil
 }
 
 // RequireTransportSecurity is false: the dial options decide on TLS.
-func (bearer) RequireTransportSecurity() bool { return false }
+func (executorCreds) RequireTransportSecurity() bool { return false }

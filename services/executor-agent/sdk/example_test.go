@@ -16,8 +16,8 @@ import (
 )
 
 // An application registers its own handler and serves the scheduler in-process. In production
-// Config also names Etcd (to register) and LogsvcAddr (to deliver results); this example runs
-// without either.
+// Config also names RegistryAddr (to register), LogsvcAddr (to deliver results) and the group's
+// AccessToken; this example runs without them.
 func ExampleExecutor_Handle() {
 	dir, err := os.MkdirTemp("", "jobmesh-example-")
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 )
 
 // HandlerFunc runs one fire of a job. It must return when ctx ends (timeout, kill, shutdown);
@@ -143,6 +144,7 @@ type Executor struct {
 	startTime time.Time
 	out       outbox
 	reg       *registrar
+	regConn   *grpc.ClientConn
 	metrics   *metrics
 
 	retainStop, retainDone chan struct{} // the run log pruner
@@ -285,9 +287,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		}
 	}()
 
-	if e.cfg.Etcd != nil {
-		e.reg = newRegistrar(e.cfg, e.advertise, e.startTime, e.log)
-		if err := e.reg.start(ctx); err != nil {
+	if e.cfg.RegistryAddr != "" {
+		err := e.startRegistrar(ctx)
+		if err != nil {
 			e.srv.Stop()
 			<-e.serveDone
 			e.out.stop()
@@ -298,7 +300,22 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.metrics.observe(e)
 	e.log.Info("executor started", "app", e.cfg.AppName, "instance", e.cfg.InstanceID, "listen_addr", e.addr,
-		"advertise_addr", e.advertise, "logsvc_addr", e.cfg.LogsvcAddr, "registered", e.cfg.Etcd != nil)
+		"advertise_addr", e.advertise, "logsvc_addr", e.cfg.LogsvcAddr, "registry_addr", e.cfg.RegistryAddr)
+	return nil
+}
+
+// startRegistrar connects to the registry and registers the executor.
+func (e *Executor) startRegistrar(ctx context.Context) error {
+	conn, err := grpc.NewClient(e.cfg.RegistryAddr, dialOptions(e.cfg)...)
+	if err != nil {
+		return fmt.Errorf("RegistryAddr: dial %s: %w", e.cfg.RegistryAddr, err)
+	}
+	e.reg = newRegistrar(registryv1.NewRegistryServiceClient(conn), e.cfg, e.advertise, e.startTime, e.log)
+	if err := e.reg.start(ctx); err != nil {
+		conn.Close()
+		return err
+	}
+	e.regConn = conn
 	return nil
 }
 
@@ -329,6 +346,7 @@ func (e *Executor) stop() {
 	}
 	if e.reg != nil {
 		e.reg.stop()
+		e.regConn.Close()
 	}
 
 	// Refuse new fires; queued fires end KILLED now, running ones may finish.

@@ -45,7 +45,7 @@ func start(t *testing.T, configure func(*sdk.Config)) *harness {
 	t.Helper()
 	h := &harness{ingest: sdktest.NewIngest(), gates: &gates{m: map[string]*gate{}}}
 	cfg := sdk.Config{
-		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: h.ingest.Serve(t),
+		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: h.ingest.Serve(t), AccessToken: "test-app-token",
 		LogDir: t.TempDir(), KillGrace: 500 * time.Millisecond, StopGrace: 2 * time.Second, Logger: testLogger(t),
 	}
 	if configure != nil {
@@ -777,7 +777,7 @@ func TestDeliverySurvivesRefusedAndDroppedConnections(t *testing.T) {
 	ingest.RefuseConns(2)
 	ingest.DropStreams(2)
 	e, err := sdk.New(sdk.Config{
-		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(t),
+		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(t), AccessToken: "test-app-token",
 		LogDir: t.TempDir(), Logger: testLogger(t),
 	})
 	if err != nil {
@@ -793,7 +793,7 @@ func TestDeliverySurvivesRefusedAndDroppedConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Stop)
-	h := &harness{exec: e, ingest: ingest, cli: sdktest.Client(t, e.Addr(), "")}
+	h := &harness{exec: e, ingest: ingest, cli: sdktest.Client(t, e.Addr(), "test-app-token")}
 
 	const fires = 20
 	var ids []string
@@ -843,11 +843,11 @@ func TestStopKillsRunningAndFlushesResults(t *testing.T) {
 
 func TestNewNamesBadFields(t *testing.T) {
 	t.Parallel()
-	_, err := sdk.New(sdk.Config{AppName: "bad app!", RegistrationTTL: time.Millisecond})
+	_, err := sdk.New(sdk.Config{AppName: "bad app!", RegistryAddr: "no-port"})
 	if err == nil {
 		t.Fatal("New: got nil error")
 	}
-	for _, field := range []string{"AppName", "LogDir", "RegistrationTTL"} {
+	for _, field := range []string{"AppName", "LogDir", "RegistryAddr", "AccessToken"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("New error %q does not name %s", err, field)
 		}

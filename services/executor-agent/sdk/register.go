@@ -2,117 +2,154 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 )
 
-// RegistryPrefix is where executors register: RegistryPrefix + "<app>/<instance>", with the
-// protojson of registryv1.Executor as value, under the executor's own lease.
-const RegistryPrefix = "/jobmesh/v1/executors/"
-
-// registrar keeps the executor's key in etcd under a kept-alive lease, and registers again with
-// a new lease whenever the lease is lost (expiry, etcd restart), until stopped.
+// registrar keeps the executor in the registry's live view: it holds a RegisterExecutor stream
+// (the registry writes the executor's etcd key under a lease while the stream lasts) and sends
+// its heartbeats; when the stream breaks (registry restart, network) it registers again with
+// backoff, until stopped.
 type registrar struct {
-	cli *clientv3.Client
+	cli registryv1.RegistryServiceClient
 	log *slog.Logger
-	key string
-	val string
-	ttl int64
+	reg *registryv1.Executor
+	key string // app/instance, for logs
 
-	mu     sync.Mutex
-	lease  clientv3.LeaseID
 	cancel context.CancelFunc
 	done   chan struct{}
+	mu     sync.Mutex
+	close  func() // ends the current stream cleanly (CloseSend), so the registry revokes at once
 }
 
-func newRegistrar(cfg Config, advertise string, started time.Time, log *slog.Logger) *registrar {
-	val, _ := protojson.Marshal(&registryv1.Executor{
-		AppName: cfg.AppName, InstanceId: cfg.InstanceID, Address: advertise, Version: cfg.Version,
-		StartTime: timestamppb.New(started), Capacity: int32(cfg.Capacity), Labels: cfg.Labels,
-		HoldsFires: true, // Run honours start_delay_us (worker.go: hold)
-	})
+func newRegistrar(cli registryv1.RegistryServiceClient, cfg Config, advertise string, started time.Time, log *slog.Logger) *registrar {
 	return &registrar{
-		cli: cfg.Etcd, log: log, key: RegistryPrefix + cfg.AppName + "/" + cfg.InstanceID, val: string(val),
-		ttl: int64((cfg.RegistrationTTL + time.Second - 1) / time.Second),
+		cli: cli, log: log, key: cfg.AppName + "/" + cfg.InstanceID,
+		reg: &registryv1.Executor{
+			AppName: cfg.AppName, InstanceId: cfg.InstanceID, Address: advertise, Version: cfg.Version,
+			StartTime: timestamppb.New(started), Capacity: int32(cfg.Capacity), Labels: cfg.Labels,
+			HoldsFires: true, // Run honours start_delay_us (worker.go: hold)
+		},
 	}
 }
 
-// start registers once (an error means no registration) and keeps the registration until stop.
+// start registers once (an error means no registration: a refused credential or an unreachable
+// registry within ctx) and keeps the registration until stop.
 func (r *registrar) start(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	// The first registration is bounded by the caller's ctx, its keepalive by rctx.
-	ch, err := r.register(ctx, rctx)
+	beats, err := r.register(ctx, rctx)
 	if err != nil {
 		cancel()
-		return fmt.Errorf("Etcd: register executor %s: %w", r.key, err)
+		return fmt.Errorf("RegistryAddr: register executor %s: %w", r.key, err)
 	}
 	r.cancel = cancel
 	r.done = make(chan struct{})
 	go func() {
 		defer close(r.done)
-		r.keep(rctx, ch)
+		r.keep(rctx, beats)
 	}()
-	r.log.Info("executor registered", "key", r.key, "lease_id", fmt.Sprintf("%x", r.leaseID()), "ttl_s", r.ttl)
+	r.log.Info("executor registered", "executor", r.key)
 	return nil
 }
 
-// register grants a lease, puts the key under it and starts its keepalive.
-func (r *registrar) register(ctx, keepCtx context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
-	g, err := r.cli.Grant(ctx, r.ttl)
+// register opens a registration stream bounded by streamCtx, sends the registration and waits,
+// within ctx, for the registry's answer; the returned function sends heartbeats until the stream
+// ends and returns why it ended.
+func (r *registrar) register(ctx, streamCtx context.Context) (func() error, error) {
+	sctx, cancel := context.WithCancel(streamCtx)
+	stream, err := r.cli.RegisterExecutor(sctx, grpc.WaitForReady(true))
 	if err != nil {
-		return nil, fmt.Errorf("grant lease: %w", err)
+		cancel()
+		return nil, err
 	}
-	if _, err := r.cli.Put(ctx, r.key, r.val, clientv3.WithLease(g.ID)); err != nil {
-		r.revoke(g.ID)
-		return nil, fmt.Errorf("put %s: %w", r.key, err)
+	if err := stream.Send(&registryv1.RegisterExecutorRequest{Executor: r.reg}); err != nil {
+		cancel()
+		_, err = stream.Recv() // the status the stream ended with
+		return nil, err
 	}
-	ch, err := r.cli.KeepAlive(keepCtx, g.ID)
-	if err != nil {
-		r.revoke(g.ID)
-		return nil, fmt.Errorf("keep lease alive: %w", err)
-	}
-	r.mu.Lock()
-	r.lease = g.ID
-	r.mu.Unlock()
-	return ch, nil
-}
-
-func (r *registrar) leaseID() clientv3.LeaseID {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lease
-}
-
-// keep drains keepalive responses; when the channel closes (the lease is gone or the client
-// gave up), it says why and registers again with backoff.
-func (r *registrar) keep(ctx context.Context, ch <-chan *clientv3.LeaseKeepAliveResponse) {
-	for {
-		for range ch {
+	first := make(chan error, 1)
+	var resp *registryv1.RegisterExecutorResponse
+	go func() {
+		var err error
+		resp, err = stream.Recv()
+		first <- err
+	}()
+	select {
+	case err := <-first:
+		if err != nil {
+			cancel()
+			return nil, err
 		}
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	}
+	r.mu.Lock()
+	r.close = func() { _ = stream.CloseSend() }
+	r.mu.Unlock()
+	interval := time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return func() error {
+		defer cancel()
+		answers := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := stream.Recv(); err != nil {
+					answers <- err
+					return
+				}
+			}
+		}()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case err := <-answers:
+				return err
+			case <-t.C:
+				if err := stream.Send(&registryv1.RegisterExecutorRequest{}); err != nil {
+					return <-answers
+				}
+			case <-streamCtx.Done():
+				return streamCtx.Err()
+			}
+		}
+	}, nil
+}
+
+// keep runs the heartbeats and registers again whenever the stream ends, until ctx ends.
+func (r *registrar) keep(ctx context.Context, beats func() error) {
+	for {
+		err := beats()
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.Warn("executor registration lost; registering again", "key", r.key, "lease_id", fmt.Sprintf("%x", r.leaseID()), "reason", r.whyLost(ctx))
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the registry ended the registration")
+		}
+		r.log.Warn("executor registration lost; registering again", "executor", r.key, "reason", err)
 		backoff := 100 * time.Millisecond
 		for {
-			var err error
-			ch, err = r.register(ctx, ctx)
+			beats, err = r.register(ctx, ctx)
 			if err == nil {
-				r.log.Info("executor registered again", "key", r.key, "lease_id", fmt.Sprintf("%x", r.leaseID()))
+				r.log.Info("executor registered again", "executor", r.key)
 				break
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Warn("registering executor in etcd failed; retrying", "key", r.key, "error", err, "backoff", backoff)
+			r.log.Warn("registering executor failed; retrying", "executor", r.key, "error", err, "backoff", backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -125,36 +162,20 @@ func (r *registrar) keep(ctx context.Context, ch <-chan *clientv3.LeaseKeepAlive
 	}
 }
 
-// whyLost asks etcd what became of the lease.
-func (r *registrar) whyLost(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	resp, err := r.cli.TimeToLive(ctx, r.leaseID())
-	switch {
-	case err != nil:
-		return "keepalive ended and etcd is unreachable: " + err.Error()
-	case resp.TTL <= 0:
-		return "lease expired or revoked (etcd restarted, or keepalives did not reach it within the TTL)"
-	default:
-		return "keepalive stream ended"
-	}
-}
-
-// stop ends the keepalive and revokes the lease, which deletes the key at once.
+// stop ends the registration: the stream is closed cleanly, so the registry removes the
+// executor at once, and then cancelled.
 func (r *registrar) stop() {
 	if r.cancel == nil {
 		return
 	}
-	r.cancel()
-	<-r.done
-	r.revoke(r.leaseID())
-	r.log.Info("executor deregistered", "key", r.key)
-}
-
-func (r *registrar) revoke(id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, err := r.cli.Revoke(ctx, id); err != nil {
-		r.log.Warn("revoking registration lease failed; the key expires with its TTL", "key", r.key, "error", err)
+	r.mu.Lock()
+	closeSend := r.close
+	r.mu.Unlock()
+	if closeSend != nil {
+		closeSend()
 	}
+	r.cancel() // the registry revokes on a cancelled stream too
+
+	<-r.done
+	r.log.Info("executor deregistered", "executor", r.key)
 }

@@ -69,7 +69,7 @@ func (r *run) logLine(text string) {
 			r.file = nil
 		}
 	}
-	r.e.out.addLines([]*logsv1.LogLine{{TriggerId: r.t.GetTriggerId(), LineNo: r.lineNo, UnixMs: now.UnixMilli(), Text: text}})
+	r.e.out.addLines([]*logsv1.LogLine{{TriggerId: r.t.GetTriggerId(), LineNo: r.lineNo, UnixMs: now.UnixMilli(), Text: text, DeliveryToken: r.t.GetDeliveryToken()}})
 }
 
 // maxLogRead caps what one Log call returns.

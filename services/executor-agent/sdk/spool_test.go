@@ -61,7 +61,7 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 	var logs syncBuffer
 	results := make(chan sdk.Result, 10)
 	cfg := sdk.Config{
-		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: deadAddr(t),
+		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: deadAddr(t), AccessToken: "test-app-token",
 		LogDir: logDir, SpoolDir: spoolDir, SpoolMaxBytes: 64 << 10, StopGrace: time.Second,
 		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 		OnResult: func(r sdk.Result) { results <- r },
@@ -79,7 +79,7 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	cli := sdktest.Client(t, e.Addr(), "")
+	cli := sdktest.Client(t, e.Addr(), "test-app-token")
 	h := &harness{exec: e, cli: cli}
 	ids := []string{"81-1-0-0", "82-1-0-0", "83-1-0-0"}
 	for i, id := range ids {
@@ -214,7 +214,7 @@ func TestItemsAreSpooledBeforeTheyAreSent(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	e, err := sdk.New(sdk.Config{
-		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ln.Addr().String(),
+		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ln.Addr().String(), AccessToken: "test-app-token",
 		LogDir: t.TempDir(), SpoolDir: spoolDir, Logger: testLogger(t),
 	})
 	if err != nil {
@@ -239,7 +239,7 @@ func TestItemsAreSpooledBeforeTheyAreSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Stop)
-	h := &harness{exec: e, ingest: f.Ingest, cli: sdktest.Client(t, e.Addr(), "")}
+	h := &harness{exec: e, ingest: f.Ingest, cli: sdktest.Client(t, e.Addr(), "test-app-token")}
 
 	var fires []*executorv1.Trigger
 	for i := range 60 {

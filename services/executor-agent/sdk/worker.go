@@ -210,6 +210,7 @@ func (e *Executor) addStartLocked(r *run, start time.Time) {
 	e.out.addStart(&logsv1.RunResult{
 		TriggerId: t.GetTriggerId(), JobId: t.GetJobId(), Status: logsv1.RunStatus_RUN_STATUS_RUNNING,
 		StartUnixMs: start.UnixMilli(), ExecutorAddress: e.advertise, TraceId: traceIDOf(tp), Traceparent: tp,
+		DeliveryToken: t.GetDeliveryToken(),
 	})
 }
 
@@ -636,7 +637,7 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 	e.out.addResult(&logsv1.RunResult{
 		TriggerId: r.t.GetTriggerId(), JobId: r.t.GetJobId(), Status: status, Message: msg,
 		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise,
-		TraceId: traceIDOf(traceparent), Traceparent: traceparent,
+		TraceId: traceIDOf(traceparent), Traceparent: traceparent, DeliveryToken: r.t.GetDeliveryToken(),
 	})
 	// Only now is the fire no longer active: a Log call that says its end, which waits for what
 	// is queued to be written, implies the result is in the spool.

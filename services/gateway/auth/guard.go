@@ -25,10 +25,15 @@ const (
 	// KindInternal is a jobmesh service calling another with the internal token: allowed
 	// everything.
 	KindInternal
-	// KindAgent is an executor agent with the agent token: allowed only to deliver results and
-	// log lines.
-	KindAgent
+	// KindExecutor is an executor (agent or SDK) with its group's access token and app name:
+	// allowed only to register itself and to deliver the results and log lines of the fires
+	// dispatched to it.
+	KindExecutor
 )
+
+// ExecutorAppHeader is the metadata an executor names its group's app with; its bearer token is
+// then that group's access token.
+const ExecutorAppHeader = "x-jobmesh-executor-app"
 
 // Caller is who makes a call; the guard puts it in the call's context.
 type Caller struct {
@@ -36,6 +41,9 @@ type Caller struct {
 	Kind Kind
 	// User is the person, for KindUser.
 	User *authv1.User
+	// GroupID and App are the executor group, for KindExecutor.
+	GroupID int64
+	App     string
 }
 
 // name is how logs and the audit trail call the caller.
@@ -43,8 +51,8 @@ func (c *Caller) name() string {
 	switch c.Kind {
 	case KindUser:
 		return c.User.GetUsername()
-	case KindAgent:
-		return "(agent)"
+	case KindExecutor:
+		return "(executor " + c.App + ")"
 	}
 	return "(internal)"
 }
@@ -69,6 +77,17 @@ func IsInternalCaller(ctx context.Context) bool {
 	return ok && c.Kind == KindInternal
 }
 
+// ExecutorOf returns the executor group and app of a call the guard found to come from an
+// executor (KindExecutor); ok is false for every other caller. Services that take deliveries
+// from executors (registry.Config.Executor, logsvc.Config.Executor) scope them with it.
+func ExecutorOf(ctx context.Context) (groupID int64, app string, ok bool) {
+	c, found := CallerFrom(ctx)
+	if !found || c.Kind != KindExecutor {
+		return 0, "", false
+	}
+	return c.GroupID, c.App, true
+}
+
 // Authenticator turns a user's bearer token into the user: *Service in the process that owns the
 // auth store, RemoteUsers elsewhere.
 type Authenticator interface {
@@ -77,14 +96,14 @@ type Authenticator interface {
 
 // GuardConfig is what a guard checks calls against.
 type GuardConfig struct {
-	// Users checks people's tokens. Nil accepts only the internal and agent tokens.
+	// Users checks people's tokens. Nil accepts only the internal token and executors.
 	Users Authenticator
 	// InternalToken is the secret jobmesh services present to each other; at least 32
 	// characters. Required.
 	InternalToken string
-	// AgentToken is the secret executor agents present to deliver results and log lines; at
-	// least 32 characters, different from InternalToken. Empty: agents use InternalToken.
-	AgentToken string
+	// Executors finds an executor group's id and access token by app name, to check executors'
+	// credentials. Nil refuses every executor.
+	Executors ExecutorCredentials
 	// Groups maps jobs, runs and executors to executor groups for callers limited to groups.
 	// Nil denies such callers every call that needs a lookup.
 	Groups GroupResolver
@@ -97,9 +116,10 @@ type GuardConfig struct {
 // Guard enforces the access rules (policy.go) on every call of a gRPC server: a
 // grpcserver.Authorizer.
 type Guard struct {
-	cfg                   GuardConfig
-	log                   *slog.Logger
-	internalSum, agentSum [32]byte
+	cfg         GuardConfig
+	log         *slog.Logger
+	internalSum [32]byte
+	execs       execCache
 }
 
 // MinSecretLen is the shortest internal or agent token accepted.
@@ -110,13 +130,8 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	if len(cfg.InternalToken) < MinSecretLen {
 		return nil, fmt.Errorf("auth: internal token: want at least %d characters", MinSecretLen)
 	}
-	if cfg.AgentToken != "" && (len(cfg.AgentToken) < MinSecretLen || cfg.AgentToken == cfg.InternalToken) {
-		return nil, fmt.Errorf("auth: agent token: want at least %d characters, different from the internal token", MinSecretLen)
-	}
 	g := &Guard{cfg: cfg, log: cfg.Logger, internalSum: sha256.Sum256([]byte(cfg.InternalToken))}
-	if cfg.AgentToken != "" {
-		g.agentSum = sha256.Sum256([]byte(cfg.AgentToken))
-	}
+	g.execs.creds = cfg.Executors
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -126,14 +141,15 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 // ServerOptions installs the guard on a server built by grpcserver.New.
 func (g *Guard) ServerOptions() []grpc.ServerOption { return grpcserver.WithAuthorizer(g) }
 
-// identify finds who presented tok.
+// identify finds who presented tok. A call that names an executor app is an executor's or
+// nobody's: its token is checked against that group's access token only.
 func (g *Guard) identify(ctx context.Context, tok string) (*Caller, error) {
 	sum := sha256.Sum256([]byte(tok))
+	if app := executorApp(ctx); app != "" {
+		return g.execs.identify(ctx, app, sum)
+	}
 	if subtle.ConstantTimeCompare(sum[:], g.internalSum[:]) == 1 {
 		return &Caller{Kind: KindInternal}, nil
-	}
-	if g.cfg.AgentToken != "" && subtle.ConstantTimeCompare(sum[:], g.agentSum[:]) == 1 {
-		return &Caller{Kind: KindAgent}, nil
 	}
 	if g.cfg.Users == nil {
 		return nil, status.Error(codes.Unauthenticated, "invalid token")

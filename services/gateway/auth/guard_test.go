@@ -24,8 +24,28 @@ import (
 
 const (
 	internalToken = "internal-token-for-tests-0123456789abcdef"
-	agentToken    = "agent-token-for-tests-0123456789abcdefghij"
+	// groupSevenToken is the access token of executor group 7 ("app-seven"; execCreds).
+	groupSevenToken = "group-seven-token-0123456789"
 )
+
+// execCreds is an auth.ExecutorCredentials over fixed groups: app-seven (7) with a token,
+// app-three (3) without one.
+type execCreds struct{}
+
+func (execCreds) ExecutorGroup(_ context.Context, app string) (int64, string, error) {
+	switch app {
+	case "app-seven":
+		return 7, groupSevenToken, nil
+	case "app-three":
+		return 3, "", nil
+	}
+	return 0, "", status.Errorf(codes.NotFound, "no executor group %q", app)
+}
+
+// asExecutor calls with an executor's credential: its app and a token.
+func (e *env) asExecutor(app, tok string) context.Context {
+	return metadata.AppendToOutgoingContext(e.as(tok), auth.ExecutorAppHeader, app)
+}
 
 // env is an auth service behind its guard on a loopback gRPC server, on one store, with a fake
 // clock.
@@ -70,7 +90,7 @@ func newEnv(t *testing.T, st dbtest.Store) *env {
 	if err != nil {
 		t.Fatalf("Bootstrap: %v", err)
 	}
-	guard, err := auth.NewGuard(auth.GuardConfig{Users: svc, InternalToken: internalToken, AgentToken: agentToken, Audit: svc})
+	guard, err := auth.NewGuard(auth.GuardConfig{Users: svc, InternalToken: internalToken, Executors: execCreds{}, Audit: svc})
 	if err != nil {
 		t.Fatalf("NewGuard: %v", err)
 	}
@@ -132,8 +152,20 @@ func TestGuardedAuthService(t *testing.T) {
 				wantCode(t, "CreateUser as a viewer", err, codes.PermissionDenied)
 				_, err = e.c.ListAuditEvents(viewer, &authv1.ListAuditEventsRequest{})
 				wantCode(t, "ListAuditEvents as a viewer", err, codes.PermissionDenied)
-				_, err = e.c.ListUsers(e.as(agentToken), &authv1.ListUsersRequest{})
-				wantCode(t, "ListUsers with the agent token", err, codes.PermissionDenied)
+				// An executor's credential is checked (identified: refused for want of the
+				// right, not of a credential) and allows nothing a person's does.
+				_, err = e.c.ListUsers(e.asExecutor("app-seven", groupSevenToken), &authv1.ListUsersRequest{})
+				wantCode(t, "ListUsers as group 7's executor", err, codes.PermissionDenied)
+				for _, bad := range []struct{ what, app, tok string }{
+					{"wrong token", "app-seven", groupSevenToken + "x"},
+					{"another group's token", "app-three", groupSevenToken},
+					{"a group without a token", "app-three", ""},
+					{"unknown app", "app-none", groupSevenToken},
+					{"the internal token as an executor", "app-seven", internalToken},
+				} {
+					_, err = e.c.ListUsers(e.asExecutor(bad.app, bad.tok), &authv1.ListUsersRequest{})
+					wantCode(t, "ListUsers as an executor with a "+bad.what, err, codes.Unauthenticated)
+				}
 				if _, err := e.c.ListUsers(e.as(internalToken), &authv1.ListUsersRequest{}); err != nil {
 					t.Errorf("ListUsers with the internal token: %v", err)
 				}

@@ -27,12 +27,12 @@ const (
 	read                   // viewer, operator or admin
 	write                  // operator or admin
 	admin                  // admin
-	agent                  // an agent or a service (result and log delivery)
+	executor               // an executor or a service (registration, result and log delivery)
 	internal               // services only
 )
 
 func (a access) String() string {
-	return [...]string{"no token", "a token", "the viewer role", "the operator role", "the admin role", "the agent token", "the internal token"}[a]
+	return [...]string{"no token", "a token", "the viewer role", "the operator role", "the admin role", "an executor group's access token", "the internal token"}[a]
 }
 
 // rule is the policy of one method.
@@ -49,8 +49,8 @@ func (r rule) allows(c *Caller) bool {
 	switch c.Kind {
 	case KindInternal:
 		return true
-	case KindAgent:
-		return r.access == agent
+	case KindExecutor:
+		return r.access == executor
 	}
 	switch r.access {
 	case public, anyUser, read:
@@ -111,10 +111,11 @@ var rules = map[string]rule{
 	registryv1.RegistryService_DeleteExecutorGroup_FullMethodName: adminChange,
 	registryv1.RegistryService_ListExecutors_FullMethodName:       {access: read}, // trimmed in Finish
 	registryv1.RegistryService_WatchExecutors_FullMethodName:      readGrouped,
+	registryv1.RegistryService_RegisterExecutor_FullMethodName:    {access: executor},
 
 	logsv1.IngestService_IngestTriggerRecords_FullMethodName: {access: internal},
-	logsv1.IngestService_IngestResults_FullMethodName:        {access: agent},
-	logsv1.IngestService_IngestLogLines_FullMethodName:       {access: agent},
+	logsv1.IngestService_IngestResults_FullMethodName:        {access: executor},
+	logsv1.IngestService_IngestLogLines_FullMethodName:       {access: executor},
 	logsv1.LogService_ListRuns_FullMethodName:                readGrouped,
 	logsv1.LogService_GetRun_FullMethodName:                  readGrouped,
 	logsv1.LogService_ListRunLines_FullMethodName:            readGrouped,

@@ -53,24 +53,27 @@ func TestRolesAndKinds(t *testing.T) {
 	user := func(r authv1.Role) *Caller { return &Caller{Kind: KindUser, User: &authv1.User{Role: r}} }
 	callers := map[string]*Caller{
 		"viewer": user(authv1.Role_ROLE_VIEWER), "operator": user(authv1.Role_ROLE_OPERATOR), "admin": user(authv1.Role_ROLE_ADMIN),
-		"agent": {Kind: KindAgent}, "internal": {Kind: KindInternal},
+		"executor": {Kind: KindExecutor, GroupID: 7, App: "app-seven"}, "internal": {Kind: KindInternal},
 	}
 	tests := []struct {
 		method string
-		want   string // callers allowed, in the order viewer operator admin agent internal
+		want   string // callers allowed, in the order viewer operator admin executor internal
 	}{
 		{schedulerv1.JobService_ListJobs_FullMethodName, "viewer operator admin internal"},
 		{schedulerv1.JobService_UpdateJob_FullMethodName, "operator admin internal"},
 		{registryv1.RegistryService_CreateExecutorGroup_FullMethodName, "admin internal"},
 		{authv1.AuthService_ListAuditEvents_FullMethodName, "admin internal"},
-		{logsv1.IngestService_IngestResults_FullMethodName, "agent internal"},
+		{logsv1.IngestService_IngestResults_FullMethodName, "executor internal"},
+		{logsv1.IngestService_IngestLogLines_FullMethodName, "executor internal"},
+		{registryv1.RegistryService_RegisterExecutor_FullMethodName, "executor internal"},
+		{registryv1.RegistryService_ListExecutorGroups_FullMethodName, "viewer operator admin internal"},
 		{logsv1.IngestService_IngestTriggerRecords_FullMethodName, "internal"},
 		{schedulerv1.SchedulerService_KillTrigger_FullMethodName, "internal"},
 		{authv1.AuthService_CreateApiToken_FullMethodName, "viewer operator admin internal"},
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, name := range []string{"viewer", "operator", "admin", "agent", "internal"} {
+		for _, name := range []string{"viewer", "operator", "admin", "executor", "internal"} {
 			if rules[tt.method].allows(callers[name]) {
 				got = append(got, name)
 			}

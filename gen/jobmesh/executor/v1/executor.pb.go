@@ -340,7 +340,11 @@ type Trigger struct {
 	// registered with holds_fires, so that the fire starts on time rather than when the call gets
 	// there. Relative to receipt, so the executor's clock need not agree with the scheduler's. A held
 	// fire is accepted (and seen) at once; its block strategy applies when it starts.
-	StartDelayUs  int64 `protobuf:"varint,18,opt,name=start_delay_us,json=startDelayUs,proto3" json:"start_delay_us,omitempty"`
+	StartDelayUs int64 `protobuf:"varint,18,opt,name=start_delay_us,json=startDelayUs,proto3" json:"start_delay_us,omitempty"`
+	// The scheduler's seal over the trigger id, sent only to the executor the fire is dispatched
+	// to: the executor sends it back with the fire's results and log lines, and logsvc stores only
+	// those that carry it, so an executor can write only the runs dispatched to it.
+	DeliveryToken string `protobuf:"bytes,19,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -499,6 +503,13 @@ func (x *Trigger) GetStartDelayUs() int64 {
 		return x.StartDelayUs
 	}
 	return 0
+}
+
+func (x *Trigger) GetDeliveryToken() string {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return ""
 }
 
 // RunRequest carries fires for this executor; the scheduler batches fires per executor.
@@ -1275,7 +1286,7 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\">\n" +
 	"\x10IdleBeatResponse\x12\x12\n" +
 	"\x04idle\x18\x01 \x01(\bR\x04idle\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc4\x06\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xeb\x06\n" +
 	"\aTrigger\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -1299,7 +1310,8 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\aattempt\x18\x0f \x01(\x05R\aattempt\x12D\n" +
 	"\ftrigger_type\x18\x10 \x01(\x0e2!.jobmesh.scheduler.v1.TriggerTypeR\vtriggerType\x12S\n" +
 	"\rtrace_context\x18\x11 \x03(\v2..jobmesh.executor.v1.Trigger.TraceContextEntryR\ftraceContext\x12$\n" +
-	"\x0estart_delay_us\x18\x12 \x01(\x03R\fstartDelayUs\x1a?\n" +
+	"\x0estart_delay_us\x18\x12 \x01(\x03R\fstartDelayUs\x12%\n" +
+	"\x0edelivery_token\x18\x13 \x01(\tR\rdeliveryToken\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +

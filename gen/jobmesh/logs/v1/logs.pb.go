@@ -424,7 +424,10 @@ type RunResult struct {
 	// W3C traceparent of the executor span that produced the result (the run; for RUNNING, the
 	// dispatch that delivered the fire), when traced: logsvc's ingest span of the result is its
 	// child.
-	Traceparent   string `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// The fire's delivery token (executor.v1.Trigger.delivery_token). Required from executors;
+	// services (the internal token) may leave it empty.
+	DeliveryToken string `protobuf:"bytes,10,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +525,13 @@ func (x *RunResult) GetTraceparent() string {
 	return ""
 }
 
+func (x *RunResult) GetDeliveryToken() string {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return ""
+}
+
 // LogLine is one line of a fire's output.
 type LogLine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -532,7 +542,9 @@ type LogLine struct {
 	// When it was written, Unix ms.
 	UnixMs int64 `protobuf:"varint,3,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
 	// The text, without its newline, at most 64 KiB.
-	Text          string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	// The fire's delivery token, as in RunResult.
+	DeliveryToken string `protobuf:"bytes,5,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +603,13 @@ func (x *LogLine) GetUnixMs() int64 {
 func (x *LogLine) GetText() string {
 	if x != nil {
 		return x.Text
+	}
+	return ""
+}
+
+func (x *LogLine) GetDeliveryToken() string {
+	if x != nil {
+		return x.DeliveryToken
 	}
 	return ""
 }
@@ -2866,7 +2885,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x0ftrigger_outcome\x18\x0f \x01(\x0e2\x1f.jobmesh.logs.v1.TriggerOutcomeR\x0etriggerOutcome\x12'\n" +
 	"\x0ftrigger_message\x18\x10 \x01(\tR\x0etriggerMessage\x12\x19\n" +
 	"\btrace_id\x18\x11 \x01(\tR\atraceId\x12 \n" +
-	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\"\xbb\x02\n" +
+	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\"\xe2\x02\n" +
 	"\tRunResult\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2877,13 +2896,16 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\vend_unix_ms\x18\x06 \x01(\x03R\tendUnixMs\x12)\n" +
 	"\x10executor_address\x18\a \x01(\tR\x0fexecutorAddress\x12\x19\n" +
 	"\btrace_id\x18\b \x01(\tR\atraceId\x12 \n" +
-	"\vtraceparent\x18\t \x01(\tR\vtraceparent\"n\n" +
+	"\vtraceparent\x18\t \x01(\tR\vtraceparent\x12%\n" +
+	"\x0edelivery_token\x18\n" +
+	" \x01(\tR\rdeliveryToken\"\x95\x01\n" +
 	"\aLogLine\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x17\n" +
 	"\aline_no\x18\x02 \x01(\x03R\x06lineNo\x12\x17\n" +
 	"\aunix_ms\x18\x03 \x01(\x03R\x06unixMs\x12\x12\n" +
-	"\x04text\x18\x04 \x01(\tR\x04text\"r\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12%\n" +
+	"\x0edelivery_token\x18\x05 \x01(\tR\rdeliveryToken\"r\n" +
 	"\x1bIngestTriggerRecordsRequest\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x128\n" +
 	"\arecords\x18\x02 \x03(\v2\x1e.jobmesh.logs.v1.TriggerRecordR\arecords\"9\n" +

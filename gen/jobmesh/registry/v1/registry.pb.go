@@ -153,7 +153,10 @@ type Executor struct {
 	LastSeenTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
 	// The executor honours Trigger.start_delay_us: it holds a fire sent ahead of its time and starts
 	// it on time. The scheduler sends fires early only to executors that say so.
-	HoldsFires    bool `protobuf:"varint,9,opt,name=holds_fires,json=holdsFires,proto3" json:"holds_fires,omitempty"`
+	HoldsFires bool `protobuf:"varint,9,opt,name=holds_fires,json=holdsFires,proto3" json:"holds_fires,omitempty"`
+	// The registry's seal over the registration as stored in etcd: a key without a valid seal was
+	// not written by the registry and is left out of the live view. Never returned by the API.
+	Seal          string `protobuf:"bytes,10,opt,name=seal,proto3" json:"seal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +252,13 @@ func (x *Executor) GetHoldsFires() bool {
 		return x.HoldsFires
 	}
 	return false
+}
+
+func (x *Executor) GetSeal() string {
+	if x != nil {
+		return x.Seal
+	}
+	return ""
 }
 
 // ExecutorGroup is a named set of executors that jobs target (XXL-JOB xxl_job_group).
@@ -1042,11 +1052,113 @@ func (x *WatchExecutorsResponse) GetRevision() int64 {
 	return 0
 }
 
+// RegisterExecutorRequest is one message of a registration stream.
+type RegisterExecutorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first message: the executor as it registers (app_name must be the caller's app;
+	// last_seen_time and seal are set by the registry). Later messages leave it unset: heartbeats.
+	Executor      *Executor `protobuf:"bytes,1,opt,name=executor,proto3" json:"executor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterExecutorRequest) Reset() {
+	*x = RegisterExecutorRequest{}
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterExecutorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterExecutorRequest) ProtoMessage() {}
+
+func (x *RegisterExecutorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterExecutorRequest.ProtoReflect.Descriptor instead.
+func (*RegisterExecutorRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RegisterExecutorRequest) GetExecutor() *Executor {
+	if x != nil {
+		return x.Executor
+	}
+	return nil
+}
+
+// RegisterExecutorResponse answers the registration (first) and each heartbeat.
+type RegisterExecutorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The longest the registry waits for the next heartbeat before it removes the registration.
+	HeartbeatTimeoutMs int64 `protobuf:"varint,1,opt,name=heartbeat_timeout_ms,json=heartbeatTimeoutMs,proto3" json:"heartbeat_timeout_ms,omitempty"`
+	// How often the executor should send a heartbeat.
+	HeartbeatIntervalMs int64 `protobuf:"varint,2,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RegisterExecutorResponse) Reset() {
+	*x = RegisterExecutorResponse{}
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterExecutorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterExecutorResponse) ProtoMessage() {}
+
+func (x *RegisterExecutorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterExecutorResponse.ProtoReflect.Descriptor instead.
+func (*RegisterExecutorResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RegisterExecutorResponse) GetHeartbeatTimeoutMs() int64 {
+	if x != nil {
+		return x.HeartbeatTimeoutMs
+	}
+	return 0
+}
+
+func (x *RegisterExecutorResponse) GetHeartbeatIntervalMs() int64 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
 var File_jobmesh_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
+	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x03\n" +
 	"\bExecutor\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1059,7 +1171,9 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2).jobmesh.registry.v1.Executor.LabelsEntryR\x06labels\x12@\n" +
 	"\x0elast_seen_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\x12\x1f\n" +
 	"\vholds_fires\x18\t \x01(\bR\n" +
-	"holdsFires\x1a9\n" +
+	"holdsFires\x12\x17\n" +
+	"\x04seal\x18\n" +
+	" \x01(\tB\x03\xe0A\x03R\x04seal\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x03\n" +
@@ -1105,7 +1219,12 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\x16WatchExecutorsResponse\x12:\n" +
 	"\x04type\x18\x01 \x01(\x0e2&.jobmesh.registry.v1.ExecutorEventTypeR\x04type\x12;\n" +
 	"\texecutors\x18\x02 \x03(\v2\x1d.jobmesh.registry.v1.ExecutorR\texecutors\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision*[\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"T\n" +
+	"\x17RegisterExecutorRequest\x129\n" +
+	"\bexecutor\x18\x01 \x01(\v2\x1d.jobmesh.registry.v1.ExecutorR\bexecutor\"\x80\x01\n" +
+	"\x18RegisterExecutorResponse\x120\n" +
+	"\x14heartbeat_timeout_ms\x18\x01 \x01(\x03R\x12heartbeatTimeoutMs\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs*[\n" +
 	"\vAddressType\x12\x1c\n" +
 	"\x18ADDRESS_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ADDRESS_TYPE_AUTO\x10\x01\x12\x17\n" +
@@ -1114,7 +1233,7 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\x1fEXECUTOR_EVENT_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEXECUTOR_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
 	"\x17EXECUTOR_EVENT_TYPE_PUT\x10\x02\x12\x1e\n" +
-	"\x1aEXECUTOR_EVENT_TYPE_DELETE\x10\x032\xc7\b\n" +
+	"\x1aEXECUTOR_EVENT_TYPE_DELETE\x10\x032\xbc\t\n" +
 	"\x0fRegistryService\x12\x96\x01\n" +
 	"\x12ListExecutorGroups\x12..jobmesh.registry.v1.ListExecutorGroupsRequest\x1a/.jobmesh.registry.v1.ListExecutorGroupsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/executor-groups\x12\xa0\x01\n" +
 	"\x13CreateExecutorGroup\x12/.jobmesh.registry.v1.CreateExecutorGroupRequest\x1a0.jobmesh.registry.v1.CreateExecutorGroupResponse\"&\x82\xd3\xe4\x93\x02 :\x05group\"\x17/api/v1/executor-groups\x12\x95\x01\n" +
@@ -1122,7 +1241,8 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\x13UpdateExecutorGroup\x12/.jobmesh.registry.v1.UpdateExecutorGroupRequest\x1a0.jobmesh.registry.v1.UpdateExecutorGroupResponse\"1\x82\xd3\xe4\x93\x02+:\x05group2\"/api/v1/executor-groups/{group.id}\x12\x9e\x01\n" +
 	"\x13DeleteExecutorGroup\x12/.jobmesh.registry.v1.DeleteExecutorGroupRequest\x1a0.jobmesh.registry.v1.DeleteExecutorGroupResponse\"$\x82\xd3\xe4\x93\x02\x1e*\x1c/api/v1/executor-groups/{id}\x12\x81\x01\n" +
 	"\rListExecutors\x12).jobmesh.registry.v1.ListExecutorsRequest\x1a*.jobmesh.registry.v1.ListExecutorsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/executors\x12\x8c\x01\n" +
-	"\x0eWatchExecutors\x12*.jobmesh.registry.v1.WatchExecutorsRequest\x1a+.jobmesh.registry.v1.WatchExecutorsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/executors:watch0\x01B?Z=github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1;registryv1b\x06proto3"
+	"\x0eWatchExecutors\x12*.jobmesh.registry.v1.WatchExecutorsRequest\x1a+.jobmesh.registry.v1.WatchExecutorsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/executors:watch0\x01\x12s\n" +
+	"\x10RegisterExecutor\x12,.jobmesh.registry.v1.RegisterExecutorRequest\x1a-.jobmesh.registry.v1.RegisterExecutorResponse(\x010\x01B?Z=github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1;registryv1b\x06proto3"
 
 var (
 	file_jobmesh_registry_v1_registry_proto_rawDescOnce sync.Once
@@ -1137,7 +1257,7 @@ func file_jobmesh_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_jobmesh_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_jobmesh_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_jobmesh_registry_v1_registry_proto_goTypes = []any{
 	(AddressType)(0),                    // 0: jobmesh.registry.v1.AddressType
 	(ExecutorEventType)(0),              // 1: jobmesh.registry.v1.ExecutorEventType
@@ -1157,46 +1277,51 @@ var file_jobmesh_registry_v1_registry_proto_goTypes = []any{
 	(*ListExecutorsResponse)(nil),       // 15: jobmesh.registry.v1.ListExecutorsResponse
 	(*WatchExecutorsRequest)(nil),       // 16: jobmesh.registry.v1.WatchExecutorsRequest
 	(*WatchExecutorsResponse)(nil),      // 17: jobmesh.registry.v1.WatchExecutorsResponse
-	nil,                                 // 18: jobmesh.registry.v1.Executor.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 19: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),       // 20: google.protobuf.FieldMask
+	(*RegisterExecutorRequest)(nil),     // 18: jobmesh.registry.v1.RegisterExecutorRequest
+	(*RegisterExecutorResponse)(nil),    // 19: jobmesh.registry.v1.RegisterExecutorResponse
+	nil,                                 // 20: jobmesh.registry.v1.Executor.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 21: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),       // 22: google.protobuf.FieldMask
 }
 var file_jobmesh_registry_v1_registry_proto_depIdxs = []int32{
-	19, // 0: jobmesh.registry.v1.Executor.start_time:type_name -> google.protobuf.Timestamp
-	18, // 1: jobmesh.registry.v1.Executor.labels:type_name -> jobmesh.registry.v1.Executor.LabelsEntry
-	19, // 2: jobmesh.registry.v1.Executor.last_seen_time:type_name -> google.protobuf.Timestamp
+	21, // 0: jobmesh.registry.v1.Executor.start_time:type_name -> google.protobuf.Timestamp
+	20, // 1: jobmesh.registry.v1.Executor.labels:type_name -> jobmesh.registry.v1.Executor.LabelsEntry
+	21, // 2: jobmesh.registry.v1.Executor.last_seen_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: jobmesh.registry.v1.ExecutorGroup.address_type:type_name -> jobmesh.registry.v1.AddressType
 	2,  // 4: jobmesh.registry.v1.ExecutorGroup.executors:type_name -> jobmesh.registry.v1.Executor
-	19, // 5: jobmesh.registry.v1.ExecutorGroup.update_time:type_name -> google.protobuf.Timestamp
+	21, // 5: jobmesh.registry.v1.ExecutorGroup.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 6: jobmesh.registry.v1.ListExecutorGroupsResponse.groups:type_name -> jobmesh.registry.v1.ExecutorGroup
 	3,  // 7: jobmesh.registry.v1.CreateExecutorGroupRequest.group:type_name -> jobmesh.registry.v1.ExecutorGroup
 	3,  // 8: jobmesh.registry.v1.CreateExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
 	3,  // 9: jobmesh.registry.v1.GetExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
 	3,  // 10: jobmesh.registry.v1.UpdateExecutorGroupRequest.group:type_name -> jobmesh.registry.v1.ExecutorGroup
-	20, // 11: jobmesh.registry.v1.UpdateExecutorGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
+	22, // 11: jobmesh.registry.v1.UpdateExecutorGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
 	3,  // 12: jobmesh.registry.v1.UpdateExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
 	2,  // 13: jobmesh.registry.v1.ListExecutorsResponse.executors:type_name -> jobmesh.registry.v1.Executor
 	1,  // 14: jobmesh.registry.v1.WatchExecutorsResponse.type:type_name -> jobmesh.registry.v1.ExecutorEventType
 	2,  // 15: jobmesh.registry.v1.WatchExecutorsResponse.executors:type_name -> jobmesh.registry.v1.Executor
-	4,  // 16: jobmesh.registry.v1.RegistryService.ListExecutorGroups:input_type -> jobmesh.registry.v1.ListExecutorGroupsRequest
-	6,  // 17: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:input_type -> jobmesh.registry.v1.CreateExecutorGroupRequest
-	8,  // 18: jobmesh.registry.v1.RegistryService.GetExecutorGroup:input_type -> jobmesh.registry.v1.GetExecutorGroupRequest
-	10, // 19: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:input_type -> jobmesh.registry.v1.UpdateExecutorGroupRequest
-	12, // 20: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:input_type -> jobmesh.registry.v1.DeleteExecutorGroupRequest
-	14, // 21: jobmesh.registry.v1.RegistryService.ListExecutors:input_type -> jobmesh.registry.v1.ListExecutorsRequest
-	16, // 22: jobmesh.registry.v1.RegistryService.WatchExecutors:input_type -> jobmesh.registry.v1.WatchExecutorsRequest
-	5,  // 23: jobmesh.registry.v1.RegistryService.ListExecutorGroups:output_type -> jobmesh.registry.v1.ListExecutorGroupsResponse
-	7,  // 24: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:output_type -> jobmesh.registry.v1.CreateExecutorGroupResponse
-	9,  // 25: jobmesh.registry.v1.RegistryService.GetExecutorGroup:output_type -> jobmesh.registry.v1.GetExecutorGroupResponse
-	11, // 26: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:output_type -> jobmesh.registry.v1.UpdateExecutorGroupResponse
-	13, // 27: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:output_type -> jobmesh.registry.v1.DeleteExecutorGroupResponse
-	15, // 28: jobmesh.registry.v1.RegistryService.ListExecutors:output_type -> jobmesh.registry.v1.ListExecutorsResponse
-	17, // 29: jobmesh.registry.v1.RegistryService.WatchExecutors:output_type -> jobmesh.registry.v1.WatchExecutorsResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 16: jobmesh.registry.v1.RegisterExecutorRequest.executor:type_name -> jobmesh.registry.v1.Executor
+	4,  // 17: jobmesh.registry.v1.RegistryService.ListExecutorGroups:input_type -> jobmesh.registry.v1.ListExecutorGroupsRequest
+	6,  // 18: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:input_type -> jobmesh.registry.v1.CreateExecutorGroupRequest
+	8,  // 19: jobmesh.registry.v1.RegistryService.GetExecutorGroup:input_type -> jobmesh.registry.v1.GetExecutorGroupRequest
+	10, // 20: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:input_type -> jobmesh.registry.v1.UpdateExecutorGroupRequest
+	12, // 21: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:input_type -> jobmesh.registry.v1.DeleteExecutorGroupRequest
+	14, // 22: jobmesh.registry.v1.RegistryService.ListExecutors:input_type -> jobmesh.registry.v1.ListExecutorsRequest
+	16, // 23: jobmesh.registry.v1.RegistryService.WatchExecutors:input_type -> jobmesh.registry.v1.WatchExecutorsRequest
+	18, // 24: jobmesh.registry.v1.RegistryService.RegisterExecutor:input_type -> jobmesh.registry.v1.RegisterExecutorRequest
+	5,  // 25: jobmesh.registry.v1.RegistryService.ListExecutorGroups:output_type -> jobmesh.registry.v1.ListExecutorGroupsResponse
+	7,  // 26: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:output_type -> jobmesh.registry.v1.CreateExecutorGroupResponse
+	9,  // 27: jobmesh.registry.v1.RegistryService.GetExecutorGroup:output_type -> jobmesh.registry.v1.GetExecutorGroupResponse
+	11, // 28: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:output_type -> jobmesh.registry.v1.UpdateExecutorGroupResponse
+	13, // 29: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:output_type -> jobmesh.registry.v1.DeleteExecutorGroupResponse
+	15, // 30: jobmesh.registry.v1.RegistryService.ListExecutors:output_type -> jobmesh.registry.v1.ListExecutorsResponse
+	17, // 31: jobmesh.registry.v1.RegistryService.WatchExecutors:output_type -> jobmesh.registry.v1.WatchExecutorsResponse
+	19, // 32: jobmesh.registry.v1.RegistryService.RegisterExecutor:output_type -> jobmesh.registry.v1.RegisterExecutorResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_registry_v1_registry_proto_init() }
@@ -1210,7 +1335,7 @@ func file_jobmesh_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_registry_v1_registry_proto_rawDesc), len(file_jobmesh_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	RegistryService_DeleteExecutorGroup_FullMethodName = "/jobmesh.registry.v1.RegistryService/DeleteExecutorGroup"
 	RegistryService_ListExecutors_FullMethodName       = "/jobmesh.registry.v1.RegistryService/ListExecutors"
 	RegistryService_WatchExecutors_FullMethodName      = "/jobmesh.registry.v1.RegistryService/WatchExecutors"
+	RegistryService_RegisterExecutor_FullMethodName    = "/jobmesh.registry.v1.RegistryService/RegisterExecutor"
 )
 
 // RegistryServiceClient is the client API for RegistryService service.
@@ -33,7 +34,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // RegistryService keeps executor groups (in the database) and the live executor view (from the
-// etcd TTL keys under /jobmesh/v1/executors/<app>/<instance>).
+// etcd TTL keys under /jobmesh/v1/executors/<app>/<instance>, which only the registry writes:
+// executors register through RegisterExecutor with their group's access token).
 type RegistryServiceClient interface {
 	// ListExecutorGroups lists groups with their resolved addresses.
 	ListExecutorGroups(ctx context.Context, in *ListExecutorGroupsRequest, opts ...grpc.CallOption) (*ListExecutorGroupsResponse, error)
@@ -50,6 +52,12 @@ type RegistryServiceClient interface {
 	// WatchExecutors streams the live view: first a snapshot, then every change. The scheduler
 	// follows it so routing needs no RPC per fire.
 	WatchExecutors(ctx context.Context, in *WatchExecutorsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutorsResponse], error)
+	// RegisterExecutor keeps an executor in the live view while the stream lasts. The executor
+	// calls with its group's access token ("authorization: Bearer <token>") and its app name
+	// (metadata "x-jobmesh-executor-app"); it sends its registration first, then a heartbeat at
+	// least every heartbeat_interval. The registry writes the executor's key under a lease it keeps
+	// alive, and removes it when the stream ends or a heartbeat is missed. Not served over REST.
+	RegisterExecutor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RegisterExecutorRequest, RegisterExecutorResponse], error)
 }
 
 type registryServiceClient struct {
@@ -139,12 +147,26 @@ func (c *registryServiceClient) WatchExecutors(ctx context.Context, in *WatchExe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RegistryService_WatchExecutorsClient = grpc.ServerStreamingClient[WatchExecutorsResponse]
 
+func (c *registryServiceClient) RegisterExecutor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RegisterExecutorRequest, RegisterExecutorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RegistryService_ServiceDesc.Streams[1], RegistryService_RegisterExecutor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RegisterExecutorRequest, RegisterExecutorResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RegistryService_RegisterExecutorClient = grpc.BidiStreamingClient[RegisterExecutorRequest, RegisterExecutorResponse]
+
 // RegistryServiceServer is the server API for RegistryService service.
 // All implementations must embed UnimplementedRegistryServiceServer
 // for forward compatibility.
 //
 // RegistryService keeps executor groups (in the database) and the live executor view (from the
-// etcd TTL keys under /jobmesh/v1/executors/<app>/<instance>).
+// etcd TTL keys under /jobmesh/v1/executors/<app>/<instance>, which only the registry writes:
+// executors register through RegisterExecutor with their group's access token).
 type RegistryServiceServer interface {
 	// ListExecutorGroups lists groups with their resolved addresses.
 	ListExecutorGroups(context.Context, *ListExecutorGroupsRequest) (*ListExecutorGroupsResponse, error)
@@ -161,6 +183,12 @@ type RegistryServiceServer interface {
 	// WatchExecutors streams the live view: first a snapshot, then every change. The scheduler
 	// follows it so routing needs no RPC per fire.
 	WatchExecutors(*WatchExecutorsRequest, grpc.ServerStreamingServer[WatchExecutorsResponse]) error
+	// RegisterExecutor keeps an executor in the live view while the stream lasts. The executor
+	// calls with its group's access token ("authorization: Bearer <token>") and its app name
+	// (metadata "x-jobmesh-executor-app"); it sends its registration first, then a heartbeat at
+	// least every heartbeat_interval. The registry writes the executor's key under a lease it keeps
+	// alive, and removes it when the stream ends or a heartbeat is missed. Not served over REST.
+	RegisterExecutor(grpc.BidiStreamingServer[RegisterExecutorRequest, RegisterExecutorResponse]) error
 	mustEmbedUnimplementedRegistryServiceServer()
 }
 
@@ -191,6 +219,9 @@ func (UnimplementedRegistryServiceServer) ListExecutors(context.Context, *ListEx
 }
 func (UnimplementedRegistryServiceServer) WatchExecutors(*WatchExecutorsRequest, grpc.ServerStreamingServer[WatchExecutorsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchExecutors not implemented")
+}
+func (UnimplementedRegistryServiceServer) RegisterExecutor(grpc.BidiStreamingServer[RegisterExecutorRequest, RegisterExecutorResponse]) error {
+	return status.Error(codes.Unimplemented, "method RegisterExecutor not implemented")
 }
 func (UnimplementedRegistryServiceServer) mustEmbedUnimplementedRegistryServiceServer() {}
 func (UnimplementedRegistryServiceServer) testEmbeddedByValue()                         {}
@@ -332,6 +363,13 @@ func _RegistryService_WatchExecutors_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RegistryService_WatchExecutorsServer = grpc.ServerStreamingServer[WatchExecutorsResponse]
 
+func _RegistryService_RegisterExecutor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RegistryServiceServer).RegisterExecutor(&grpc.GenericServerStream[RegisterExecutorRequest, RegisterExecutorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RegistryService_RegisterExecutorServer = grpc.BidiStreamingServer[RegisterExecutorRequest, RegisterExecutorResponse]
+
 // RegistryService_ServiceDesc is the grpc.ServiceDesc for RegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -369,6 +407,12 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchExecutors",
 			Handler:       _RegistryService_WatchExecutors_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "RegisterExecutor",
+			Handler:       _RegistryService_RegisterExecutor_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "jobmesh/registry/v1/registry.proto",

@@ -1,7 +1,8 @@
 // Command jobmesh-agent is the jobmesh executor sidecar: it serves ExecutorService for one
 // executor group, runs GLUE scripts and the built-in "command" and "http" handlers (and, with
-// --handler-addr, an application's handlers over HandlerService), registers itself in etcd and
-// delivers results and output lines to logsvc through a durable spool.
+// --handler-addr, an application's handlers over HandlerService), registers itself with the
+// registry and delivers results and output lines to logsvc through a durable spool, presenting its
+// group's access token to both.
 //
 // Every flag has an environment twin: --app-name is JOBMESH_APP_NAME, and so on. A flag given on
 // the command line wins over its environment variable.
@@ -20,9 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -88,22 +87,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		log.Info("serving metrics", "metrics_url", "http://"+a+"/metrics")
 	}
 
-	var etcd *clientv3.Client
-	if len(cfg.etcdEndpoints) > 0 {
-		etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return fmt.Errorf("--etcd-endpoints: %w", err)
-		}
-		defer etcd.Close()
-	}
-
 	agent, err := sdk.New(sdk.Config{
 		AppName: cfg.appName, InstanceID: cfg.instanceID, ListenAddr: cfg.listenAddr, AdvertiseAddr: cfg.advertiseAddr,
-		Etcd: etcd, RegistrationTTL: cfg.registrationTTL, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
+		RegistryAddr: cfg.registryAddr, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
 		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
 		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, LogRetentionDays: cfg.logRetentionDays,
-		HTTPAllowHosts: cfg.httpAllowHosts, LogsvcToken: cfg.logsvcToken,
+		HTTPAllowHosts: cfg.httpAllowHosts,
 	})
 	if err != nil {
 		return err
@@ -142,13 +132,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 // config is the agent's command line.
 type config struct {
 	appName, instanceID, listenAddr, advertiseAddr string
-	etcdEndpoints                                  []string
+	registryAddr                                   string
 	logsvcAddr, logDir, accessToken                string
-	spoolDir, handlerAddr, logsvcToken             string
+	spoolDir, handlerAddr                          string
 	spoolMaxBytes                                  int64
 	logRetentionDays                               int
 	httpAllowHosts                                 []string
-	registrationTTL, killGrace, stopGrace          time.Duration
+	killGrace, stopGrace                           time.Duration
 	capacity                                       int
 	labels                                         map[string]string
 	logLevel, logFormat                            string
@@ -164,13 +154,13 @@ func envName(flagName string) string {
 // checks the result; errors name the flag and its variable.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	var endpoints, labels, allowHosts string
+	var labels, allowHosts string
 	fs := flag.NewFlagSet("jobmesh-agent", flag.ContinueOnError)
 	fs.StringVar(&c.appName, "app-name", "", "executor group app name to register under (required)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "instance id within the app (default hostname-pid)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "127.0.0.1:9999", "gRPC listen address of ExecutorService")
 	fs.StringVar(&c.advertiseAddr, "advertise-addr", "", "address registered for the scheduler to dial (default: the listen address)")
-	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints; empty disables registration")
+	fs.StringVar(&c.registryAddr, "registry-addr", "", "gRPC address of the registry to register with; empty does not register")
 	fs.StringVar(&c.logsvcAddr, "logsvc-addr", "", "gRPC address of logsvc; empty keeps results local")
 	fs.StringVar(&c.logDir, "log-dir", "", "directory for run logs and GLUE scripts (required)")
 	fs.StringVar(&c.spoolDir, "spool-dir", "", "durable spool of results and lines logsvc has not acknowledged (default <log-dir>/spool)")
@@ -178,9 +168,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "days of local run log files kept; negative keeps them forever")
 	fs.StringVar(&allowHosts, "http-allow-hosts", "", "comma-separated hosts the http handler may call (host, host:port, *.domain); empty allows none")
 	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC address of an application's HandlerService whose handlers the agent serves (sidecar)")
-	fs.StringVar(&c.logsvcToken, "logsvc-token", "", "token presented to logsvc (prefer the environment variable)")
-	fs.StringVar(&c.accessToken, "access-token", "", "token the scheduler must present (prefer the environment variable)")
-	fs.DurationVar(&c.registrationTTL, "registration-ttl", 10*time.Second, "etcd lease TTL of the registration")
+	fs.StringVar(&c.accessToken, "access-token", "", "the executor group's access token: the scheduler must present it, and the agent presents it to the registry and logsvc (prefer the environment variable)")
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts")
 	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long stopping waits for running handlers")
 	fs.IntVar(&c.capacity, "capacity", 100, "fires the executor advertises it runs at once")
@@ -212,11 +200,6 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		}
 	})
 
-	for e := range strings.SplitSeq(endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			c.etcdEndpoints = append(c.etcdEndpoints, e)
-		}
-	}
 	for h := range strings.SplitSeq(allowHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			c.httpAllowHosts = append(c.httpAllowHosts, h)
@@ -248,8 +231,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if c.logDir == "" {
 		errs = append(errs, fmt.Errorf("--log-dir (%s): required", envName("log-dir")))
 	}
-	if c.registrationTTL < time.Second {
-		errs = append(errs, fmt.Errorf("--registration-ttl (%s): %v is below 1s", envName("registration-ttl"), c.registrationTTL))
+	if (c.registryAddr != "" || c.logsvcAddr != "") && c.accessToken == "" {
+		errs = append(errs, fmt.Errorf("--access-token (%s): required to register or deliver results (the executor group's access token)", envName("access-token")))
 	}
 	if _, err := telemetry.ParseLevel(c.logLevel); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level (%s): %w", envName("log-level"), err))

@@ -20,18 +20,18 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{
 			name: "flags",
-			args: []string{"--app-name", "billing", "--log-dir", "/tmp/x", "--etcd-endpoints", "a:2379, b:2379", "--labels", "zone=eu,tier=gold"},
+			args: []string{"--app-name", "billing", "--log-dir", "/tmp/x", "--registry-addr", "registry:9011", "--access-token", "t", "--labels", "zone=eu,tier=gold"},
 			check: func(c config) bool {
-				return c.appName == "billing" && c.logDir == "/tmp/x" && len(c.etcdEndpoints) == 2 && c.etcdEndpoints[1] == "b:2379" &&
-					c.labels["zone"] == "eu" && c.listenAddr == "127.0.0.1:9999" && c.registrationTTL == 10*time.Second
+				return c.appName == "billing" && c.logDir == "/tmp/x" && c.registryAddr == "registry:9011" &&
+					c.labels["zone"] == "eu" && c.listenAddr == "127.0.0.1:9999" && c.killGrace == 5*time.Second
 			},
 		},
 		{
 			name: "environment twins, flags win",
 			args: []string{"--app-name", "from-flag"},
-			env:  map[string]string{"JOBMESH_APP_NAME": "from-env", "JOBMESH_LOG_DIR": "/var/x", "JOBMESH_REGISTRATION_TTL": "3s", "JOBMESH_ACCESS_TOKEN": "t"},
+			env:  map[string]string{"JOBMESH_APP_NAME": "from-env", "JOBMESH_LOG_DIR": "/var/x", "JOBMESH_KILL_GRACE": "3s", "JOBMESH_ACCESS_TOKEN": "t"},
 			check: func(c config) bool {
-				return c.appName == "from-flag" && c.logDir == "/var/x" && c.registrationTTL == 3*time.Second && c.accessToken == "t"
+				return c.appName == "from-flag" && c.logDir == "/var/x" && c.killGrace == 3*time.Second && c.accessToken == "t"
 			},
 		},
 		{
@@ -41,8 +41,8 @@ func TestParseConfig(t *testing.T) {
 		{
 			name:    "bad environment values are named",
 			args:    []string{"--app-name", "a", "--log-dir", "d"},
-			env:     map[string]string{"JOBMESH_REGISTRATION_TTL": "soon", "JOBMESH_LOG_FORMAT": "xml", "JOBMESH_LABELS": "novalue"},
-			wantErr: []string{"--registration-ttl (JOBMESH_REGISTRATION_TTL)", "--log-format (JOBMESH_LOG_FORMAT)"},
+			env:     map[string]string{"JOBMESH_KILL_GRACE": "soon", "JOBMESH_LOG_FORMAT": "xml", "JOBMESH_LABELS": "novalue"},
+			wantErr: []string{"--kill-grace (JOBMESH_KILL_GRACE)", "--log-format (JOBMESH_LOG_FORMAT)"},
 		},
 		{
 			name: "spool, retention, http allow-list and sidecar",

@@ -14,13 +14,14 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 )
 
-// TestLogsvcToken: an executor presents LogsvcToken to a logsvc that refuses calls without it.
-func TestLogsvcToken(t *testing.T) {
+// TestExecutorCredential: an executor presents its group's access token and app name to a
+// logsvc that refuses calls without them.
+func TestExecutorCredential(t *testing.T) {
 	t.Parallel()
 	ingest := sdktest.NewIngest()
 	srv := grpc.NewServer(grpc.ChainStreamInterceptor(func(s any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		md, _ := metadata.FromIncomingContext(ss.Context())
-		if v := md.Get("authorization"); len(v) != 1 || v[0] != "Bearer agent-token" {
+		if v, app := md.Get("authorization"), md.Get("x-jobmesh-executor-app"); len(v) != 1 || v[0] != "Bearer group-token" || len(app) != 1 || app[0] != "test-app" {
 			return status.Error(codes.Unauthenticated, "no token")
 		}
 		return h(s, ss)
@@ -32,7 +33,7 @@ func TestLogsvcToken(t *testing.T) {
 	}
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
-	h := start(t, func(cfg *sdk.Config) { cfg.LogsvcAddr, cfg.LogsvcToken = ln.Addr().String(), "agent-token" })
+	h := start(t, func(cfg *sdk.Config) { cfg.LogsvcAddr, cfg.AccessToken = ln.Addr().String(), "group-token" })
 	h.ingest = ingest
 	h.accept(t, bean("330-1-0-0", 330, "gate", ""))
 	h.gates.release("330-1-0-0")

@@ -1,0 +1,146 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/devstack"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
+)
+
+// TestExecutorsWriteOnlyTheirOwnRuns attacks logsvc as an executor host would: with a valid
+// credential of its own group, and with the credential of the group whose run it targets, it
+// delivers a result and a line for a finished run that was not dispatched to it, and a result and
+// a line for a run that does not exist. Every such delivery is refused (results listed in the
+// ack, lines dropped), and the stored runs are exactly as before. A credential that is not its
+// group's is refused outright.
+func TestExecutorsWriteOnlyTheirOwnRuns(t *testing.T) {
+	t.Parallel()
+	st := startStackWith(t, "", map[string]sdk.HandlerFunc{
+		"speak": func(_ context.Context, j *sdk.Job) error { j.Logf("the real line"); return nil },
+	})
+	base := "http://" + st.HTTPAddr + "/api/v1"
+	id := createJob(t, base, map[string]any{"name": "victim", "group_id": st.GroupID, "handler": "speak",
+		"schedule": map[string]any{"type": "SCHEDULE_TYPE_NONE"}})
+	if code := call(t, "POST", base+"/jobs/"+id+":trigger", map[string]any{}, nil); code != http.StatusOK {
+		t.Fatalf("trigger = %d", code)
+	}
+	runs := waitRuns(t, base, id, func(rs []fullRun) bool { return finished(rs, "RUN_STATUS_SUCCESS") == 1 })
+	victim := runs[0].ID
+	const intruderToken = "intruder-group-token-0123"
+	if code := call(t, "POST", base+"/executor-groups", map[string]any{"app_name": "intruder", "title": "Intruder",
+		"access_token": intruderToken}, nil); code != http.StatusOK {
+		t.Fatalf("create the intruder's group = %d", code)
+	}
+
+	conn, err := grpc.NewClient(st.LogsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ingest := logsv1.NewIngestServiceClient(conn)
+	jobID, _ := strconv.ParseInt(id, 10, 64)
+	unknown := fmt.Sprintf("%d-1700000000000-0-0", jobID+1000)
+
+	for _, cred := range []struct{ name, app, token string }{
+		{"another group's executor", "intruder", intruderToken},
+		{"an executor of the run's group the fire was not sent to", devstack.DevApp, st.GroupToken},
+	} {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+cred.token, auth.ExecutorAppHeader, cred.app)
+		// A forged delivery token is no better than none.
+		forged := "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+		rs, err := ingest.IngestResults(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.Send(&logsv1.IngestResultsRequest{BatchId: 1, Results: []*logsv1.RunResult{
+			{TriggerId: victim, JobId: jobID, Status: logsv1.RunStatus_RUN_STATUS_FAIL, Message: "forged", DeliveryToken: forged},
+			{TriggerId: unknown, JobId: jobID + 1000, Status: logsv1.RunStatus_RUN_STATUS_SUCCESS},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		ack, err := rs.Recv()
+		if err != nil {
+			t.Fatalf("%s: results ack: %v", cred.name, err)
+		}
+		if got := ack.GetRefusedTriggerIds(); !slices.Contains(got, victim) || !slices.Contains(got, unknown) {
+			t.Errorf("%s: refused %v, want both %s and %s", cred.name, got, victim, unknown)
+		}
+		ls, err := ingest.IngestLogLines(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Send(&logsv1.IngestLogLinesRequest{BatchId: 1, Lines: []*logsv1.LogLine{
+			{TriggerId: victim, LineNo: 99, UnixMs: 1, Text: "forged line", DeliveryToken: forged},
+			{TriggerId: unknown, LineNo: 1, UnixMs: 1, Text: "forged line"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ls.Recv(); err != nil { // acknowledged once its (empty) write committed
+			t.Fatalf("%s: lines ack: %v", cred.name, err)
+		}
+	}
+
+	// A group's app with another group's token is no executor at all.
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+intruderToken, auth.ExecutorAppHeader, devstack.DevApp)
+	rs, err := ingest.IngestResults(ctx)
+	if err == nil {
+		_ = rs.Send(&logsv1.IngestResultsRequest{BatchId: 1})
+		_, err = rs.Recv()
+	}
+	wantCode(t, "IngestResults with another group's token", err, codes.Unauthenticated)
+
+	var got struct{ Run fullRun }
+	if code := call(t, "GET", base+"/logs/"+victim, nil, &got); code != http.StatusOK || got.Run.Status != "RUN_STATUS_SUCCESS" {
+		t.Errorf("the victim run after the attack = %d %+v, want it still SUCCESS", code, got.Run)
+	}
+	var lines struct {
+		Lines []struct {
+			Text string `json:"text"`
+		} `json:"lines"`
+	}
+	if code := call(t, "GET", base+"/logs/"+victim+"/lines", nil, &lines); code != http.StatusOK {
+		t.Fatalf("GET lines = %d", code)
+	}
+	var texts []string
+	for _, l := range lines.Lines {
+		texts = append(texts, l.Text)
+	}
+	if !slices.Contains(texts, "the real line") || slices.ContainsFunc(texts, func(s string) bool { return strings.Contains(s, "forged") }) {
+		t.Errorf("the victim run's lines after the attack = %q, want the real line and nothing forged", texts)
+	}
+	if code := call(t, "GET", base+"/logs/"+unknown, nil, nil); code != http.StatusNotFound {
+		t.Errorf("GET the run an intruder tried to create = %d, want 404", code)
+	}
+}
+
+// TestDevAgentRunsOnlyForItsGroup: `jobmesh dev`'s own agent has its group's generated token, so
+// a direct Run without it (or with the services' internal token) runs nothing.
+func TestDevAgentRunsOnlyForItsGroup(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, "")
+	if len(st.GroupToken) < auth.MinSecretLen {
+		t.Fatalf("the dev group's token %q: want a generated secret", st.GroupToken)
+	}
+	for _, tok := range []string{"", st.InternalToken} {
+		cli := sdktest.Client(t, st.AgentAddr, tok)
+		_, err := cli.Run(t.Context(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{TriggerId: "1-1-0-0", JobId: 1,
+			GlueType: schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, GlueSource: "id", ShardTotal: 1}}})
+		wantCode(t, "Run on the dev agent with token "+strconv.Quote(tok), err, codes.Unauthenticated)
+	}
+}
