@@ -99,6 +99,10 @@ func (f *flags) str(p *string, name, def, help string) {
 	f.StringVar(p, name, def, help+" ("+envName(name)+")")
 }
 
+func (f *flags) int64(p *int64, name string, def int64, help string) {
+	f.Int64Var(p, name, def, help+" ("+envName(name)+")")
+}
+
 func (f *flags) dur(p *time.Duration, name string, def time.Duration, help string) {
 	f.DurationVar(p, name, def, help+" ("+envName(name)+")")
 }
@@ -142,6 +146,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.dur(&sessionTTL, "session-ttl", 2*time.Second, "scheduler leader session TTL")
 	var alarms alarmFlags
 	alarms.add(f)
+	var edge edgeFlags
+	edge.add(f)
 	f.str(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&logFormat, "log-format", "text", "text or json")
 	f.str(&cfg.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint of every service (e.g. 127.0.0.1:9464); empty serves none")
@@ -151,6 +157,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", f.Args())
 	}
+	trusted, err := edge.check()
+	if err != nil {
+		return err
+	}
+	cfg.TrustedProxies = trusted
+	cfg.MaxBodyBytes = edge.maxBodyBytes
 	if cfg.MetricsAddr != "" {
 		if err := checkAddr("--metrics-addr", cfg.MetricsAddr); err != nil {
 			return err

@@ -284,7 +284,12 @@ func (p *process) guard(d guardDeps) (*auth.Guard, error) {
 // serve starts a guarded gRPC server on ln with the services register adds. The server's end
 // (other than by stopGRPC) is reported on failed.
 func (p *process) serve(ln net.Listener, guard *auth.Guard, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
-	g := grpcserver.New(p.log, guard.ServerOptions()...)
+	return p.serveWith(ln, guard, nil, failed, register...)
+}
+
+// serveWith is serve with extra server options.
+func (p *process) serveWith(ln net.Listener, guard *auth.Guard, opts []grpc.ServerOption, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
+	g := grpcserver.New(p.log, append(guard.ServerOptions(), opts...)...)
 	for _, r := range register {
 		r(g)
 	}

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -89,6 +90,11 @@ type Config struct {
 	MetricsAddr string
 	// TraceURLTemplate links trace ids in the web UI (gateway.Config.TraceURLTemplate).
 	TraceURLTemplate string
+	// MaxBodyBytes bounds HTTP request bodies (gateway.Config.MaxBodyBytes); 0 means 4 MiB.
+	MaxBodyBytes int64
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client, for the
+	// gateway and the auth service (gateway.Config.TrustedProxies).
+	TrustedProxies []netip.Prefix
 }
 
 func (c *Config) setDefaults() {
@@ -273,6 +279,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Auth comes first: every server's guard asks it who a token belongs to.
 	acfg := cfg.Auth
 	acfg.Logger = log.With("service", "auth")
+	acfg.InternalToken = st.InternalToken // the gateway proves the client address with it
+	if acfg.TrustedProxies == nil {
+		acfg.TrustedProxies = cfg.TrustedProxies
+	}
 	if acfg.Groups == nil {
 		acfg.Groups = auth.ClientResolver{Registry: registryv1.NewRegistryServiceClient(regConn)}
 	}
@@ -295,8 +305,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 
-	serve := func(name string, ln net.Listener, register func(*grpc.Server)) {
-		g := grpcserver.New(log.With("service", name), guard.ServerOptions()...)
+	serve := func(name string, ln net.Listener, register func(*grpc.Server), opts ...grpc.ServerOption) {
+		g := grpcserver.New(log.With("service", name), append(guard.ServerOptions(), opts...)...)
 		register(g)
 		go func() {
 			if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -400,12 +410,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	undo = append(undo, agent.Stop)
 	st.AgentAddr = agent.Addr()
 
-	serve("auth", authLn, authSvc.Register)
+	serve("auth", authLn, authSvc.Register, auth.ServerOptions()...)
 
 	// Gateway.
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
 		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
+		MaxBodyBytes: cfg.MaxBodyBytes, TrustedProxies: cfg.TrustedProxies, InternalToken: st.InternalToken,
 	})
 	if err != nil {
 		return nil, err

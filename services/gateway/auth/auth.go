@@ -128,6 +128,15 @@ func New(cfg Config, store *db.DB) (*Service, error) {
 	return &Service{cfg: cfg, log: log, store: store, now: now, throttle: th, hashes: make(chan struct{}, cfg.MaxConcurrentHashes)}, nil
 }
 
+// MaxMessageBytes bounds the requests the auth service's gRPC server reads (ServerOptions): its
+// messages are user names, passwords, tokens and audit events, far below it.
+const MaxMessageBytes = 1 << 20
+
+// ServerOptions are the options of the gRPC server that serves the service, besides the guard's.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}
+}
+
 // Register adds AuthService to g.
 func (s *Service) Register(g *grpc.Server) { authv1.RegisterAuthServiceServer(g, s) }
 
