@@ -105,6 +105,28 @@ func TestStrangersAtTheGateway(t *testing.T) {
 		}
 	})
 
+	t.Run("errors do not echo a megabyte", func(t *testing.T) {
+		long := strings.Repeat("x", 1<<20)
+		for _, body := range []map[string]any{
+			{"name": "j", "group_id": st.GroupID, "handler": "demo", "schedule": map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 * * * * ?", "time_zone": long}},
+			{"name": "j", "group_id": st.GroupID, "handler": "demo", "route_strategy": long},
+		} {
+			b, _ := json.Marshal(body)
+			req, _ := http.NewRequest("POST", base+"/jobs", bytes.NewReader(b))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+login(t, st, "admin", st.AdminPassword))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("POST: %v", err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || len(raw) > 8<<10 || !strings.Contains(string(raw), "bytes)") {
+				t.Errorf("POST with a 1 MB value = %d, %d bytes (%.300s), want 400 under 8 KiB with the value cut", resp.StatusCode, len(raw), raw)
+			}
+		}
+	})
+
 	t.Run("a body over the limit", func(t *testing.T) {
 		req, _ := http.NewRequest("POST", base+"/jobs", io.MultiReader(strings.NewReader(`{"job":{"name":"`), io.LimitReader(neverEnding('a'), 200<<20)))
 		req.Header.Set("Content-Type", "application/json")

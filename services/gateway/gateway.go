@@ -36,6 +36,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/gateway/openapi"
 )
@@ -347,6 +348,7 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "proto:")), " ")
 		err = status.Error(codes.InvalidArgument, "request body: "+msg)
 	}
+	err = apierr.ToStatus(err) // bounds echoed input (decoding errors quote it)
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
