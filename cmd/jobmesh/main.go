@@ -32,6 +32,8 @@ Usage:
   jobmesh gateway [flags]      run the gateway (web UI, REST) and the auth service
   jobmesh health TARGET...     exit 0 if every gRPC address or http(s) URL is healthy
   jobmesh bench <scenario>     the load tool: rate, scale, failover or ramp (jobmesh bench -h)
+  jobmesh admin reset-password --user NAME
+                               set a lost password in the auth store (jobmesh admin -h)
   jobmesh login|logout|jobs|runs|executors ...
                                the command-line client (jobmesh help lists its commands)
 
@@ -61,6 +63,8 @@ func main() {
 		err = runHealth(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "bench":
 		err = runBench(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "admin":
+		err = runAdmin(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
 	case "login", "logout", "jobs", "runs", "executors":
 		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":

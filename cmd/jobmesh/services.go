@@ -296,6 +296,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if created != "" && adminPassword == "" {
 		fmt.Fprintf(stdout, "first start: created user \"admin\" with password %s (shown once; change it)\n", created)
 	}
+	if created == "" && adminPassword != "" {
+		p.log.Warn(ignoredAdminPassword)
+		fmt.Fprintln(stderr, "warning:", ignoredAdminPassword)
+	}
 	ln, err := p.listen(ctx, "--grpc-addr", grpcAddr)
 	if err != nil {
 		return err

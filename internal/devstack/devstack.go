@@ -40,6 +40,11 @@ import (
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
+// IgnoredAdminPassword is the warning when an admin password is given for a store that already
+// has users: it only sets the first admin's.
+const IgnoredAdminPassword = "--admin-password ignored: the store already has users (it only sets the first admin's); " +
+	"to set a lost password: jobmesh admin reset-password --user admin"
+
 // DevApp is the app name of the local agent and of the executor group created for it.
 const DevApp = "jobmesh-dev"
 
@@ -293,6 +298,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if st.AdminPassword, err = authSvc.Bootstrap(ctx, "admin", cfg.AdminPassword); err != nil {
 		return nil, err
 	}
+	if st.AdminPassword == "" && cfg.AdminPassword != "" {
+		log.Warn(IgnoredAdminPassword)
+	}
 	guard, err := auth.NewGuard(auth.GuardConfig{
 		Users: authSvc, InternalToken: st.InternalToken, AgentToken: st.AgentToken, Audit: authSvc,
 		Groups: auth.ClientResolver{
@@ -458,6 +466,8 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 		login = "as \"admin\" with the password above"
 	case s.AdminPassword != "":
 		login = "as \"admin\" with the password from --admin-password (JOBMESH_ADMIN_PASSWORD)"
+	case cfg.AdminPassword != "":
+		fmt.Fprintln(w, "warning:", IgnoredAdminPassword)
 	}
 	fmt.Fprintf(w, `jobmesh dev is up
   web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)

@@ -279,3 +279,48 @@ func scanUserRow(r interface{ Scan(...any) error }) (*authv1.User, error) {
 	fillUser(&u, role, groups, createMs)
 	return &u, nil
 }
+
+// ResetPassword sets user's password outside the API, for an operator who lost the admin's
+// (`jobmesh admin reset-password`): password when given, else a random one, which it returns.
+// The password policy applies; the user's sessions end. An unknown user is ErrNotFound.
+func (s *Service) ResetPassword(ctx context.Context, username, password string) (string, error) {
+	if password == "" {
+		password = randomToken(12)
+	}
+	if err := checkPassword("password", username, password); err != nil {
+		return "", err
+	}
+	hash := hashPassword(password, s.cfg.HashMemoryKiB)
+	tx, err := s.store.BeginTx(ctx, nil)
+	if err != nil {
+		return "", fmt.Errorf("auth: reset password: %w", err)
+	}
+	defer tx.Rollback()
+	var id int64
+	if err := tx.QueryRowContext(ctx, s.store.Q(`SELECT id FROM users WHERE username = $1`), username).Scan(&id); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", fmt.Errorf("user %q: %w", username, apierr.ErrNotFound)
+		}
+		return "", fmt.Errorf("auth: reset password: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), id, hash); err != nil {
+		return "", fmt.Errorf("auth: reset password: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.store.Q(`DELETE FROM sessions WHERE user_id = $1`), id); err != nil {
+		return "", fmt.Errorf("auth: reset password: end sessions: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return "", fmt.Errorf("auth: reset password: %w", err)
+	}
+	s.log.WarnContext(ctx, "password reset outside the API; sessions ended", "username", username)
+	return password, nil
+}
+
+// HasUsers reports whether the store has any user (then Bootstrap creates none).
+func (s *Service) HasUsers(ctx context.Context) (bool, error) {
+	var n int
+	if err := s.store.QueryRowContext(ctx, `SELECT COUNT(*) FROM users`).Scan(&n); err != nil {
+		return false, fmt.Errorf("auth: count users: %w", err)
+	}
+	return n > 0, nil
+}
