@@ -288,7 +288,7 @@ try {
     await page.click("#new-user");
     const dlg = page.locator("dialog[open]");
     await dlg.locator("input[name=username]").fill("e2e-user");
-    await dlg.locator("input[name=password]").fill("e2e-user-password");
+    await dlg.locator("input[name=password]").fill("e2e-user-pass-phrase");
     await dlg.locator("select[name=role]").selectOption("ROLE_OPERATOR");
     await dlg.locator(`input[name=group_ids][value="${GROUP_ID}"]`).check();
     await dlg.getByRole("button", { name: "Save" }).click();

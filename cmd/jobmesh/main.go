@@ -32,6 +32,8 @@ Usage:
   jobmesh gateway [flags]      run the gateway (web UI, REST) and the auth service
   jobmesh health TARGET...     exit 0 if every gRPC address or http(s) URL is healthy
   jobmesh bench <scenario>     the load tool: rate, scale, failover or ramp (jobmesh bench -h)
+  jobmesh admin reset-password --user NAME
+                               set a lost password in the auth store (jobmesh admin -h)
   jobmesh login|logout|jobs|runs|executors ...
                                the command-line client (jobmesh help lists its commands)
 
@@ -61,6 +63,8 @@ func main() {
 		err = runHealth(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "bench":
 		err = runBench(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "admin":
+		err = runAdmin(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
 	case "login", "logout", "jobs", "runs", "executors":
 		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
@@ -97,6 +101,10 @@ func envName(flagName string) string {
 
 func (f *flags) str(p *string, name, def, help string) {
 	f.StringVar(p, name, def, help+" ("+envName(name)+")")
+}
+
+func (f *flags) int64(p *int64, name string, def int64, help string) {
+	f.Int64Var(p, name, def, help+" ("+envName(name)+")")
 }
 
 func (f *flags) dur(p *time.Duration, name string, def time.Duration, help string) {
@@ -141,6 +149,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.dur(&sessionTTL, "session-ttl", 2*time.Second, "scheduler leader session TTL")
 	var alarms alarmFlags
 	alarms.add(f)
+	var edge edgeFlags
+	edge.add(f)
 	f.str(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&logFormat, "log-format", "text", "text or json")
 	f.str(&cfg.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint of every service (e.g. 127.0.0.1:9464); empty serves none")
@@ -150,6 +160,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", f.Args())
 	}
+	trusted, err := edge.check()
+	if err != nil {
+		return err
+	}
+	cfg.TrustedProxies = trusted
+	cfg.MaxBodyBytes = edge.maxBodyBytes
 	if cfg.MetricsAddr != "" {
 		if err := checkAddr("--metrics-addr", cfg.MetricsAddr); err != nil {
 			return err

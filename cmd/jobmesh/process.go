@@ -42,6 +42,9 @@ type meshConfig struct {
 	// MetricsAddr is where the process serves Prometheus /metrics; empty serves none
 	// (docs/observability.md).
 	MetricsAddr string
+	// PprofAddr is a loopback address where the process serves net/http/pprof to callers with
+	// the internal token; empty serves none.
+	PprofAddr string
 }
 
 // peer names one of the peer address flags.
@@ -77,6 +80,7 @@ func (m *meshConfig) addFlags(f *flags, required []peer, optional ...peer) {
 	f.str(&m.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&m.LogFormat, "log-format", "text", "text or json")
 	f.str(&m.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
+	f.str(&m.PprofAddr, "pprof-addr", "", "loopback address (127.0.0.1:port) serving /debug/pprof/ to callers with the internal token as bearer token; empty serves none")
 }
 
 func containsPeer(ps []peer, p peer) bool {
@@ -113,6 +117,9 @@ func (m *meshConfig) validate(required []peer) []error {
 	if m.MetricsAddr != "" {
 		errs = append(errs, checkAddr("--metrics-addr", m.MetricsAddr))
 	}
+	if m.PprofAddr != "" {
+		errs = append(errs, checkPprofAddr(m.PprofAddr))
+	}
 	return errs
 }
 
@@ -141,6 +148,8 @@ type process struct {
 	log     *slog.Logger
 	mesh    meshConfig
 	closers []func()
+	// pprofAddr is where pprof is served, when it is.
+	pprofAddr string
 }
 
 // newProcess starts logging, tracing and metrics for service. The caller must call close.
@@ -282,7 +291,12 @@ func (p *process) guard(d guardDeps) (*auth.Guard, error) {
 // serve starts a guarded gRPC server on ln with the services register adds. The server's end
 // (other than by stopGRPC) is reported on failed.
 func (p *process) serve(ln net.Listener, guard *auth.Guard, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
-	g := grpcserver.New(p.log, guard.ServerOptions()...)
+	return p.serveWith(ln, guard, nil, failed, register...)
+}
+
+// serveWith is serve with extra server options.
+func (p *process) serveWith(ln net.Listener, guard *auth.Guard, opts []grpc.ServerOption, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
+	g := grpcserver.New(p.log, append(guard.ServerOptions(), opts...)...)
 	for _, r := range register {
 		r(g)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"google.golang.org/grpc"
@@ -50,6 +51,30 @@ func (a *alarmFlags) channels() ([]logsvc.AlarmChannel, error) {
 		out = append(out, &logsvc.WebhookChannel{URL: a.webhookURL})
 	}
 	return out, nil
+}
+
+// edgeFlags are the gateway's defences against strangers, shared by `jobmesh dev` and
+// `jobmesh gateway`.
+type edgeFlags struct {
+	maxBodyBytes   int64
+	trustedProxies string
+}
+
+func (e *edgeFlags) add(f *flags) {
+	f.int64(&e.maxBodyBytes, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest HTTP request body the gateway reads; a larger one is answered 413")
+	f.str(&e.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For names the client (for the login throttle); empty trusts none")
+}
+
+// check checks the flags and returns the trusted proxies.
+func (e *edgeFlags) check() ([]netip.Prefix, error) {
+	if e.maxBodyBytes <= 0 {
+		return nil, fmt.Errorf("--max-body-bytes %d: want a positive size", e.maxBodyBytes)
+	}
+	trusted, err := auth.ParseCIDRs(e.trustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	return trusted, nil
 }
 
 // checkArgs checks a parsed service command line: no stray arguments, the peers it needs, and
@@ -217,6 +242,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		mesh                                           meshConfig
 		httpAddr, grpcAddr, databaseURL, adminPassword string
 		sessionTTL                                     time.Duration
+		edge                                           edgeFlags
 	)
 	f := newFlags("jobmesh gateway", stderr)
 	f.str(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: web UI, REST under /api/v1, OpenAPI, /healthz")
@@ -226,11 +252,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.dur(&sessionTTL, "login-ttl", 12*time.Hour, "how long a login session lasts")
 	var traceURL string
 	f.str(&traceURL, "trace-url-template", "", `link of a run's trace id in the web UI, "{trace_id}" replaced by it (e.g. Grafana's Tempo explorer); empty shows the id only`)
+	edge.add(f)
 	mesh.addFlags(f, gatewayPeers)
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	var errs []error
+	trusted, edgeErr := edge.check()
+	errs := []error{edgeErr}
 	if sessionTTL <= 0 {
 		errs = append(errs, fmt.Errorf("--login-ttl %v: want a positive duration", sessionTTL))
 	}
@@ -253,7 +281,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	authSvc, err := auth.New(auth.Config{SessionTTL: sessionTTL, Logger: p.log,
-		Groups: auth.ClientResolver{Registry: registryv1.NewRegistryServiceClient(regConn)}}, store)
+		Groups:        auth.ClientResolver{Registry: registryv1.NewRegistryServiceClient(regConn)},
+		InternalToken: mesh.InternalToken, TrustedProxies: trusted}, store)
 	if err != nil {
 		return err
 	}
@@ -264,6 +293,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if created != "" && adminPassword == "" {
 		fmt.Fprintf(stdout, "first start: created user \"admin\" with password %s (shown once; change it)\n", created)
 	}
+	if created == "" && adminPassword != "" {
+		p.log.Warn(ignoredAdminPassword)
+		fmt.Fprintln(stderr, "warning:", ignoredAdminPassword)
+	}
 	ln, err := p.listen(ctx, "--grpc-addr", grpcAddr)
 	if err != nil {
 		return err
@@ -273,12 +306,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	failed := make(chan error, 1)
-	g := p.serve(ln, guard, failed, authSvc.Register)
+	g := p.serveWith(ln, guard, auth.ServerOptions(), failed, authSvc.Register)
 	defer stopGRPC(g, 5*time.Second, p.log)
 
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,
 		AuthAddr: ln.Addr().String(), Logger: p.log, TraceURLTemplate: traceURL,
+		MaxBodyBytes: edge.maxBodyBytes, TrustedProxies: trusted, InternalToken: mesh.InternalToken,
 	})
 	if err != nil {
 		return err

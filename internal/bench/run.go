@@ -275,7 +275,7 @@ func (t *topology) profile(ctx context.Context, d time.Duration) func() {
 				{"cpu", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)}, {"allocs", "/debug/pprof/allocs"},
 			} {
 				file := filepath.Join(t.cfg.PprofDir, fmt.Sprintf("%s-%s-%s.%s.pprof", t.cfg.Scenario, stamp, name, p.kind))
-				if err := fetchTo(ctx, "http://"+addr+p.path, file); err != nil {
+				if err := fetchTo(ctx, "http://"+addr+p.path, t.token, file); err != nil {
 					t.log.Warn("profile", "process", name, "kind", p.kind, "error", err)
 					return
 				}
@@ -286,12 +286,14 @@ func (t *topology) profile(ctx context.Context, d time.Duration) func() {
 	return wg.Wait
 }
 
-// fetchTo saves what url answers in path.
-func fetchTo(ctx context.Context, url, path string) error {
+// fetchTo saves what url answers in path; token is the bearer token the services' pprof
+// endpoints want (the internal token).
+func fetchTo(ctx context.Context, url, token, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -190,7 +190,7 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		return a[0], []string{"JOBMESH_PPROF_ADDR=" + a[0]}, nil
+		return a[0], []string{"JOBMESH_PPROF_ADDR=" + a[0]}, nil // --pprof-addr's environment twin; fetched with the internal token
 	}
 	// Every service serves its metrics, as a deployment would (and scale reads the pre-read
 	// histogram from the leader's).

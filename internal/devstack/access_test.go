@@ -64,13 +64,13 @@ func TestAccessRules(t *testing.T) {
 	}
 	theirs := created.Job.ID
 	for _, u := range []struct{ name, role string }{{"vic", "ROLE_VIEWER"}, {"opal", "ROLE_OPERATOR"}} {
-		if code := call(t, "POST", base+"/users", map[string]any{"password": u.name + "-password",
+		if code := call(t, "POST", base+"/users", map[string]any{"password": u.name + "-pass-phrase",
 			"user": map[string]any{"username": u.name, "role": u.role, "group_ids": []string{mine}}}, nil); code != http.StatusOK {
 			t.Fatalf("create user %s = %d", u.name, code)
 		}
 	}
-	viewer := login(t, st, "vic", "vic-password")
-	operator := login(t, st, "opal", "opal-password")
+	viewer := login(t, st, "vic", "vic-pass-phrase")
+	operator := login(t, st, "opal", "opal-pass-phrase")
 
 	// A run of the other group's job, for the run checks below.
 	var trig struct {
@@ -300,7 +300,7 @@ func TestAccessRules(t *testing.T) {
 				t.Fatalf("wrong password = %d, want 401", code)
 			}
 		}
-		if code := callAs(t, "", "POST", base+"/auth/login", map[string]any{"username": "vic", "password": "vic-password"}, nil); code != http.StatusTooManyRequests {
+		if code := callAs(t, "", "POST", base+"/auth/login", map[string]any{"username": "vic", "password": "vic-pass-phrase"}, nil); code != http.StatusTooManyRequests {
 			t.Errorf("the right password after 5 failures = %d, want 429", code)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,11 @@ import (
 	"github.com/jobmesh/jobmesh/services/registry"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
+
+// IgnoredAdminPassword is the warning when an admin password is given for a store that already
+// has users: it only sets the first admin's.
+const IgnoredAdminPassword = "--admin-password ignored: the store already has users (it only sets the first admin's); " +
+	"to set a lost password: jobmesh admin reset-password --user admin"
 
 // DevApp is the app name of the local agent and of the executor group created for it.
 const DevApp = "jobmesh-dev"
@@ -91,6 +97,11 @@ type Config struct {
 	MetricsAddr string
 	// TraceURLTemplate links trace ids in the web UI (gateway.Config.TraceURLTemplate).
 	TraceURLTemplate string
+	// MaxBodyBytes bounds HTTP request bodies (gateway.Config.MaxBodyBytes); 0 means 4 MiB.
+	MaxBodyBytes int64
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client, for the
+	// gateway and the auth service (gateway.Config.TrustedProxies).
+	TrustedProxies []netip.Prefix
 }
 
 func (c *Config) setDefaults() {
@@ -277,6 +288,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Auth comes first: every server's guard asks it who a token belongs to.
 	acfg := cfg.Auth
 	acfg.Logger = log.With("service", "auth")
+	acfg.InternalToken = st.InternalToken // the gateway proves the client address with it
+	if acfg.TrustedProxies == nil {
+		acfg.TrustedProxies = cfg.TrustedProxies
+	}
 	if acfg.Groups == nil {
 		acfg.Groups = auth.ClientResolver{Registry: registryv1.NewRegistryServiceClient(regConn)}
 	}
@@ -286,6 +301,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	if st.AdminPassword, err = authSvc.Bootstrap(ctx, "admin", cfg.AdminPassword); err != nil {
 		return nil, err
+	}
+	if st.AdminPassword == "" && cfg.AdminPassword != "" {
+		log.Warn(IgnoredAdminPassword)
 	}
 	resolver := auth.ClientResolver{
 		Jobs: schedulerv1.NewJobServiceClient(schedConn), Logs: logsv1.NewLogServiceClient(logsConn),
@@ -299,8 +317,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 
-	serve := func(name string, ln net.Listener, register func(*grpc.Server)) {
-		g := grpcserver.New(log.With("service", name), guard.ServerOptions()...)
+	serve := func(name string, ln net.Listener, register func(*grpc.Server), opts ...grpc.ServerOption) {
+		g := grpcserver.New(log.With("service", name), append(guard.ServerOptions(), opts...)...)
 		register(g)
 		go func() {
 			if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -374,7 +392,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	// Every service serves before the local agent joins.
-	serve("auth", authLn, authSvc.Register)
+	serve("auth", authLn, authSvc.Register, auth.ServerOptions()...)
 
 	// The local agent's group, then the agent.
 	if st.GroupID, st.GroupToken, err = ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn)); err != nil {
@@ -408,6 +426,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
 		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
+		MaxBodyBytes: cfg.MaxBodyBytes, TrustedProxies: cfg.TrustedProxies, InternalToken: st.InternalToken,
 	})
 	if err != nil {
 		return nil, err
@@ -449,6 +468,8 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 		login = "as \"admin\" with the password above"
 	case s.AdminPassword != "":
 		login = "as \"admin\" with the password from --admin-password (JOBMESH_ADMIN_PASSWORD)"
+	case cfg.AdminPassword != "":
+		fmt.Fprintln(w, "warning:", IgnoredAdminPassword)
 	}
 	fmt.Fprintf(w, `jobmesh dev is up
   web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)

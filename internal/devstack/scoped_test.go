@@ -44,15 +44,15 @@ func TestGroupLimitedOperator(t *testing.T) {
 	var bad struct {
 		Message string `json:"message"`
 	}
-	if code := call(t, "POST", base+"/users", map[string]any{"password": "opal-password",
+	if code := call(t, "POST", base+"/users", map[string]any{"password": "opal-pass-phrase",
 		"user": map[string]any{"username": "opal", "role": "ROLE_OPERATOR", "group_ids": []string{mine, "4242"}}}, &bad); code != http.StatusBadRequest || !strings.Contains(bad.Message, "user.group_ids[1]") {
 		t.Errorf("create a user in group 4242 = %d %q, want 400 naming user.group_ids[1]", code, bad.Message)
 	}
-	if code := call(t, "POST", base+"/users", map[string]any{"password": "opal-password",
+	if code := call(t, "POST", base+"/users", map[string]any{"password": "opal-pass-phrase",
 		"user": map[string]any{"username": "opal", "role": "ROLE_OPERATOR", "group_ids": []string{mine}}}, nil); code != http.StatusOK {
 		t.Fatalf("create user = %d", code)
 	}
-	operator := login(t, st, "opal", "opal-password")
+	operator := login(t, st, "opal", "opal-pass-phrase")
 
 	// The other group's job fails twice; ours runs on and on.
 	for range 2 {

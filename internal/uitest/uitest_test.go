@@ -73,7 +73,7 @@ func TestConsole(t *testing.T) {
 		"schedule": map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 0 3 * * ?"}}, &job)
 	mine := strconv.FormatInt(st.GroupID, 10)
 	for _, u := range []struct{ name, role string }{{"vera", "ROLE_VIEWER"}, {"otto", "ROLE_OPERATOR"}} {
-		c.do("POST", "/users", map[string]any{"password": u.name + "-password",
+		c.do("POST", "/users", map[string]any{"password": u.name + "-pass-phrase",
 			"user": map[string]any{"username": u.name, "role": u.role, "group_ids": []string{mine}}}, nil)
 	}
 
@@ -94,8 +94,8 @@ func TestConsole(t *testing.T) {
 		"JOBMESH_URL=http://"+st.HTTPAddr,
 		"JOBMESH_ADMIN_PASSWORD="+adminPassword,
 		"JOBMESH_GROUP_ID="+mine,
-		"JOBMESH_VIEWER=vera", "JOBMESH_VIEWER_PASSWORD=vera-password",
-		"JOBMESH_OPERATOR=otto", "JOBMESH_OPERATOR_PASSWORD=otto-password",
+		"JOBMESH_VIEWER=vera", "JOBMESH_VIEWER_PASSWORD=vera-pass-phrase",
+		"JOBMESH_OPERATOR=otto", "JOBMESH_OPERATOR_PASSWORD=otto-pass-phrase",
 		"JOBMESH_OTHER_GROUP=elsewhere", "JOBMESH_OTHER_JOB=elsewhere-nightly", "JOBMESH_OTHER_JOB_ID="+job.Job.ID,
 		"JOBMESH_SCREENSHOTS="+shots,
 		"CHROMIUM="+chromium,

@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -33,6 +36,8 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/gateway/openapi"
 )
 
@@ -52,7 +57,21 @@ type Config struct {
 	// which every "{trace_id}" is replaced by the id, e.g. a Grafana explore URL on Tempo.
 	// Empty shows the id without a link.
 	TraceURLTemplate string
+	// MaxBodyBytes bounds a request body: a longer one is answered 413 before it is read past
+	// the limit, decoded or authenticated. Default DefaultMaxBodyBytes (4 MiB).
+	MaxBodyBytes int64
+	// TrustedProxies are the reverse proxies in front of the gateway whose X-Forwarded-For is
+	// believed when finding a client's address (for the login throttle). Empty: the client is
+	// the TCP peer.
+	TrustedProxies []netip.Prefix
+	// InternalToken, when set, is presented to the auth service with the client's address, so
+	// the auth service throttles logins by the real client rather than by the gateway
+	// (auth.Config.InternalToken).
+	InternalToken string
 }
+
+// DefaultMaxBodyBytes is the default Config.MaxBodyBytes.
+const DefaultMaxBodyBytes = 4 << 20
 
 func (c Config) validate() error {
 	switch {
@@ -64,6 +83,8 @@ func (c Config) validate() error {
 		return errors.New("gateway: registry addr: required")
 	case c.LogsAddr == "":
 		return errors.New("gateway: logs addr: required")
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("gateway: max body bytes %d: want a positive size", c.MaxBodyBytes)
 	}
 	if t := c.TraceURLTemplate; t != "" {
 		if u, err := url.Parse(strings.ReplaceAll(t, traceIDPlaceholder, "0")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -96,6 +117,9 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -105,13 +129,13 @@ func New(cfg Config) (*Gateway, error) {
 		g.closeConns()
 		return nil, err
 	}
-	g.srv = &http.Server{Handler: otelhttp.NewHandler(h, "gateway"), ReadHeaderTimeout: 10 * time.Second}
+	g.srv = &http.Server{Handler: otelhttp.NewHandler(g.guardEdge(h), "gateway"), ReadHeaderTimeout: 10 * time.Second}
 	return g, nil
 }
 
-func (g *Gateway) dial(addr string) (*grpc.ClientConn, error) {
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+func (g *Gateway) dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dial %s: %w", addr, err)
 	}
@@ -122,6 +146,10 @@ func (g *Gateway) dial(addr string) (*grpc.ClientConn, error) {
 func (g *Gateway) handler() (http.Handler, error) {
 	mux := runtime.NewServeMux(
 		runtime.WithErrorHandler(errorHandler),
+		// The client's address, for the auth service's login throttle (auth.ClientAddrKey).
+		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+			return metadata.Pairs(auth.ClientAddrKey, auth.ClientAddress(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), g.cfg.TrustedProxies))
+		}),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
@@ -147,11 +175,18 @@ func (g *Gateway) handler() (http.Handler, error) {
 		func() error { return logsv1.RegisterLogServiceHandler(ctx, mux, logs) },
 	}
 	if g.cfg.AuthAddr != "" {
-		auth, err := g.dial(g.cfg.AuthAddr)
+		var opts []grpc.DialOption
+		if tok := g.cfg.InternalToken; tok != "" {
+			// Proves to the auth service that the client address comes from the gateway.
+			opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+				return invoker(metadata.AppendToOutgoingContext(ctx, auth.GatewayTokenKey, tok), method, req, reply, cc, o...)
+			}))
+		}
+		authConn, err := g.dial(g.cfg.AuthAddr, opts...)
 		if err != nil {
 			return nil, err
 		}
-		regs = append(regs, func() error { return authv1.RegisterAuthServiceHandler(ctx, mux, auth) })
+		regs = append(regs, func() error { return authv1.RegisterAuthServiceHandler(ctx, mux, authConn) })
 	}
 	for _, r := range regs {
 		if err := r(); err != nil {
@@ -228,12 +263,84 @@ func (g *Gateway) closeConns() {
 	}
 }
 
+// Security headers of every response. The console loads its scripts and styles from the
+// gateway only, with no inline script or style attribute, so the policy needs no 'unsafe-inline';
+// data: images are the empty favicon.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// forgedMetadata is the prefix of headers by which an HTTP client could pass the metadata the
+// gateway itself sets for the auth service (grpc-gateway forwards Grpc-Metadata-* headers).
+const forgedMetadata = "grpc-metadata-x-jobmesh-"
+
+// bodyTooLarge is set on a request whose body hit the limit, so the error handler answers 413.
+type bodyTooLarge struct {
+	limit int64
+	hit   bool
+}
+
+type bodyTooLargeKey struct{}
+
+// guardEdge is what every request passes before anything else: security headers on the
+// response, a refusal (413) of a body over MaxBodyBytes before any of it is read, a body reader
+// cut at the limit for chunked bodies, and the removal of headers that would forge the metadata
+// the gateway sets.
+func (g *Gateway) guardEdge(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", contentSecurityPolicy)
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		if r.ContentLength > g.cfg.MaxBodyBytes {
+			tooLarge(w, g.cfg.MaxBodyBytes)
+			return
+		}
+		for k := range r.Header {
+			if strings.HasPrefix(strings.ToLower(k), forgedMetadata) {
+				delete(r.Header, k)
+			}
+		}
+		flag := &bodyTooLarge{limit: g.cfg.MaxBodyBytes}
+		r = r.WithContext(context.WithValue(r.Context(), bodyTooLargeKey{}, flag))
+		r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), flag: flag}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitedBody notes in flag when the body went past the limit.
+type limitedBody struct {
+	io.ReadCloser
+	flag *bodyTooLarge
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		b.flag.hit = true
+	}
+	return n, err
+}
+
+// tooLarge answers 413 in the API's error shape.
+func tooLarge(w http.ResponseWriter, limit int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body: larger than %d bytes","details":[]}`+"\n", codes.InvalidArgument, limit)
+}
+
 // decodeField finds the field a JSON decoding error is about ("… enum field routeStrategy: …").
 var decodeField = regexp.MustCompile(`field (\w+)`)
 
 // errorHandler is grpc-gateway's default, except that request-body decoding errors name the
 // field by its proto name (route_strategy), as every other error of the API does.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if f, ok := r.Context().Value(bodyTooLargeKey{}).(*bodyTooLarge); ok && f.hit {
+		tooLarge(w, f.limit)
+		return
+	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "proto:") {
 		msg := decodeField.ReplaceAllStringFunc(st.Message(), func(s string) string {
 			return "field " + snake(strings.TrimPrefix(s, "field "))
@@ -241,6 +348,7 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "proto:")), " ")
 		err = status.Error(codes.InvalidArgument, "request body: "+msg)
 	}
+	err = apierr.ToStatus(err) // bounds echoed input (decoding errors quote it)
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 

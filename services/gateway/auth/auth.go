@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,17 @@ type Config struct {
 	// not exist (ClientResolver asks the registry). Nil leaves them unchecked; every jobmesh
 	// process sets it.
 	Groups GroupLister
+	// MaxConcurrentHashes bounds the argon2id computations running at once (each takes
+	// HashMemoryKiB): a login, password change or user write beyond it fails at once with
+	// ResourceExhausted instead of waiting. Default 2.
+	MaxConcurrentHashes int
+	// InternalToken, when set, lets the gateway report the address of its HTTP client
+	// (ClientAddrKey with GatewayTokenKey equal to it), which the login throttle then counts.
+	// Without it, or without the proof, the throttle counts the gRPC peer's address.
+	InternalToken string
+	// TrustedProxies are the peers whose x-forwarded-for is believed (proxies in front of the
+	// auth gRPC port). Empty: x-forwarded-for is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 // Service serves AuthService: login and sessions, users, API tokens and the audit trail. It is
@@ -75,6 +87,7 @@ type Service struct {
 	store    *db.DB
 	now      func() time.Time
 	throttle *throttle
+	hashes   chan struct{} // one token per argon2id computation running
 }
 
 // New returns the service over its store (schema "auth").
@@ -94,6 +107,12 @@ func New(cfg Config, store *db.DB) (*Service, error) {
 	if cfg.SessionTTL < time.Minute {
 		return nil, fmt.Errorf("auth: session ttl %v: at least 1m", cfg.SessionTTL)
 	}
+	if cfg.MaxConcurrentHashes == 0 {
+		cfg.MaxConcurrentHashes = 2
+	}
+	if cfg.MaxConcurrentHashes < 1 {
+		return nil, fmt.Errorf("auth: max concurrent hashes %d: at least 1", cfg.MaxConcurrentHashes)
+	}
 	th, err := newThrottle(cfg.Throttle)
 	if err != nil {
 		return nil, err
@@ -106,7 +125,16 @@ func New(cfg Config, store *db.DB) (*Service, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{cfg: cfg, log: log, store: store, now: now, throttle: th}, nil
+	return &Service{cfg: cfg, log: log, store: store, now: now, throttle: th, hashes: make(chan struct{}, cfg.MaxConcurrentHashes)}, nil
+}
+
+// MaxMessageBytes bounds the requests the auth service's gRPC server reads (ServerOptions): its
+// messages are user names, passwords, tokens and audit events, far below it.
+const MaxMessageBytes = 1 << 20
+
+// ServerOptions are the options of the gRPC server that serves the service, besides the guard's.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}
 }
 
 // Register adds AuthService to g.
@@ -126,7 +154,7 @@ func (s *Service) Bootstrap(ctx context.Context, username, password string) (str
 	if password == "" {
 		password = randomToken(12)
 	}
-	if err := checkPassword("password", password); err != nil {
+	if err := checkPassword("password", username, password); err != nil {
 		return "", err
 	}
 	_, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO users (username, password_hash, role, create_ms) VALUES ($1, $2, $3, $4)`),
@@ -138,9 +166,10 @@ func (s *Service) Bootstrap(ctx context.Context, username, password string) (str
 	return password, nil
 }
 
-// Login implements AuthService. Failed attempts are counted per user name and client address;
-// past the throttle's limit the pair is locked out for a time that doubles with every further
-// failure, and a locked-out attempt fails with ResourceExhausted without checking the password.
+// Login implements AuthService. Failed attempts are counted per user name and client address,
+// per address and per user name (ThrottleConfig); a locked-out attempt fails with
+// ResourceExhausted without checking the password, and so does one that finds
+// MaxConcurrentHashes password checks running.
 func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.LoginResponse, error) {
 	if req.GetUsername() == "" {
 		return nil, apierr.Field("username", "required")
@@ -148,11 +177,19 @@ func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.
 	if req.GetPassword() == "" {
 		return nil, apierr.Field("password", "required")
 	}
-	client := clientAddr(ctx)
+	if len(req.GetUsername()) > maxUsernameBytes {
+		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
+	}
+	client := s.clientAddr(ctx)
 	now := s.now()
-	if wait := s.throttle.locked(req.GetUsername(), client, now); wait > 0 {
-		s.log.WarnContext(ctx, "login refused: locked out", "username", req.GetUsername(), "client", client, "retry_after", wait.Round(time.Second).String())
-		return nil, status.Errorf(codes.ResourceExhausted, "too many failed logins; retry in %s", wait.Round(time.Second))
+	release, err := s.acquireHash()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	r, err := s.reserveGuess(ctx, "login", req.GetUsername(), client, now)
+	if err != nil {
+		return nil, err
 	}
 	u, hash, err := s.userByName(ctx, req.GetUsername())
 	if errors.Is(err, apierr.ErrNotFound) {
@@ -162,12 +199,9 @@ func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.
 		return nil, err
 	}
 	if hash == "" || !verifyPassword(req.GetPassword(), hash) {
-		if n, lock := s.throttle.fail(req.GetUsername(), client, now); lock > 0 {
-			s.log.WarnContext(ctx, "login locked out", "username", req.GetUsername(), "client", client, "failures", n, "lockout", lock.String())
-		}
 		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
 	}
-	s.throttle.succeed(req.GetUsername(), client)
+	r.succeed()
 	token := sessionPrefix + randomToken(32)
 	exp := now.Add(s.cfg.SessionTTL)
 	if _, err := s.store.ExecContext(ctx, s.store.Q(`INSERT INTO sessions (token_hash, user_id, expire_ms) VALUES ($1, $2, $3)`),
@@ -209,7 +243,16 @@ func (s *Service) ChangePassword(ctx context.Context, req *authv1.ChangePassword
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPassword("new_password", req.GetNewPassword()); err != nil {
+	if err := checkPassword("new_password", u.Username, req.GetNewPassword()); err != nil {
+		return nil, err
+	}
+	release, err := s.acquireHash()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	r, err := s.reserveGuess(ctx, "password change", u.Username, s.clientAddr(ctx), s.now())
+	if err != nil {
 		return nil, err
 	}
 	_, hash, err := s.userByName(ctx, u.Username)
@@ -219,6 +262,7 @@ func (s *Service) ChangePassword(ctx context.Context, req *authv1.ChangePassword
 	if !verifyPassword(req.GetOldPassword(), hash) {
 		return nil, apierr.Field("old_password", "does not match the current password")
 	}
+	r.succeed()
 	if _, err := s.store.ExecContext(ctx, s.store.Q(`UPDATE users SET password_hash = $2 WHERE id = $1`), u.Id, hashPassword(req.GetNewPassword(), s.cfg.HashMemoryKiB)); err != nil {
 		return nil, fmt.Errorf("auth: change password: %w", err)
 	}
@@ -340,11 +384,36 @@ func bearer(ctx context.Context) (string, error) {
 	return "", status.Error(codes.Unauthenticated, "missing bearer token")
 }
 
-func checkPassword(field, p string) error {
-	if n := len([]rune(p)); n < 8 || n > 128 {
-		return apierr.Field(field, "want 8-128 characters, got %d", n)
+// maxUsernameBytes bounds the user names a login looks up (usernameRE allows 50 characters).
+const maxUsernameBytes = 200
+
+// errBusy is the answer when MaxConcurrentHashes password checks are running.
+var errBusy = status.Error(codes.ResourceExhausted, "too many password checks in progress; retry shortly")
+
+// acquireHash takes a slot for an argon2id computation, or fails at once with ResourceExhausted
+// when every slot is taken. The caller calls release when its hashing is done.
+func (s *Service) acquireHash() (release func(), err error) {
+	select {
+	case s.hashes <- struct{}{}:
+		return func() { <-s.hashes }, nil
+	default:
+		return nil, errBusy
 	}
-	return nil
+}
+
+// reserveGuess counts a failed guess of user's password from client ahead of checking it
+// (ThrottleConfig), or fails with ResourceExhausted while a lockout runs. what names the attempt
+// in logs.
+func (s *Service) reserveGuess(ctx context.Context, what, user, client string, now time.Time) (*reservation, error) {
+	wait, r := s.throttle.reserve(user, client, now)
+	if wait > 0 {
+		s.log.WarnContext(ctx, what+" refused: locked out", "username", user, "client", client, "retry_after", wait.Round(time.Second).String())
+		return nil, status.Errorf(codes.ResourceExhausted, "too many failed attempts; retry in %s", wait.Round(time.Second))
+	}
+	if r.lock > 0 {
+		s.log.WarnContext(ctx, what+" locked out", "username", user, "client", client, "failures", r.n, "lockout", r.lock.String())
+	}
+	return r, nil
 }
 
 // argon2id parameters (RFC 9106's second recommended option, with 64 MiB).

@@ -71,18 +71,24 @@ func (e *env) login(user, password string) string {
 
 func (e *env) createUser(name string, role authv1.Role, groups ...int64) context.Context {
 	e.t.Helper()
-	if _, err := e.c.CreateUser(e.admin, &authv1.CreateUserRequest{Password: name + "-password",
+	if _, err := e.c.CreateUser(e.admin, &authv1.CreateUserRequest{Password: name + "-pass-phrase",
 		User: &authv1.User{Username: name, Role: role, GroupIds: groups}}); err != nil {
 		e.t.Fatalf("CreateUser(%s): %v", name, err)
 	}
-	return e.as(e.login(name, name+"-password"))
+	return e.as(e.login(name, name+"-pass-phrase"))
 }
 
-func newEnv(t *testing.T, st dbtest.Store) *env {
+func newEnv(t *testing.T, st dbtest.Store) *env { return newEnvWith(t, st, nil) }
+
+// newEnvWith is newEnv with the service's config changed by tune (nil for none).
+func newEnvWith(t *testing.T, st dbtest.Store, tune func(*auth.Config)) *env {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
-	svc, err := auth.New(auth.Config{Now: clk.Now, SessionTTL: time.Hour, HashMemoryKiB: 1024, Groups: knownGroups},
-		dbtest.Open(t, st.Config, "auth", auth.MigrationsFS()))
+	cfg := auth.Config{Now: clk.Now, SessionTTL: time.Hour, HashMemoryKiB: 1024, Groups: knownGroups, InternalToken: internalToken}
+	if tune != nil {
+		tune(&cfg)
+	}
+	svc, err := auth.New(cfg, dbtest.Open(t, st.Config, "auth", auth.MigrationsFS()))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -222,12 +228,12 @@ func TestGuardedAuthService(t *testing.T) {
 
 			t.Run("changing one's password ends one's other sessions", func(t *testing.T) {
 				here := e.createUser("cora", authv1.Role_ROLE_VIEWER, 1)
-				there := e.as(e.login("cora", "cora-password"))
+				there := e.as(e.login("cora", "cora-pass-phrase"))
 				ct, err := e.c.CreateApiToken(here, &authv1.CreateApiTokenRequest{Token: &authv1.ApiToken{Name: "cron"}})
 				if err != nil {
 					t.Fatalf("CreateApiToken: %v", err)
 				}
-				if _, err := e.c.ChangePassword(here, &authv1.ChangePasswordRequest{OldPassword: "cora-password", NewPassword: "cora-new-password"}); err != nil {
+				if _, err := e.c.ChangePassword(here, &authv1.ChangePasswordRequest{OldPassword: "cora-pass-phrase", NewPassword: "cora-new-password"}); err != nil {
 					t.Fatalf("ChangePassword: %v", err)
 				}
 				if _, err := e.c.GetCurrentUser(here, &authv1.GetCurrentUserRequest{}); err != nil {
@@ -239,7 +245,7 @@ func TestGuardedAuthService(t *testing.T) {
 				if _, err := e.c.GetCurrentUser(e.as(ct.GetSecret()), &authv1.GetCurrentUserRequest{}); err != nil {
 					t.Errorf("cora's API token after a password change: %v, want it kept", err)
 				}
-				_, err = e.c.Login(ctx, &authv1.LoginRequest{Username: "cora", Password: "cora-password"})
+				_, err = e.c.Login(ctx, &authv1.LoginRequest{Username: "cora", Password: "cora-pass-phrase"})
 				wantCode(t, "login with the old password", err, codes.Unauthenticated)
 			})
 
@@ -329,7 +335,7 @@ func TestGuardedAuthService(t *testing.T) {
 				_, err := e.c.GetCurrentUser(sam, &authv1.GetCurrentUserRequest{})
 				wantCode(t, "a session after logout", err, codes.Unauthenticated)
 
-				sam = e.as(e.login("sam", "sam-password"))
+				sam = e.as(e.login("sam", "sam-pass-phrase"))
 				e.clk.Advance(59 * time.Minute)
 				if _, err := e.c.GetCurrentUser(sam, &authv1.GetCurrentUserRequest{}); err != nil {
 					t.Fatalf("a session before its expiry: %v", err)
@@ -357,26 +363,26 @@ func TestLoginThrottling(t *testing.T) {
 			for i := range 5 {
 				wantCode(t, "wrong password "+string(rune('1'+i)), try(ctx, "wrong-guess"), codes.Unauthenticated)
 			}
-			wantCode(t, "the right password while locked out", try(ctx, "tom-password"), codes.ResourceExhausted)
-			// Another client address is not locked out (grpc-gateway passes the HTTP client's
-			// address in x-forwarded-for).
-			if err := try(metadata.AppendToOutgoingContext(ctx, "x-forwarded-for", "10.1.2.3"), "tom-password"); err != nil {
+			wantCode(t, "the right password while locked out", try(ctx, "tom-pass-phrase"), codes.ResourceExhausted)
+			// Another client address is not locked out (the gateway reports its HTTP client's
+			// address, proving itself with the internal token).
+			if err := try(metadata.AppendToOutgoingContext(ctx, auth.GatewayTokenKey, internalToken, auth.ClientAddrKey, "10.1.2.3"), "tom-pass-phrase"); err != nil {
 				t.Errorf("login from another address: %v", err)
 			}
 			e.clk.Advance(29 * time.Second)
-			wantCode(t, "29s into a 30s lockout", try(ctx, "tom-password"), codes.ResourceExhausted)
+			wantCode(t, "29s into a 30s lockout", try(ctx, "tom-pass-phrase"), codes.ResourceExhausted)
 			e.clk.Advance(2 * time.Second)
 			wantCode(t, "a wrong password after the lockout", try(ctx, "wrong-guess"), codes.Unauthenticated)
 			// The sixth failure doubles the lockout to 60 s.
 			e.clk.Advance(59 * time.Second)
-			wantCode(t, "59s into a 60s lockout", try(ctx, "tom-password"), codes.ResourceExhausted)
+			wantCode(t, "59s into a 60s lockout", try(ctx, "tom-pass-phrase"), codes.ResourceExhausted)
 			e.clk.Advance(2 * time.Second)
-			if err := try(ctx, "tom-password"); err != nil {
+			if err := try(ctx, "tom-pass-phrase"); err != nil {
 				t.Fatalf("login after the lockout: %v", err)
 			}
 			// Success clears the count: one failure does not lock out again.
 			wantCode(t, "a wrong password after a success", try(ctx, "wrong-guess"), codes.Unauthenticated)
-			if err := try(ctx, "tom-password"); err != nil {
+			if err := try(ctx, "tom-pass-phrase"); err != nil {
 				t.Errorf("login after one failure: %v", err)
 			}
 		})

@@ -2,8 +2,11 @@ package auth
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -12,27 +15,42 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// ThrottleConfig limits password guessing. After MaxFailures failed logins for one user name from
-// one client address, that pair is locked out for Lockout; every further failure doubles it, up
-// to MaxLockout. Failures of one user name from all addresses together lock it out after
-// 10×MaxFailures, so rotating addresses does not buy unlimited guesses. A successful login
-// clears the pair's count.
+// ThrottleConfig limits password guessing (Login and ChangePassword). Three counts of failures
+// are kept, each locking out for Lockout once past its limit, doubling with every further
+// failure up to MaxLockout:
+//   - per user name and client address: MaxFailures; a success clears it;
+//   - per client address, whatever the user name: AddrMaxFailures; this stops one address from
+//     trying a password on many names;
+//   - per user name, from every address: UserMaxFailures. Past it the name is under attack, but
+//     it is not locked for everyone: an address that has logged in as the name before keeps its
+//     own MaxFailures, and any other address gets one guess for the name until the count ages
+//     out. Rotating addresses thus buys one guess per address, and never locks out the owner.
+//
+// A failure is counted before the password is checked and taken back on success, so concurrent
+// guesses cannot all pass a check made before any of them failed.
 type ThrottleConfig struct {
-	// MaxFailures is how many failures are free; default 5.
+	// MaxFailures is how many failures one address gets for one user name; default 5.
 	MaxFailures int
+	// AddrMaxFailures is how many failures one address gets over all user names; default 50.
+	AddrMaxFailures int
+	// UserMaxFailures is how many failures one user name gets from all addresses before it is
+	// under attack; default 50.
+	UserMaxFailures int
 	// Lockout is the first lockout; default 30 s.
 	Lockout time.Duration
 	// MaxLockout caps the doubling; default 15 min.
 	MaxLockout time.Duration
 }
 
-// throttle counts failed logins in memory. Past 1024 entries, counts with no failure for
-// MaxLockout and no lockout running are forgotten, which bounds the map.
+// throttle counts failed logins in memory. Past 4096 entries, counts with no failure for
+// MaxLockout and no lockout running are forgotten, which bounds the map in normal use.
 type throttle struct {
 	cfg ThrottleConfig
 
 	mu    sync.Mutex
 	state map[string]*failures
+	// good remembers, per user name, the addresses that logged in as it (the last few).
+	good map[string][]string
 }
 
 type failures struct {
@@ -45,75 +63,134 @@ func newThrottle(cfg ThrottleConfig) (*throttle, error) {
 	if cfg.MaxFailures == 0 {
 		cfg.MaxFailures = 5
 	}
+	if cfg.AddrMaxFailures == 0 {
+		cfg.AddrMaxFailures = 10 * cfg.MaxFailures
+	}
+	if cfg.UserMaxFailures == 0 {
+		cfg.UserMaxFailures = 10 * cfg.MaxFailures
+	}
 	if cfg.Lockout == 0 {
 		cfg.Lockout = 30 * time.Second
 	}
 	if cfg.MaxLockout == 0 {
 		cfg.MaxLockout = 15 * time.Minute
 	}
-	if cfg.MaxFailures < 1 || cfg.Lockout <= 0 || cfg.MaxLockout < cfg.Lockout {
-		return nil, errors.New("auth: throttle: want max failures ≥ 1 and 0 < lockout ≤ max lockout")
+	if cfg.MaxFailures < 1 || cfg.AddrMaxFailures < 1 || cfg.UserMaxFailures < 1 || cfg.Lockout <= 0 || cfg.MaxLockout < cfg.Lockout {
+		return nil, errors.New("auth: throttle: want failure limits ≥ 1 and 0 < lockout ≤ max lockout")
 	}
-	return &throttle{cfg: cfg, state: map[string]*failures{}}, nil
+	return &throttle{cfg: cfg, state: map[string]*failures{}, good: map[string][]string{}}, nil
 }
 
-func pairKey(user, client string) string { return user + "\x00" + client }
-func userKey(user string) string         { return user + "\x00*" }
+func pairKey(user, client string) string { return "p\x00" + user + "\x00" + client }
+func userKey(user string) string         { return "u\x00" + user }
+func addrKey(client string) string       { return "a\x00" + client }
 
-// locked returns how long the user name is still locked out from client.
-func (t *throttle) locked(user, client string, now time.Time) time.Duration {
+// maxGood is how many known-good addresses are kept per user name.
+const maxGood = 8
+
+// reserve counts a failure of user from client before the password is checked, unless a lockout
+// is running; it returns the wait when locked out. The caller must call settle with the outcome.
+func (t *throttle) reserve(user, client string, now time.Time) (time.Duration, *reservation) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var wait time.Duration
-	for _, k := range []string{pairKey(user, client), userKey(user)} {
-		if f := t.state[k]; f != nil && f.until.After(now) {
-			wait = max(wait, f.until.Sub(now))
-		}
-	}
-	return wait
-}
-
-// fail records a failure and returns the pair's count and the lockout it started (0 for none).
-func (t *throttle) fail(user, client string, now time.Time) (int, time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.state) > 1024 {
+	if len(t.state) > 4096 {
 		t.prune(now)
 	}
-	var n int
-	var lock time.Duration
-	for _, k := range []struct {
+	// Counts quiet for MaxLockout with no lockout running start again.
+	for _, k := range []string{pairKey(user, client), addrKey(client), userKey(user)} {
+		if f := t.state[k]; f != nil && now.Sub(f.last) > t.cfg.MaxLockout && !f.until.After(now) {
+			delete(t.state, k)
+		}
+	}
+	pairLimit := t.cfg.MaxFailures
+	if u := t.state[userKey(user)]; u != nil && u.n >= t.cfg.UserMaxFailures && !t.isGood(user, client) {
+		pairLimit = 1 // under attack: one guess per unknown address
+	}
+	counts := []struct {
 		key   string
 		limit int
-	}{{pairKey(user, client), t.cfg.MaxFailures}, {userKey(user), 10 * t.cfg.MaxFailures}} {
-		f := t.state[k.key]
+	}{{pairKey(user, client), pairLimit}, {addrKey(client), t.cfg.AddrMaxFailures}}
+	var wait time.Duration
+	for _, c := range counts {
+		f := t.state[c.key]
+		if f == nil {
+			continue
+		}
+		if f.until.After(now) {
+			wait = max(wait, f.until.Sub(now))
+		} else if f.n >= c.limit && c.limit == 1 {
+			wait = max(wait, t.cfg.Lockout) // the one guess is spent
+		}
+	}
+	if wait > 0 {
+		return wait, nil
+	}
+	r := &reservation{t: t, user: user, client: client}
+	for _, c := range append(counts, struct {
+		key   string
+		limit int
+	}{userKey(user), t.cfg.UserMaxFailures}) {
+		f := t.state[c.key]
 		if f == nil {
 			f = &failures{}
-			t.state[k.key] = f
+			t.state[c.key] = f
 		}
 		f.n++
 		f.last = now
-		if f.n >= k.limit {
+		if f.n >= c.limit && c.key != userKey(user) {
 			d := t.cfg.Lockout
-			for i := k.limit; i < f.n && d < t.cfg.MaxLockout; i++ {
+			for i := c.limit; i < f.n && d < t.cfg.MaxLockout; i++ {
 				d *= 2
 			}
 			d = min(d, t.cfg.MaxLockout)
 			f.until = now.Add(d)
-			lock = max(lock, d)
+			r.lock = max(r.lock, d)
 		}
-		if n == 0 {
-			n = f.n
+		if c.key == pairKey(user, client) {
+			r.n = f.n
 		}
 	}
-	return n, lock
+	return 0, r
 }
 
-// succeed clears the pair's failures. The per-user count stays: it only ages out.
-func (t *throttle) succeed(user, client string) {
+// isGood reports whether client has logged in as user. t.mu is held.
+func (t *throttle) isGood(user, client string) bool {
+	for _, a := range t.good[user] {
+		if a == client {
+			return true
+		}
+	}
+	return false
+}
+
+// reservation is a failure counted ahead of a password check.
+type reservation struct {
+	t            *throttle
+	user, client string
+	// n is the pair's count with this failure, lock the lockout it started (0 for none).
+	n    int
+	lock time.Duration
+}
+
+// succeed takes the reserved failure back: the pair's count is cleared, the address's and the
+// user name's lose this failure, and the address is remembered as the user's.
+func (r *reservation) succeed() {
+	t := r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.state, pairKey(user, client))
+	delete(t.state, pairKey(r.user, r.client))
+	for _, k := range []string{addrKey(r.client), userKey(r.user)} {
+		if f := t.state[k]; f != nil && f.n > 0 {
+			f.n--
+		}
+	}
+	if !t.isGood(r.user, r.client) {
+		g := append(t.good[r.user], r.client)
+		if len(g) > maxGood {
+			g = g[len(g)-maxGood:]
+		}
+		t.good[r.user] = g
+	}
 }
 
 // prune forgets counts with no failure for MaxLockout and no lockout running. t.mu is held.
@@ -123,23 +200,108 @@ func (t *throttle) prune(now time.Time) {
 			delete(t.state, k)
 		}
 	}
+	if len(t.good) > 4096 {
+		clear(t.good)
+	}
 }
 
-// clientAddr is the address a call came from: the last x-forwarded-for entry when present
-// (grpc-gateway appends the HTTP client's address there), else the gRPC peer's host.
-func clientAddr(ctx context.Context) string {
+// Metadata keys by which the gateway tells the auth service the address of its HTTP client.
+// The auth service believes ClientAddrKey only with GatewayTokenKey equal to the internal token,
+// and the gateway drops both from what HTTP clients send (as Grpc-Metadata-* headers).
+const (
+	ClientAddrKey   = "x-jobmesh-client-addr"
+	GatewayTokenKey = "x-jobmesh-gateway-token"
+)
+
+// clientAddr is the address a call came from, the key of the throttle: the address the gateway
+// reports when the call proves it comes from the gateway (GatewayTokenKey), else the gRPC peer's
+// address, or, when that peer is a trusted proxy, the first untrusted address of
+// x-forwarded-for counted from the right. An IPv6 address counts as its /64.
+func (s *Service) clientAddr(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get("x-forwarded-for"); len(v) > 0 {
-		parts := strings.Split(v[len(v)-1], ",")
-		if a := strings.TrimSpace(parts[len(parts)-1]); a != "" {
-			return a
+	if s.cfg.InternalToken != "" {
+		toks, addrs := md.Get(GatewayTokenKey), md.Get(ClientAddrKey)
+		if len(toks) == 1 && len(addrs) == 1 && subtle.ConstantTimeCompare([]byte(toks[0]), []byte(s.cfg.InternalToken)) == 1 {
+			return addrKeyOf(addrs[0])
 		}
 	}
+	remote := "unknown"
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-			return host
-		}
-		return p.Addr.String()
+		remote = p.Addr.String()
 	}
-	return "unknown"
+	return addrKeyOf(ClientAddress(remote, md.Get("x-forwarded-for"), s.cfg.TrustedProxies))
+}
+
+// addrKeyOf turns an address into its throttle key: IPv4 as is, IPv6 as its /64 (one host
+// holds a whole /64), anything unparsable as is.
+func addrKeyOf(a string) string {
+	ip, err := netip.ParseAddr(a)
+	if err != nil {
+		return a
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// ClientAddress is the address of the client behind a connection from remote (host:port or a
+// bare address): remote itself unless it is in trusted, else the first entry of x-forwarded-for
+// (xff, every value of the header) not in trusted, counted from the right. Entries a client
+// wrote itself lie left of the first untrusted one, so they are never believed.
+func ClientAddress(remote string, xff []string, trusted []netip.Prefix) string {
+	addr := remote
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		addr = h
+	}
+	var hops []string
+	for _, v := range xff {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hops = append(hops, h)
+			}
+		}
+	}
+	for i := len(hops) - 1; i >= 0 && isTrusted(addr, trusted); i-- {
+		addr = hops[i]
+	}
+	return addr
+}
+
+func isTrusted(addr string, trusted []netip.Prefix) bool {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseCIDRs parses a comma-separated list of CIDR prefixes or bare addresses (a single host),
+// as the --trusted-proxies flag takes them.
+func ParseCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(e); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(e)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want a CIDR prefix (10.0.0.0/8) or an address", e)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }

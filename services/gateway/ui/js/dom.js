@@ -11,6 +11,7 @@ export function h(tag, attrs = {}, ...children) {
     else if (k === "text") el.textContent = v;
     else if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
     else if (k === "value") el.value = v;
+    else if (k === "style") el.style.cssText = v; // CSSOM, which the console's CSP (no inline styles) allows
     else if (k === "checked" || k === "disabled" || k === "selected" || k === "hidden" || k === "required" || k === "readOnly" || k === "multiple") el[k] = !!v;
     else el.setAttribute(k, v === true ? "" : String(v));
   }
