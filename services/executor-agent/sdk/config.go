@@ -12,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 )
 
 // Config describes one executor: who it is, where it listens, where it registers and where its
@@ -41,8 +43,8 @@ type Config struct {
 	// LogsvcToken, when set, is presented to logsvc on every call as "authorization: Bearer
 	// <token>" (logsvc checks it when its server enforces tokens).
 	LogsvcToken string
-	// LogsvcDialOptions replace the default dial options (plaintext, reconnect backoff capped at
-	// 2s) of the logsvc connection, e.g. to add TLS.
+	// LogsvcDialOptions replace the default dial options (TLS's credentials, or plaintext
+	// without TLS; reconnect backoff capped at 2s) of the logsvc connection.
 	LogsvcDialOptions []grpc.DialOption
 	// LogDir holds per-run log files (runs/<yyyy-mm-dd>/<trigger id>.log) and GLUE script files
 	// (glue/). Required.
@@ -51,6 +53,14 @@ type Config struct {
 	// "authorization: Bearer <token>"; other calls fail with Unauthenticated. Give it the
 	// access token of the executor's group: the scheduler presents that (docs/auth.md).
 	AccessToken string
+	// TLS, when set, makes ExecutorService serve mutual TLS with it: only callers with a
+	// certificate of the mesh's CA (the scheduler's) get through. The logsvc connection dials
+	// with it too, unless LogsvcDialOptions replace the defaults. See meshtls.Load.
+	TLS *meshtls.Identity
+	// Insecure lets an executor start with neither AccessToken nor TLS, so that anyone who
+	// reaches ListenAddr can run its handlers (tests, a trusted loopback). Without it such an
+	// executor refuses to start.
+	Insecure bool
 	// Version is the version the executor reports and registers.
 	Version string
 	// Capacity is how many fires the executor advertises it runs at once. Default 100.
@@ -185,6 +195,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.LogDir == "" {
 		errs = append(errs, errors.New("LogDir: required"))
+	}
+	if cfg.AccessToken == "" && cfg.TLS == nil && !cfg.Insecure {
+		errs = append(errs, errors.New("AccessToken or TLS: required, or anyone who reaches the executor runs code on it; set Insecure to allow that"))
 	}
 	if cfg.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("Capacity %d: must not be negative", cfg.Capacity))

@@ -47,6 +47,7 @@ func start(t *testing.T, configure func(*sdk.Config)) *harness {
 	cfg := sdk.Config{
 		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: h.ingest.Serve(t),
 		LogDir: t.TempDir(), KillGrace: 500 * time.Millisecond, StopGrace: 2 * time.Second, Logger: testLogger(t),
+		Insecure: true,
 	}
 	if configure != nil {
 		configure(&cfg)
@@ -778,7 +779,7 @@ func TestDeliverySurvivesRefusedAndDroppedConnections(t *testing.T) {
 	ingest.DropStreams(2)
 	e, err := sdk.New(sdk.Config{
 		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(t),
-		LogDir: t.TempDir(), Logger: testLogger(t),
+		LogDir: t.TempDir(), Logger: testLogger(t), Insecure: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,7 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 		LogDir: logDir, SpoolDir: spoolDir, SpoolMaxBytes: 64 << 10, StopGrace: time.Second,
 		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 		OnResult: func(r sdk.Result) { results <- r },
+		Insecure: true,
 	}
 	e, err := sdk.New(cfg)
 	if err != nil {
@@ -215,7 +216,7 @@ func TestItemsAreSpooledBeforeTheyAreSent(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	e, err := sdk.New(sdk.Config{
 		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ln.Addr().String(),
-		LogDir: t.TempDir(), SpoolDir: spoolDir, Logger: testLogger(t),
+		LogDir: t.TempDir(), SpoolDir: spoolDir, Logger: testLogger(t), Insecure: true,
 	})
 	if err != nil {
 		t.Fatal(err)
