@@ -216,3 +216,13 @@ func serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	return n
 }
+
+// DevDir is where `jobmesh dev` keeps its private CA and certificates: <dataDir>/tls.
+func DevDir(dataDir string) string { return filepath.Join(dataDir, "tls") }
+
+// DevFiles are the files of the leaf name that `jobmesh dev` issued under dataDir ("client"
+// for the command-line client and health checks, "node" for the services and the local agent).
+func DevFiles(dataDir, name string) Files {
+	dir := DevDir(dataDir)
+	return Files{Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem"), CA: filepath.Join(dir, "ca.pem")}
+}

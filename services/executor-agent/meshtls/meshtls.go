@@ -46,7 +46,11 @@ func Resolve(f Files, insecure bool) (*Identity, error) {
 	case f.IsZero():
 		return nil, ErrNoTLS
 	}
-	return Load(f)
+	id, err := Load(f)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert, --tls-key, --tls-ca: %w", err)
+	}
+	return id, nil
 }
 
 // InsecureWarning is what a process started with --insecure logs at every start.
@@ -64,24 +68,19 @@ type Identity struct {
 	certMod time.Time
 }
 
-// Load reads the files; each must be given and readable, and the certificate must match the key.
+// Load reads the files; all three must be given and readable, and the certificate must match
+// the key. Errors name the file (cert, key or CA); callers add their flags' names.
 func Load(f Files) (*Identity, error) {
-	var errs []error
-	for _, p := range []struct{ flag, path string }{{"--tls-cert", f.Cert}, {"--tls-key", f.Key}, {"--tls-ca", f.CA}} {
-		if p.path == "" {
-			errs = append(errs, fmt.Errorf("%s: required with TLS (with --tls-cert, --tls-key and --tls-ca all given)", p.flag))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	if f.Cert == "" || f.Key == "" || f.CA == "" {
+		return nil, fmt.Errorf("cert %q, key %q, CA %q: all three are required", f.Cert, f.Key, f.CA)
 	}
 	caPEM, err := os.ReadFile(f.CA)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-ca: %w", err)
+		return nil, fmt.Errorf("CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", f.CA)
+		return nil, fmt.Errorf("CA %s: no PEM certificate in it", f.CA)
 	}
 	id := &Identity{files: f, pool: pool}
 	if _, err := id.certificate(); err != nil {
@@ -102,7 +101,7 @@ func (id *Identity) certificate() (*tls.Certificate, error) {
 		if id.cert != nil { // keep serving with what was loaded
 			return id.cert, nil
 		}
-		return nil, fmt.Errorf("--tls-cert: %w", err)
+		return nil, fmt.Errorf("cert: %w", err)
 	}
 	if id.cert != nil && st.ModTime().Equal(id.certMod) {
 		return id.cert, nil
@@ -112,7 +111,7 @@ func (id *Identity) certificate() (*tls.Certificate, error) {
 		if id.cert != nil { // a half-written renewal: keep the old pair until it is whole
 			return id.cert, nil
 		}
-		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", id.files.Cert, id.files.Key, err)
+		return nil, fmt.Errorf("cert %s, key %s: %w", id.files.Cert, id.files.Key, err)
 	}
 	id.cert, id.certMod = &c, st.ModTime()
 	return id.cert, nil
