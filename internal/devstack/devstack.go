@@ -5,10 +5,16 @@
 // Every gRPC server checks tokens with the same auth.Guard: people log in (the first admin's
 // password is printed at first start), services call each other with the internal token and the
 // agent delivers results with the agent token (docs/auth.md).
+//
+// Every gRPC hop is mutual TLS: at first start the stack makes a private CA and certificates
+// under <DataDir>/tls (meshtls.EnsureCA) and reuses them later; the embedded etcd serves TLS
+// with client certificates of its own CA under <DataDir>/tls/etcd, held by the in-process
+// services only. The local agent's executor group gets an access token at first start.
 package devstack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +28,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -30,6 +36,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 	"github.com/jobmesh/jobmesh/services/gateway"
@@ -73,6 +80,9 @@ type Config struct {
 	Logger *slog.Logger
 	// UnsafeEtcd skips fsync in etcd (tests).
 	UnsafeEtcd bool
+	// PlainEtcd serves the embedded etcd without TLS, for tests whose separate agent processes
+	// still register in etcd themselves (they hold no etcd certificate).
+	PlainEtcd bool
 	// NoScheduler leaves the scheduler out, for scheduler replicas run as their own processes
 	// (`jobmesh scheduler`, on DatabaseURL and the stack's EtcdEndpoint). SchedulerAddr is then
 	// not listened on: it is the address of one of those replicas, which the gateway and logsvc's
@@ -123,6 +133,19 @@ type Stack struct {
 	GroupID int64
 	// MetricsAddr is the actual address of the /metrics endpoint; empty without one.
 	MetricsAddr string
+	// TLSFiles are the certificate, key and CA of the stack's services and local agent (under
+	// <DataDir>/tls): give them as --tls-cert, --tls-key and --tls-ca to processes that join
+	// the stack. ClientTLSFiles are the command-line client's (<DataDir>/tls/client*.pem).
+	TLSFiles, ClientTLSFiles meshtls.Files
+	// TLS is the loaded TLSFiles: TLS.DialOption() reaches any of the stack's gRPC servers.
+	TLS *meshtls.Identity
+	// EtcdTLSFiles are the etcd client certificate, key and CA (--etcd-cert, --etcd-key,
+	// --etcd-ca of processes that join the stack); zero with PlainEtcd.
+	EtcdTLSFiles meshtls.Files
+	// EtcdTLS is the TLS configuration of an etcd client of the stack; nil with PlainEtcd.
+	EtcdTLS *tls.Config
+	// AgentAccessToken is the access token of the local agent's executor group (GroupID).
+	AgentAccessToken string
 
 	log     *slog.Logger
 	closers []func() // in shutdown order
@@ -165,10 +188,23 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		st.MetricsAddr = m.Addr()
 	}
 
-	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd})
+	if err := st.ensureTLS(cfg); err != nil {
+		return nil, err
+	}
+	ecfg := etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd}
+	if !cfg.PlainEtcd {
+		server, client, err := etcdCerts(cfg)
+		if err != nil {
+			return nil, err
+		}
+		ecfg.TLS, ecfg.ClientTLS = &server, &client
+		st.EtcdTLSFiles = client
+	}
+	etcd, err := etcdembed.Start(ctx, ecfg)
 	if err != nil {
 		return nil, err
 	}
+	st.EtcdTLS = etcd.ClientTLS()
 	undo = append(undo, etcd.Close)
 	st.EtcdEndpoint = etcd.Endpoint()
 	var clients []*clientv3.Client
@@ -249,7 +285,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 	// Service-to-service connections present the internal token.
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		c, err := grpc.NewClient(addr, st.TLS.DialOption(), grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 			auth.BearerToken(st.InternalToken))
 		if err != nil {
 			return nil, fmt.Errorf("devstack: dial %s: %w", addr, err)
@@ -296,7 +332,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	serve := func(name string, ln net.Listener, register func(*grpc.Server)) {
-		g := grpcserver.New(log.With("service", name), guard.ServerOptions()...)
+		g := grpcserver.New(log.With("service", name), append(st.TLS.ServerOptions(), guard.ServerOptions()...)...)
 		register(g)
 		go func() {
 			if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -351,6 +387,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		scfg := cfg.Scheduler
 		scfg.Logger = log.With("service", "scheduler")
+		if scfg.ExecutorDialOptions == nil {
+			scfg.ExecutorDialOptions = []grpc.DialOption{st.TLS.DialOption()}
+		}
 		sched, err := scheduler.New(scfg, scheduler.Deps{
 			Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 			Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
@@ -367,11 +406,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	// The local agent's group, then the agent.
-	gid, err := ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn))
-	if err != nil {
+	if st.GroupID, st.AgentAccessToken, err = ensureGroup(ctx, registryv1.NewRegistryServiceClient(regConn)); err != nil {
 		return nil, err
 	}
-	st.GroupID = gid
 	agentEtcd, err := newEtcd()
 	if err != nil {
 		return nil, err
@@ -379,8 +416,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	agent, err := sdk.New(sdk.Config{
 		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, Etcd: agentEtcd,
 		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev",
+		TLS: st.TLS, AccessToken: st.AgentAccessToken,
 		LogsvcDialOptions: []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken),
+			st.TLS.DialOption(), auth.BearerToken(st.AgentToken),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 				MinConnectTimeout: 5 * time.Second,
@@ -406,6 +444,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
 		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
+		TLS: st.TLS,
 	})
 	if err != nil {
 		return nil, err
@@ -455,7 +494,9 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   logsvc gRPC       %s
   auth gRPC         %s
   local agent gRPC  %s   (app %q, executor group id %d)
-  etcd              %s
+  etcd              %s   (TLS, client certificates under %s)
+  TLS               mutual TLS on every gRPC hop; CA and certificates under %s
+                    (the command-line client uses them with --data-dir %s)
   metrics           %s
   store             %s
   data directory    %s
@@ -463,7 +504,8 @@ Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
 Press Ctrl-C to stop.
-`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, metrics, store, cfg.DataDir, login, s.HTTPAddr)
+`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, filepath.Join(meshtls.DevDir(cfg.DataDir), "etcd"),
+		meshtls.DevDir(cfg.DataDir), cfg.DataDir, metrics, store, cfg.DataDir, login, s.HTTPAddr)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).
@@ -473,22 +515,85 @@ func (s *Stack) Stop() {
 	}
 }
 
-// ensureGroup returns the id of the local agent's executor group, creating it on first start.
-func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int64, error) {
+// ensureGroup returns the id and access token of the local agent's executor group, creating it
+// with a random token on first start, and giving it one if it has none (a store from before
+// groups had tokens). The stack calls as a service, so the registry answers the token in clear.
+func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int64, string, error) {
 	resp, err := reg.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: DevApp})
 	if err != nil {
-		return 0, fmt.Errorf("devstack: list groups: %w", err)
+		return 0, "", fmt.Errorf("devstack: list groups: %w", err)
 	}
 	for _, g := range resp.GetGroups() {
-		if g.GetAppName() == DevApp {
-			return g.GetId(), nil
+		if g.GetAppName() != DevApp {
+			continue
 		}
+		if g.GetAccessToken() != "" {
+			return g.GetId(), g.GetAccessToken(), nil
+		}
+		token := auth.NewSecret()
+		_, err := reg.UpdateExecutorGroup(ctx, &registryv1.UpdateExecutorGroupRequest{
+			Group:      &registryv1.ExecutorGroup{Id: g.GetId(), AccessToken: token},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"access_token"}},
+		})
+		if err != nil {
+			return 0, "", fmt.Errorf("devstack: give group %s an access token: %w", DevApp, err)
+		}
+		return g.GetId(), token, nil
 	}
+	token := auth.NewSecret()
 	cr, err := reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
-		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO,
+		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO, AccessToken: token,
 	}})
 	if err != nil {
-		return 0, fmt.Errorf("devstack: create group: %w", err)
+		return 0, "", fmt.Errorf("devstack: create group: %w", err)
 	}
-	return cr.GetGroup().GetId(), nil
+	return cr.GetGroup().GetId(), token, nil
+}
+
+// ensureTLS makes (first start) or loads the stack's CA and certificates under <DataDir>/tls.
+func (s *Stack) ensureTLS(cfg Config) error {
+	ca, err := meshtls.EnsureCA(meshtls.DevDir(cfg.DataDir))
+	if err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	if s.TLSFiles, err = ca.Leaf("node", certHosts(cfg)...); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	if s.ClientTLSFiles, err = ca.Leaf("client"); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	if s.TLS, err = meshtls.Load(s.TLSFiles); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	return nil
+}
+
+// etcdCerts makes (first start) or loads the embedded etcd's own CA, its server certificate and
+// the services' client certificate under <DataDir>/tls/etcd.
+func etcdCerts(cfg Config) (server, client meshtls.Files, err error) {
+	ca, err := meshtls.EnsureCA(filepath.Join(meshtls.DevDir(cfg.DataDir), "etcd"))
+	if err == nil {
+		server, err = ca.Leaf("server", certHosts(cfg)...)
+	}
+	if err == nil {
+		client, err = ca.Leaf("client")
+	}
+	if err != nil {
+		return server, client, fmt.Errorf("devstack: etcd certificates: %w", err)
+	}
+	return server, client, nil
+}
+
+// certHosts are the hosts of the configured addresses besides loopback (always in a
+// certificate) and the unspecified address (0.0.0.0 is reached as 127.0.0.1).
+func certHosts(cfg Config) []string {
+	var hosts []string
+	for _, a := range []string{cfg.SchedulerAddr, cfg.RegistryAddr, cfg.LogsAddr, cfg.AuthAddr, cfg.AgentAddr, cfg.EtcdAddr} {
+		h, _, err := net.SplitHostPort(a)
+		if ip := net.ParseIP(h); err != nil || h == "" || (ip != nil && ip.IsUnspecified()) {
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts
 }

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -31,15 +30,15 @@ import (
 // scheduler, with the given handlers.
 func startTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken string, handlers map[string]sdk.HandlerFunc) *sdk.Executor {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: st.EtcdTLS})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	e, err := sdk.New(sdk.Config{
 		AppName: app, InstanceID: app + "-1", ListenAddr: "127.0.0.1:0", Etcd: cli, LogsvcAddr: st.LogsAddr,
-		LogsvcDialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken)},
-		AccessToken:       accessToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		LogsvcDialOptions: []grpc.DialOption{st.TLS.DialOption(), auth.BearerToken(st.AgentToken)},
+		AccessToken:       accessToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), TLS: st.TLS,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +271,7 @@ func TestExecutorAccessToken(t *testing.T) {
 
 	t.Run("a client without the token is refused", func(t *testing.T) {
 		for _, tok := range []string{"", st.InternalToken, groupToken} {
-			cli := sdktest.Client(t, good.AdvertiseAddr(), tok)
+			cli := sdktest.ClientTLS(t, good.AdvertiseAddr(), tok, st.TLS)
 			_, err := cli.Beat(t.Context(), &executorv1.BeatRequest{})
 			wantCode(t, "Beat with token "+strconv.Quote(tok), err, codes.Unauthenticated)
 			_, err = cli.Run(t.Context(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{TriggerId: "1-1-0-0", JobId: 1, Handler: "hello", ShardTotal: 1}}})
@@ -310,7 +309,7 @@ func TestExecutorAccessToken(t *testing.T) {
 			}
 		}
 
-		conn, err := grpc.NewClient(st.RegistryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(st.RegistryAddr, st.TLS.DialOption())
 		if err != nil {
 			t.Fatal(err)
 		}

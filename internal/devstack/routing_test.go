@@ -14,7 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
@@ -112,7 +111,7 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 	// Two more executors of the stack's group, each with its own etcd client.
 	addrs := []string{st.AgentAddr}
 	for _, inst := range []string{"extra-1", "extra-2"} {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: st.EtcdTLS})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,8 +119,9 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 		var e *sdk.Executor
 		e, err = sdk.New(sdk.Config{
 			AppName: devstack.DevApp, InstanceID: inst, ListenAddr: any0, Etcd: cli, LogsvcAddr: st.LogsAddr,
-			LogsvcDialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(st.AgentToken)},
+			LogsvcDialOptions: []grpc.DialOption{st.TLS.DialOption(), auth.BearerToken(st.AgentToken)},
 			LogDir:            t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+			TLS: st.TLS, AccessToken: st.AgentAccessToken,
 		})
 		if err != nil {
 			t.Fatal(err)
