@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jobmesh/jobmesh/internal/bench"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
 
@@ -110,6 +111,9 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.str(&etcdEndpoints, "etcd-endpoints", "", "--target: comma-separated etcd endpoints the agents register in")
 	f.str(&tg.Token, "token", "", "--target: the internal token, or an admin's API token")
 	f.str(&tg.AgentToken, "agent-token", "", "--target: logsvc's agent token (default --token)")
+	f.str(&tg.TLS.Cert, "tls-cert", "", "--target: certificate for mutual TLS with the cluster (with --tls-key and --tls-ca), for the driver and its agents; empty uses plaintext")
+	f.str(&tg.TLS.Key, "tls-key", "", "--target: private key of --tls-cert")
+	f.str(&tg.TLS.CA, "tls-ca", "", "--target: CA bundle of the cluster's certificates")
 	f.str(&logLevel, "log-level", "info", "the bench's own progress log level")
 	if err := f.parse(args); err != nil {
 		return err
@@ -208,10 +212,19 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:0", "the driver's endpoint (/stats, /executions); port 0 picks one")
 	f.dur(&cfg.RegistrationTTL, "registration-ttl", 0, "registration lease TTL (default 10s)")
 	f.str(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	var (
+		tlsFiles meshtls.Files
+		insecure bool
+	)
+	addTLSFlags(f, &tlsFiles, &insecure)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	cfg.EtcdEndpoints = splitList(endpoints)
+	var err error
+	if cfg.TLS, err = meshtls.Resolve(tlsFiles, insecure); err != nil {
+		return err
+	}
 	var errs []error
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}, {"--logs-addr", cfg.LogsAddr}} {
 		errs = append(errs, checkAddr(a.flag, a.addr))

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
@@ -46,6 +47,9 @@ type AgentConfig struct {
 	GRPCAddr, HTTPAddr string
 	// RegistrationTTL is the executor's lease TTL. Default 10s.
 	RegistrationTTL time.Duration
+	// TLS is the executor's mutual-TLS identity (ExecutorService and the logsvc connection);
+	// nil serves and dials plaintext.
+	TLS *meshtls.Identity
 	// Log receives the executor's own logs.
 	Log *slog.Logger
 }
@@ -77,7 +81,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	var probes atomic.Int64
 	ex, err := sdk.New(sdk.Config{AppName: cfg.App, InstanceID: cfg.Instance, ListenAddr: cfg.GRPCAddr, Etcd: etcd,
 		RegistrationTTL: cfg.RegistrationTTL, LogsvcAddr: cfg.LogsAddr, LogsvcToken: cfg.AgentToken, LogDir: cfg.LogDir,
-		Version: "bench", Logger: cfg.Log})
+		Version: "bench", Logger: cfg.Log, TLS: cfg.TLS, Insecure: cfg.TLS == nil})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -128,6 +129,9 @@ type Target struct {
 	RegistryAddr string
 	// AgentToken is what the agents present to logsvc (its --agent-token, or the internal token).
 	AgentToken string
+	// TLS is the certificate the driver and its agents present to the cluster and the CA they
+	// verify it against; zero talks plaintext (a cluster run with --insecure).
+	TLS meshtls.Files
 }
 
 // withDefaults fills zero fields from the preset, then from the scenario's defaults.

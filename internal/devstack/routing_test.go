@@ -229,6 +229,7 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 		if code := call(t, "POST", base+"/executor-groups", map[string]any{
 			"app_name": "manual-failover", "title": "manual", "address_type": "ADDRESS_TYPE_MANUAL",
 			"manual_addresses": []string{addrs[1], dead},
+			"access_token":     st.AgentAccessToken, // the token its executors (the dev group's) expect
 		}, &manual); code != http.StatusOK {
 			t.Fatalf("create group = %d", code)
 		}
