@@ -46,6 +46,7 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	any0 := "127.0.0.1:0"
 	st, err := devstack.Start(ctx, devstack.Config{
 		DataDir: t.TempDir(), DatabaseURL: dbURL, UnsafeEtcd: true, MetricsAddr: any0,
+		PlainEtcd: true, // the agent process registers in etcd itself
 		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
 		AgentHandlers: map[string]sdk.HandlerFunc{"metrics-noop": func(_ context.Context, j *sdk.Job) error {
 			j.Logf("fire %s", j.TriggerID)
@@ -64,7 +65,8 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	agentAddr, agentMetrics := freeAddr(t), freeAddr(t)
 	stopAgent := startAgent(t, "--app-name", "metrics-agent", "--instance-id", "a1", "--listen-addr", agentAddr,
 		"--etcd-endpoints", st.EtcdEndpoint, "--logsvc-addr", st.LogsAddr, "--logsvc-token", st.AgentToken,
-		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics, "--registration-ttl", "2s")
+		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics, "--registration-ttl", "2s",
+		"--tls-cert", st.TLSFiles.Cert, "--tls-key", st.TLSFiles.Key, "--tls-ca", st.TLSFiles.CA)
 
 	api := newAPI(t, st)
 	var grp struct {

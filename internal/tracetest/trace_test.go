@@ -74,6 +74,7 @@ func TestOneFireIsOneTrace(t *testing.T) {
 	any0 := "127.0.0.1:0"
 	st, err := devstack.Start(ctx, devstack.Config{
 		DataDir: t.TempDir(), UnsafeEtcd: true, Logger: log,
+		PlainEtcd: true, // the agent process registers in etcd itself
 		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
 	})
 	if err != nil {
@@ -558,7 +559,8 @@ func startAgent(t *testing.T, st *devstack.Stack, app, otlpHTTP string) (addr, l
 	defer f.Close()
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", "a1", "--listen-addr", "127.0.0.1:0",
 		"--etcd-endpoints", st.EtcdEndpoint, "--logsvc-addr", st.LogsAddr, "--log-dir", t.TempDir(),
-		"--registration-ttl", "2s", "--log-format", "json", "--log-level", "debug")
+		"--registration-ttl", "2s", "--log-format", "json", "--log-level", "debug",
+		"--tls-cert", st.TLSFiles.Cert, "--tls-key", st.TLSFiles.Key, "--tls-ca", st.TLSFiles.CA)
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "JOBMESH_LOGSVC_TOKEN=" + st.AgentToken,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpHTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=100",

@@ -96,7 +96,7 @@ func startAgent(t *testing.T, bin, endpoint, app, instance string, ttl time.Dura
 	}
 	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", instance, "--listen-addr", "127.0.0.1:0",
-		"--etcd-endpoints", endpoint, "--log-dir", filepath.Join(dir, "logs"), "--registration-ttl", ttl.String())
+		"--etcd-endpoints", endpoint, "--log-dir", filepath.Join(dir, "logs"), "--registration-ttl", ttl.String(), "--insecure")
 	cmd.Env = append(os.Environ(), "OTEL_SDK_DISABLED=true")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()

@@ -29,7 +29,7 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	e, err := sdk.New(sdk.Config{
 		AppName: "reg-app", InstanceID: "i1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: cli,
 		RegistrationTTL: 2 * time.Second, Version: "v1.2.3", Labels: map[string]string{"zone": "eu"},
-		Logger: rec.Logger(),
+		Logger: rec.Logger(), Insecure: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 	const app = "restart-app"
 	e, err := sdk.New(sdk.Config{
 		AppName: app, InstanceID: "r1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: agentCli,
-		RegistrationTTL: 2 * time.Second, Logger: rec.Logger(),
+		RegistrationTTL: 2 * time.Second, Logger: rec.Logger(), Insecure: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 func TestAgentJoinsAndLeavesTheView(t *testing.T) {
 	t.Parallel()
 	c := serve(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}})
-	e, err := sdk.New(sdk.Config{AppName: "view-app", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: etcdtest.Client(t)})
+	e, err := sdk.New(sdk.Config{AppName: "view-app", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir(), Etcd: etcdtest.Client(t), Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

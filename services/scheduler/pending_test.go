@@ -63,7 +63,7 @@ func (c *cluster) executors(t *testing.T, app string, n int, handler string, h s
 	}
 	for i := range n {
 		ex, err := sdk.New(sdk.Config{AppName: app, InstanceID: fmt.Sprintf("%s-%d", app, i), ListenAddr: "127.0.0.1:0",
-			Etcd: etcdtest.Client(t), RegistrationTTL: 2 * time.Second, LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir()})
+			Etcd: etcdtest.Client(t), RegistrationTTL: 2 * time.Second, LogsvcAddr: c.logsConn.Target(), LogDir: t.TempDir(), Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}
