@@ -479,6 +479,10 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	if s.MetricsAddr != "" {
 		metrics = "http://" + s.MetricsAddr + "/metrics"
 	}
+	etcdTLS := "(TLS, client certificates under " + filepath.Join(meshtls.DevDir(cfg.DataDir), "etcd") + ")"
+	if s.EtcdTLS == nil {
+		etcdTLS = "(plaintext)"
+	}
 	login := "as \"admin\" with the password printed at this data directory's first start"
 	switch {
 	case s.AdminPassword != "" && cfg.AdminPassword == "":
@@ -494,7 +498,7 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   logsvc gRPC       %s
   auth gRPC         %s
   local agent gRPC  %s   (app %q, executor group id %d)
-  etcd              %s   (TLS, client certificates under %s)
+  etcd              %s   %s
   TLS               mutual TLS on every gRPC hop; CA and certificates under %s
                     (the command-line client uses them with --data-dir %s)
   metrics           %s
@@ -504,7 +508,7 @@ Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
 Press Ctrl-C to stop.
-`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, filepath.Join(meshtls.DevDir(cfg.DataDir), "etcd"),
+`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, etcdTLS,
 		meshtls.DevDir(cfg.DataDir), cfg.DataDir, metrics, store, cfg.DataDir, login, s.HTTPAddr)
 }
 

@@ -47,7 +47,7 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	st, err := devstack.Start(ctx, devstack.Config{
 		DataDir: t.TempDir(), DatabaseURL: dbURL, UnsafeEtcd: true, MetricsAddr: any0,
 		PlainEtcd: true, // the agent process registers in etcd itself
-		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
+		HTTPAddr:  any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
 		AgentHandlers: map[string]sdk.HandlerFunc{"metrics-noop": func(_ context.Context, j *sdk.Job) error {
 			j.Logf("fire %s", j.TriggerID)
 			return nil

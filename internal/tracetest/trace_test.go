@@ -75,7 +75,7 @@ func TestOneFireIsOneTrace(t *testing.T) {
 	st, err := devstack.Start(ctx, devstack.Config{
 		DataDir: t.TempDir(), UnsafeEtcd: true, Logger: log,
 		PlainEtcd: true, // the agent process registers in etcd itself
-		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
+		HTTPAddr:  any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
 	})
 	if err != nil {
 		t.Fatalf("devstack.Start: %v", err)

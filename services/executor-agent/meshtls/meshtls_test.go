@@ -2,6 +2,7 @@ package meshtls_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -149,4 +151,8 @@ func TestLeafReusedAndReissued(t *testing.T) {
 	if _, err := meshtls.Load(f); err != nil {
 		t.Errorf("reissued leaf: %v", err)
 	}
+}
+
+func grpcTLS(c *tls.Config) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(c))
 }
