@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jobmesh/jobmesh/internal/bench"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
 
@@ -107,6 +108,9 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.str(&tg.RegistryAddr, "registry-addr", "", "--target: registry gRPC address")
 	f.str(&tg.LogsAddr, "logs-addr", "", "--target: logsvc gRPC address")
 	f.str(&tg.Token, "token", "", "--target: the internal token, or an admin's API token")
+	f.str(&tg.TLS.Cert, "tls-cert", "", "--target: certificate for mutual TLS with the cluster (with --tls-key and --tls-ca), for the driver and its agents; empty uses plaintext")
+	f.str(&tg.TLS.Key, "tls-key", "", "--target: private key of --tls-cert")
+	f.str(&tg.TLS.CA, "tls-ca", "", "--target: CA bundle of the cluster's certificates")
 	f.str(&logLevel, "log-level", "info", "the bench's own progress log level")
 	if err := f.parse(args); err != nil {
 		return err
@@ -204,7 +208,16 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f.str(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:0", "ExecutorService address; port 0 picks one")
 	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:0", "the driver's endpoint (/stats, /executions); port 0 picks one")
 	f.str(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	var (
+		tlsFiles meshtls.Files
+		insecure bool
+	)
+	addTLSFlags(f, &tlsFiles, &insecure)
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.TLS, err = meshtls.Resolve(tlsFiles, insecure); err != nil {
 		return err
 	}
 	var errs []error

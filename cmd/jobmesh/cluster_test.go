@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
@@ -30,11 +32,39 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	dbURL := dbtest.NewPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Unsafe: true})
+	// Every hop is mutual TLS with certificates of one CA; etcd has a CA of its own.
+	certDir := t.TempDir()
+	ca, err := meshtls.EnsureCA(certDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ca.Leaf("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeID, err := meshtls.Load(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdCA, err := meshtls.EnsureCA(filepath.Join(certDir, "etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdServer, err := etcdCA.Leaf("server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdClient, err := etcdCA.Leaf("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: t.TempDir(), Unsafe: true, TLS: &etcdServer, ClientTLS: &etcdClient})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(etcd.Close)
+	tlsArgs := []string{"--tls-cert", node.Cert, "--tls-key", node.Key, "--tls-ca", node.CA}
+	etcdArgs := []string{"--etcd-cert", etcdClient.Cert, "--etcd-key", etcdClient.Key, "--etcd-ca", etcdClient.CA}
 
 	addr := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,19 +93,19 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	)
 	for attempt := 1; stopAll == nil; attempt++ {
 		sched1, sched2, reg, logs, authAddr, httpAddr = addr(), addr(), addr(), addr(), addr(), addr()
-		common := []string{"--internal-token", internal, "--log-level", "warn"}
+		common := append([]string{"--internal-token", internal, "--log-level", "warn"}, tlsArgs...)
 		procs := []proc{
-			{"registry", runRegistry, []string{"--grpc-addr", reg, "--etcd-endpoints", etcd.Endpoint(), "--database-url", dbURL,
-				"--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, "registry grpc "},
+			{"registry", runRegistry, append([]string{"--grpc-addr", reg, "--etcd-endpoints", etcd.Endpoint(), "--database-url", dbURL,
+				"--scheduler-addr", sched1, "--logs-addr", logs, "--auth-addr", authAddr}, etcdArgs...), "registry grpc "},
 			{"logsvc", runLogsvc, []string{"--grpc-addr", logs, "--database-url", dbURL,
 				"--scheduler-addr", sched1, "--registry-addr", reg, "--auth-addr", authAddr}, "logsvc grpc "},
 			{"gateway", runGateway, []string{"--http-addr", httpAddr, "--grpc-addr", authAddr, "--database-url", dbURL,
 				"--admin-password", password, "--scheduler-addr", sched1, "--registry-addr", reg, "--logs-addr", logs}, "gateway http "},
 		}
 		for i, s := range []string{sched1, sched2} {
-			procs = append(procs, proc{fmt.Sprintf("scheduler-%d", i+1), runScheduler, []string{"--grpc-addr", s, "--etcd-endpoints", etcd.Endpoint(),
+			procs = append(procs, proc{fmt.Sprintf("scheduler-%d", i+1), runScheduler, append([]string{"--grpc-addr", s, "--etcd-endpoints", etcd.Endpoint(),
 				"--database-url", dbURL, "--registry-addr", reg, "--logs-addr", logs, "--auth-addr", authAddr,
-				"--replica-id", fmt.Sprintf("r%d", i+1), "--session-ttl", "2s"}, "scheduler grpc "})
+				"--replica-id", fmt.Sprintf("r%d", i+1), "--session-ttl", "2s"}, etcdArgs...), "scheduler grpc "})
 		}
 
 		pctx, stop := context.WithCancel(context.Background())
@@ -128,11 +158,17 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	defer stopAll()
 
 	base := "http://" + httpAddr
-	// Every server answers the health protocol without a token; a closed port does not.
-	if err := runHealth(ctx, []string{reg, logs, authAddr, sched1, sched2, base + "/healthz"}, io.Discard, io.Discard); err != nil {
+	// Every server answers the health protocol without a token, over mutual TLS only; a closed
+	// port does not.
+	if err := runHealth(ctx, append(tlsArgs, reg, logs, authAddr, sched1, sched2, base+"/healthz"), io.Discard, io.Discard); err != nil {
 		t.Errorf("jobmesh health on the cluster: %v", err)
 	}
-	if err := runHealth(ctx, []string{"--timeout", "300ms", addr()}, io.Discard, io.Discard); err == nil {
+	for _, a := range []string{reg, logs, authAddr, sched1, sched2} {
+		if err := runHealth(ctx, []string{"--timeout", "2s", "--insecure", a}, io.Discard, io.Discard); err == nil {
+			t.Errorf("jobmesh health --insecure %s: served in plaintext, want refused", a)
+		}
+	}
+	if err := runHealth(ctx, append(tlsArgs, "--timeout", "300ms", addr()), io.Discard, io.Discard); err == nil {
 		t.Error("jobmesh health on a closed port succeeded")
 	}
 
@@ -155,7 +191,7 @@ func TestClusterOfServiceCommands(t *testing.T) {
 
 	// The executor registers with the registry and delivers to logsvc with its group's token.
 	ex, err := sdk.New(sdk.Config{AppName: "cluster-app", InstanceID: "e1", ListenAddr: "127.0.0.1:0", RegistryAddr: reg,
-		LogsvcAddr: logs, LogDir: t.TempDir(), AccessToken: groupTok,
+		LogsvcAddr: logs, LogDir: t.TempDir(), AccessToken: groupTok, TLS: nodeID,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

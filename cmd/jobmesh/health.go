@@ -10,28 +10,46 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/jobmesh/jobmesh/internal/cli"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 )
 
 // runHealth is `jobmesh health TARGET...`: it exits 0 when every target is healthy, for container
 // health checks (the service images have no shell or curl). A target is a gRPC address, asked
 // with the standard health protocol (every jobmesh gRPC server answers it without a token), or an
-// http(s) URL that must answer 2xx (the gateway's /healthz).
+// http(s) URL that must answer 2xx (the gateway's /healthz). gRPC targets are asked over mutual
+// TLS: --tls-* (JOBMESH_TLS_*, which a service's container already has), else the client
+// certificate of `jobmesh dev` under --data-dir, else plaintext with --insecure.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var timeout time.Duration
+	var (
+		timeout time.Duration
+		tlsf    cli.TLSFlags
+	)
 	f := newFlags("jobmesh health", stderr)
 	f.dur(&timeout, "timeout", 3*time.Second, "how long each target may take to answer")
+	tlsf.Add(f.FlagSet)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if f.NArg() == 0 {
-		return errors.New("usage: jobmesh health [--timeout d] <grpc host:port | http(s)://url>...")
+		return errors.New("usage: jobmesh health [--timeout d] [--tls-cert f --tls-key f --tls-ca f | --data-dir d | --insecure] <grpc host:port | http(s)://url>...")
+	}
+	var id *meshtls.Identity
+	for _, target := range f.Args() {
+		if !strings.HasPrefix(target, "http://") && !strings.HasPrefix(target, "https://") {
+			var err error
+			if id, err = tlsf.Identity(); err != nil {
+				return err
+			}
+			break
+		}
 	}
 	var errs []error
 	for _, target := range f.Args() {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := checkHealth(cctx, target)
+		err := checkHealth(cctx, target, id)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", target, err))
@@ -42,7 +60,7 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return errors.Join(errs...)
 }
 
-func checkHealth(ctx context.Context, target string) error {
+func checkHealth(ctx context.Context, target string, id *meshtls.Identity) error {
 	if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
@@ -61,7 +79,7 @@ func checkHealth(ctx context.Context, target string) error {
 	if err := checkAddr("target", target); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, id.DialOption())
 	if err != nil {
 		return err
 	}

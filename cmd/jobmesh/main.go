@@ -31,6 +31,7 @@ Usage:
   jobmesh logsvc [flags]       run logsvc (runs, results, log lines, reports, alarms)
   jobmesh gateway [flags]      run the gateway (web UI, REST) and the auth service
   jobmesh health TARGET...     exit 0 if every gRPC address or http(s) URL is healthy
+  jobmesh tls init [flags]     make a private CA and certificates for a cluster (jobmesh tls init -h)
   jobmesh bench <scenario>     the load tool: rate, scale, failover or ramp (jobmesh bench -h)
   jobmesh admin reset-password --user NAME
                                set a lost password in the auth store (jobmesh admin -h)
@@ -61,6 +62,8 @@ func main() {
 		err = runGateway(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "health":
 		err = runHealth(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "tls":
+		err = runTLS(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "bench":
 		err = runBench(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "admin":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +18,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -24,6 +25,7 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
@@ -45,6 +47,12 @@ type meshConfig struct {
 	// PprofAddr is a loopback address where the process serves net/http/pprof to callers with
 	// the internal token; empty serves none.
 	PprofAddr string
+	// TLS names the process's certificate, key and the mesh's CA: every gRPC server it runs
+	// requires mutual TLS, every peer it dials is verified against the CA (docs/security.md).
+	TLS meshtls.Files
+	// Insecure serves and dials plaintext instead; it is logged as a warning at every start.
+	// Without TLS files or Insecure the process refuses to start.
+	Insecure bool
 }
 
 // peer names one of the peer address flags.
@@ -77,10 +85,40 @@ func (m *meshConfig) addFlags(f *flags, required []peer, optional ...peer) {
 		}
 	}
 	f.str(&m.InternalToken, "internal-token", "", "secret the services present to each other, the same in every process (required)")
+	addTLSFlags(f, &m.TLS, &m.Insecure)
 	f.str(&m.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&m.LogFormat, "log-format", "text", "text or json")
 	f.str(&m.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
 	f.str(&m.PprofAddr, "pprof-addr", "", "loopback address (127.0.0.1:port) serving /debug/pprof/ to callers with the internal token as bearer token; empty serves none")
+}
+
+// addTLSFlags declares --tls-cert, --tls-key, --tls-ca and --insecure.
+func addTLSFlags(f *flags, files *meshtls.Files, insecure *bool) {
+	f.str(&files.Cert, "tls-cert", "", "PEM certificate of this process, for mutual TLS on every gRPC hop (with --tls-key and --tls-ca)")
+	f.str(&files.Key, "tls-key", "", "PEM private key of --tls-cert")
+	f.str(&files.CA, "tls-ca", "", "PEM CA bundle every peer's certificate must chain to")
+	f.boolean(insecure, "insecure", false, "plaintext gRPC without certificates (warned at every start); only on a network you trust")
+}
+
+// etcdTLSFlags are the certificate, key and CA of the etcd connection, separate from the mesh's.
+type etcdTLSFlags struct{ files meshtls.Files }
+
+func (e *etcdTLSFlags) add(f *flags) {
+	f.str(&e.files.Cert, "etcd-cert", "", "PEM client certificate for etcd (with --etcd-key and --etcd-ca); empty connects without TLS")
+	f.str(&e.files.Key, "etcd-key", "", "PEM private key of --etcd-cert")
+	f.str(&e.files.CA, "etcd-ca", "", "PEM CA bundle etcd's server certificate must chain to")
+}
+
+// tlsConfig loads the files; nil without any.
+func (e *etcdTLSFlags) tlsConfig() (*tls.Config, error) {
+	if e.files.IsZero() {
+		return nil, nil
+	}
+	id, err := meshtls.Load(e.files)
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-cert, --etcd-key, --etcd-ca: %w", err)
+	}
+	return id.ClientConfig(), nil
 }
 
 func containsPeer(ps []peer, p peer) bool {
@@ -120,6 +158,12 @@ func (m *meshConfig) validate(required []peer) []error {
 	if m.PprofAddr != "" {
 		errs = append(errs, checkPprofAddr(m.PprofAddr))
 	}
+	switch {
+	case m.Insecure && !m.TLS.IsZero():
+		errs = append(errs, errors.New("--insecure: not with --tls-cert, --tls-key or --tls-ca"))
+	case !m.Insecure && m.TLS.IsZero():
+		errs = append(errs, meshtls.ErrNoTLS)
+	}
 	return errs
 }
 
@@ -147,6 +191,7 @@ func splitList(s string) []string {
 type process struct {
 	log     *slog.Logger
 	mesh    meshConfig
+	tls     *meshtls.Identity // nil with --insecure
 	closers []func()
 	// pprofAddr is where pprof is served, when it is.
 	pprofAddr string
@@ -158,11 +203,18 @@ func newProcess(ctx context.Context, service string, mesh meshConfig, stderr io.
 	if err != nil {
 		return nil, err
 	}
+	id, err := meshtls.Resolve(mesh.TLS, mesh.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	if id == nil {
+		log.Warn(meshtls.InsecureWarning)
+	}
 	shutdownTracing, err := telemetry.StartTracing(ctx, "jobmesh-"+service)
 	if err != nil {
 		return nil, err
 	}
-	p := &process{log: log, mesh: mesh}
+	p := &process{log: log, mesh: mesh, tls: id}
 	p.onClose(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -216,9 +268,13 @@ func (p *process) openStore(ctx context.Context, url, schema string, migrations 
 	return store, nil
 }
 
-// etcdClient connects to the etcd cluster.
-func (p *process) etcdClient(endpoints []string) (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+// etcdClient connects to the etcd cluster, with TLS when its flags are given.
+func (p *process) etcdClient(endpoints []string, etcdTLS etcdTLSFlags) (*clientv3.Client, error) {
+	tc, err := etcdTLS.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc})
 	if err != nil {
 		return nil, fmt.Errorf("--etcd-endpoints: %w", err)
 	}
@@ -235,13 +291,24 @@ func (p *process) dial(flag, addr string, opts ...grpc.DialOption) (*grpc.Client
 // dialAs connects (lazily) to a peer with only the given credentials: the auth connection
 // carries the tokens of the people it checks.
 func (p *process) dialAs(flag, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{p.tls.DialOption(),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
 	p.onClose(func() { c.Close() })
 	return c, nil
+}
+
+// selfAddr is the address a process dials to reach its own listener ln: an unspecified host
+// (0.0.0.0, ::) becomes 127.0.0.1, a name the dev CA's certificates carry (a production
+// certificate of a service must name it too, docs/security.md).
+func selfAddr(ln net.Listener) string {
+	a, ok := ln.Addr().(*net.TCPAddr)
+	if !ok || !a.IP.IsUnspecified() {
+		return ln.Addr().String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
 }
 
 // listen opens the gRPC or HTTP listener named by flag.
@@ -296,7 +363,7 @@ func (p *process) serve(ln net.Listener, guard *auth.Guard, failed chan<- error,
 
 // serveWith is serve with extra server options.
 func (p *process) serveWith(ln net.Listener, guard *auth.Guard, opts []grpc.ServerOption, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
-	g := grpcserver.New(p.log, append(guard.ServerOptions(), opts...)...)
+	g := grpcserver.New(p.log, append(append(p.tls.ServerOptions(), guard.ServerOptions()...), opts...)...)
 	for _, r := range register {
 		r(g)
 	}

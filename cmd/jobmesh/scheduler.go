@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
+
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/services/scheduler"
@@ -22,6 +24,8 @@ type schedulerConfig struct {
 	GRPCAddr string
 	// EtcdEndpoints is the etcd cluster the replicas campaign in. Required.
 	EtcdEndpoints []string
+	// etcdTLS secures the etcd connection when given.
+	etcdTLS etcdTLSFlags
 	// DatabaseURL is the Postgres database shared by the replicas (schema "scheduler"). Required:
 	// SQLite cannot be shared between processes.
 	DatabaseURL string
@@ -69,6 +73,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f := newFlags("jobmesh scheduler", stderr)
 	f.str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9010", "gRPC address of JobService and SchedulerService; port 0 picks one")
 	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints (required)")
+	c.etcdTLS.add(f)
 	f.str(&c.DatabaseURL, "database-url", "", "Postgres URL shared by every replica (required)")
 	c.addFlags(f, schedulerPeers, peerAuth)
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
@@ -103,7 +108,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	etcd, err := p.etcdClient(cfg.EtcdEndpoints)
+	etcd, err := p.etcdClient(cfg.EtcdEndpoints, cfg.etcdTLS)
 	if err != nil {
 		return err
 	}
@@ -116,7 +121,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
-		DeliverySecret: p.mesh.InternalToken}, scheduler.Deps{
+		DeliverySecret: p.mesh.InternalToken, ExecutorDialOptions: []grpc.DialOption{p.tls.DialOption()}}, scheduler.Deps{
 		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
 	})
@@ -129,7 +134,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	// The guard looks jobs up on this replica itself, over loopback with the internal token.
-	selfConn, err := p.dial("--grpc-addr", ln.Addr().String())
+	selfConn, err := p.dial("--grpc-addr", selfAddr(ln))
 	if err != nil {
 		return err
 	}

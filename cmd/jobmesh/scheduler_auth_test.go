@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -45,7 +44,9 @@ func TestSchedulerReplicaEnforcesAuth(t *testing.T) {
 	go func() {
 		done <- runScheduler(rctx, []string{"--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
 			"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--auth-addr", st.AuthAddr,
-			"--internal-token", st.InternalToken, "--session-ttl", "2s", "--log-level", "error"}, w, io.Discard)
+			"--internal-token", st.InternalToken, "--session-ttl", "2s", "--log-level", "error",
+			"--tls-cert", st.TLSFiles.Cert, "--tls-key", st.TLSFiles.Key, "--tls-ca", st.TLSFiles.CA,
+			"--etcd-cert", st.EtcdTLSFiles.Cert, "--etcd-key", st.EtcdTLSFiles.Key, "--etcd-ca", st.EtcdTLSFiles.CA}, w, io.Discard)
 		w.Close()
 	}()
 	t.Cleanup(func() {
@@ -68,7 +69,7 @@ func TestSchedulerReplicaEnforcesAuth(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
 	dial := func(target string) *grpc.ClientConn {
-		c, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(target, st.TLS.DialOption())
 		if err != nil {
 			t.Fatal(err)
 		}

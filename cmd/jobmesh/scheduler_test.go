@@ -13,7 +13,7 @@ import (
 func TestParseSchedulerFlags(t *testing.T) {
 	full := []string{"--etcd-endpoints", " http://a:2379, http://b:2379 ,", "--database-url", "postgres://u@h/db",
 		"--registry-addr", "127.0.0.1:9011", "--logs-addr", "127.0.0.1:9012",
-		"--internal-token", strings.Repeat("s", 32)}
+		"--internal-token", strings.Repeat("s", 32), "--insecure"}
 
 	t.Run("defaults and the comma list", func(t *testing.T) {
 		c, err := parseSchedulerFlags(full, io.Discard)
@@ -34,6 +34,20 @@ func TestParseSchedulerFlags(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), f+": required") {
 				t.Errorf("error %v does not name %s as required", err, f)
 			}
+		}
+	})
+
+	t.Run("TLS or --insecure", func(t *testing.T) {
+		noTLS := slices.DeleteFunc(slices.Clone(full), func(a string) bool { return a == "--insecure" })
+		_, err := parseSchedulerFlags(noTLS, io.Discard)
+		for _, f := range []string{"--tls-cert", "--tls-key", "--tls-ca", "--insecure"} {
+			if err == nil || !strings.Contains(err.Error(), f) {
+				t.Errorf("without TLS flags or --insecure: error %v does not name %s", err, f)
+			}
+		}
+		_, err = parseSchedulerFlags(append(slices.Clone(full), "--tls-cert", "c.pem"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--insecure") {
+			t.Errorf("--insecure with --tls-cert: error = %v, want one naming --insecure", err)
 		}
 	})
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -100,10 +101,12 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var (
 		mesh                             meshConfig
 		grpcAddr, endpoints, databaseURL string
+		etcdTLS                          etcdTLSFlags
 	)
 	f := newFlags("jobmesh registry", stderr)
 	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9011", "gRPC address of RegistryService; port 0 picks one")
 	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints, where agents register (required)")
+	etcdTLS.add(f)
 	f.str(&databaseURL, "database-url", "", "Postgres URL (schema registry) (required)")
 	mesh.addFlags(f, registryPeers, peerAuth)
 	if err := f.parse(args); err != nil {
@@ -126,7 +129,7 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	etcd, err := p.etcdClient(splitList(endpoints))
+	etcd, err := p.etcdClient(splitList(endpoints), etcdTLS)
 	if err != nil {
 		return err
 	}
@@ -140,7 +143,7 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	guard, err := p.peersGuard(guardDeps{}, ln.Addr().String(), peerRegistry)
+	guard, err := p.peersGuard(guardDeps{}, selfAddr(ln), peerRegistry)
 	if err != nil {
 		return err
 	}
@@ -201,7 +204,7 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	guard, err := p.peersGuard(guardDeps{}, ln.Addr().String(), peerLogs)
+	guard, err := p.peersGuard(guardDeps{}, selfAddr(ln), peerLogs)
 	if err != nil {
 		return err
 	}
@@ -241,11 +244,14 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		mesh                                           meshConfig
 		httpAddr, grpcAddr, databaseURL, adminPassword string
+		httpCert, httpKey                              string
 		sessionTTL                                     time.Duration
 		edge                                           edgeFlags
 	)
 	f := newFlags("jobmesh gateway", stderr)
 	f.str(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: web UI, REST under /api/v1, OpenAPI, /healthz")
+	f.str(&httpCert, "http-tls-cert", "", "PEM certificate of the HTTP listener, which then serves HTTPS (with --http-tls-key); empty serves plain HTTP")
+	f.str(&httpKey, "http-tls-key", "", "PEM private key of --http-tls-cert")
 	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9013", "gRPC address of AuthService (the other services' --auth-addr); port 0 picks one")
 	f.str(&databaseURL, "database-url", "", "Postgres URL (schema auth) (required)")
 	f.str(&adminPassword, "admin-password", "", "first admin's password on a fresh store; empty means random, printed once")
@@ -262,7 +268,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if sessionTTL <= 0 {
 		errs = append(errs, fmt.Errorf("--login-ttl %v: want a positive duration", sessionTTL))
 	}
-	errs = append(errs, checkAddr("--http-addr", httpAddr), checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))
+	httpTLS, err := httpsConfig(httpCert, httpKey)
+	errs = append(errs, err, checkAddr("--http-addr", httpAddr), checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL))
 	if err := checkArgs(f, &mesh, gatewayPeers, errs...); err != nil {
 		return err
 	}
@@ -301,7 +308,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	guard, err := p.peersGuard(guardDeps{Users: authSvc, Audit: authSvc, Registry: regConn}, ln.Addr().String(), peerAuth)
+	guard, err := p.peersGuard(guardDeps{Users: authSvc, Audit: authSvc, Registry: regConn}, selfAddr(ln), peerAuth)
 	if err != nil {
 		return err
 	}
@@ -311,7 +318,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,
-		AuthAddr: ln.Addr().String(), Logger: p.log, TraceURLTemplate: traceURL,
+		AuthAddr: selfAddr(ln), Logger: p.log, TraceURLTemplate: traceURL, TLS: p.tls, HTTPTLS: httpTLS,
 		MaxBodyBytes: edge.maxBodyBytes, TrustedProxies: trusted, InternalToken: mesh.InternalToken,
 	})
 	if err != nil {
@@ -324,6 +331,21 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "auth grpc %s\ngateway http %s\n", ln.Addr(), gw.Addr())
 	p.log.Info("gateway up", "http_addr", gw.Addr(), "auth_grpc_addr", ln.Addr().String())
 	return wait(ctx, failed)
+}
+
+// httpsConfig loads the HTTPS certificate of the gateway; nil (plain HTTP) without one.
+func httpsConfig(cert, key string) (*tls.Config, error) {
+	if cert == "" && key == "" {
+		return nil, nil
+	}
+	if cert == "" || key == "" {
+		return nil, errors.New("--http-tls-cert and --http-tls-key: give both, or neither for plain HTTP")
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("--http-tls-cert, --http-tls-key: %w", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
 }
 
 // peersGuard builds the guard of a process that reaches the scheduler, registry and logsvc

@@ -221,6 +221,7 @@ func TestLogsvcDown30sWhile200RunsFinish(t *testing.T) {
 	e, err := sdk.New(sdk.Config{
 		AppName: "outage", InstanceID: "a1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ls.addr, LogDir: logDir, AccessToken: groupToken,
 		Logger: slog.New(slog.DiscardHandler), OnResult: func(r sdk.Result) { ended <- r },
+		Insecure: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +322,7 @@ func startAgent(t *testing.T, bin, addr, logsvcAddr, logDir string, flags ...str
 	}
 	defer f.Close()
 	args := append([]string{"--app-name", "killed", "--instance-id", "k1", "--listen-addr", addr,
-		"--logsvc-addr", logsvcAddr, "--log-dir", logDir, "--log-level", "debug"}, flags...)
+		"--logsvc-addr", logsvcAddr, "--log-dir", logDir, "--log-level", "debug", "--insecure"}, flags...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "JOBMESH_ACCESS_TOKEN=" + groupToken}
 	cmd.Stdout, cmd.Stderr = f, f

@@ -35,6 +35,7 @@ func BenchmarkAgentToLogsvc(b *testing.B) {
 	ex, err := sdk.New(sdk.Config{
 		AppName: "bench", InstanceID: "b1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ls.addr, LogDir: b.TempDir(), AccessToken: groupToken,
 		IdleTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler), OnResult: func(r sdk.Result) { ended <- r },
+		Insecure: true,
 	})
 	if err != nil {
 		b.Fatal(err)

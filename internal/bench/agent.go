@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
@@ -40,6 +41,9 @@ type AgentConfig struct {
 	LogDir string
 	// GRPCAddr is ExecutorService's listen address; HTTPAddr the driver's endpoint. Port 0 picks.
 	GRPCAddr, HTTPAddr string
+	// TLS is the executor's mutual-TLS identity (ExecutorService and the registry and logsvc
+	// connections); nil serves and dials plaintext.
+	TLS *meshtls.Identity
 	// Log receives the executor's own logs.
 	Log *slog.Logger
 }
@@ -65,7 +69,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	tally := firecheck.NewTally()
 	var probes atomic.Int64
 	ex, err := sdk.New(sdk.Config{AppName: cfg.App, InstanceID: cfg.Instance, ListenAddr: cfg.GRPCAddr, RegistryAddr: cfg.RegistryAddr,
-		LogsvcAddr: cfg.LogsAddr, AccessToken: cfg.GroupToken, LogDir: cfg.LogDir, Version: "bench", Logger: cfg.Log})
+		LogsvcAddr: cfg.LogsAddr, AccessToken: cfg.GroupToken, LogDir: cfg.LogDir, Version: "bench", Logger: cfg.Log, TLS: cfg.TLS})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -124,6 +125,9 @@ type Target struct {
 	Token string
 	// RegistryAddr is the registry's gRPC address, to create the bench's executor group.
 	RegistryAddr string
+	// TLS is the certificate the driver and its agents present to the cluster and the CA they
+	// verify it against; zero talks plaintext (a cluster run with --insecure).
+	TLS meshtls.Files
 }
 
 // withDefaults fills zero fields from the preset, then from the scenario's defaults.

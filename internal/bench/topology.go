@@ -20,11 +20,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/cluster"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
 
@@ -58,11 +58,16 @@ type topology struct {
 	dropDB        func() error
 
 	token, groupToken string
-	app               string
-	etcdEndpoints     []string
-	regAddr           string
-	logsAddr          string
-	logsPprofAddr     string
+	// tls is the driver's identity toward the cluster (nil: plaintext); tlsArgs give the
+	// processes the topology starts theirs (--tls-* or --insecure; none for a binary that
+	// predates TLS).
+	tls           *meshtls.Identity
+	tlsArgs       []string
+	app           string
+	etcdEndpoints []string
+	regAddr       string
+	logsAddr      string
+	logsPprofAddr string
 
 	mu      sync.Mutex
 	members []*member
@@ -118,6 +123,9 @@ func up(ctx context.Context, cfg Config) (_ *topology, err error) {
 
 	var regAddr string
 	if tg := cfg.Target; tg != nil {
+		if err := t.targetTLS(tg.TLS); err != nil {
+			return t, err
+		}
 		t.token = tg.Token
 		t.logsAddr, regAddr = tg.LogsAddr, tg.RegistryAddr
 		t.app = "bench-" + randHex(4)
@@ -162,6 +170,9 @@ func up(ctx context.Context, cfg Config) (_ *topology, err error) {
 func (t *topology) startServices(ctx context.Context) (string, error) {
 	cfg := t.cfg
 	t.token = randHex(24)
+	if err := t.ownTLS(); err != nil {
+		return "", err
+	}
 	etcdArgs := []string{"bench", "etcd", "--dir", filepath.Join(t.dir, "etcd"), "--client-addr", "127.0.0.1:0"}
 	if cfg.UnsafeEtcd {
 		etcdArgs = append(etcdArgs, "--unsafe")
@@ -181,7 +192,7 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 		t.scheds = append(t.scheds, &replica{id: fmt.Sprintf("r%d", i+1), addr: ports[4+i]})
 	}
 	sched1 := t.scheds[0].addr
-	common := []string{"--internal-token", t.token, "--log-level", cfg.ServiceLogLevel}
+	common := append([]string{"--internal-token", t.token, "--log-level", cfg.ServiceLogLevel}, t.tlsArgs...)
 	pprof := func(name string) (string, []string, error) {
 		if cfg.PprofDir == "" {
 			return "", nil, nil
@@ -265,6 +276,43 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 	return reg, nil
 }
 
+// ownTLS gives the cluster the topology starts certificates of a private CA in its directory,
+// unless the binary predates TLS.
+func (t *topology) ownTLS() error {
+	if !t.schedulerHasFlag("tls-cert") {
+		return nil
+	}
+	ca, err := meshtls.EnsureCA(filepath.Join(t.dir, "tls"))
+	if err != nil {
+		return err
+	}
+	files, err := ca.Leaf("node")
+	if err != nil {
+		return err
+	}
+	if t.tls, err = meshtls.Load(files); err != nil {
+		return err
+	}
+	t.tlsArgs = []string{"--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-ca", files.CA}
+	return nil
+}
+
+// targetTLS takes the certificate given for a running cluster; none means plaintext.
+func (t *topology) targetTLS(files meshtls.Files) error {
+	if files.IsZero() {
+		if t.schedulerHasFlag("tls-cert") {
+			t.tlsArgs = []string{"--insecure"}
+		}
+		return nil
+	}
+	var err error
+	if t.tls, err = meshtls.Load(files); err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-ca: %w", err)
+	}
+	t.tlsArgs = []string{"--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-ca", files.CA}
+	return nil
+}
+
 // startReplica starts (or restarts, on the same address) a scheduler replica.
 func (t *topology) startReplica(ctx context.Context, r *replica) error {
 	var env []string
@@ -319,6 +367,7 @@ func (t *topology) startAgent(ctx context.Context, id string) error {
 	args := []string{"bench", "agent", "--app", t.app, "--instance", id, "--registry-addr", t.regAddr,
 		"--logs-addr", t.logsAddr, "--group-token", t.groupToken, "--log-dir", filepath.Join(t.dir, "agents", id),
 		"--log-level", t.cfg.ServiceLogLevel}
+	args = append(args, t.tlsArgs...)
 	m, err := t.start(ctx, "agent-"+id, args, nil, "agent grpc ", "agent http ")
 	if err != nil {
 		return err
@@ -330,7 +379,7 @@ func (t *topology) startAgent(ctx context.Context, id string) error {
 
 // dial connects to a service with the bench's token.
 func (t *topology) dial(addr string) (*grpc.ClientConn, error) {
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerToken(t.token),
+	c, err := grpc.NewClient(addr, t.tls.DialOption(), auth.BearerToken(t.token),
 		grpc.WithUnaryInterceptor(boundCalls))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

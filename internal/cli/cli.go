@@ -19,7 +19,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -64,6 +63,11 @@ Flags of every client command:
   --scheduler-addr, --logs-addr, --registry-addr, --auth-addr
                      service gRPC addresses (default: the config file's, else jobmesh dev's)
   --token T          token to present (default: JOBMESH_TOKEN, else the config file's)
+  --tls-cert F, --tls-key F, --tls-ca F
+                     client certificate, key and CA for mutual TLS (JOBMESH_TLS_CERT, ...)
+  --data-dir D       without --tls-*: use jobmesh dev's client certificate under D/tls
+                     (default: JOBMESH_DATA_DIR, else .data/dev, dev's default)
+  --insecure         plaintext, for services started with --insecure (JOBMESH_INSECURE)
 Config file: JOBMESH_CONFIG, else $XDG_CONFIG_HOME/jobmesh/config.json (~/.config/jobmesh/config.json).
 Exit codes: 0 ok, 1 error, 2 usage, 3 auth, 4 not found, 5 invalid input, 6 unavailable, 7 conflict,
 8 tailed run did not succeed.
@@ -141,6 +145,7 @@ type client struct {
 	cfgPath string
 	output  string
 	token   string
+	tls     TLSFlags
 	stdin   io.Reader
 	stdout  io.Writer
 	conns   []*grpc.ClientConn
@@ -186,6 +191,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.StringVar(&c.cfg.RegistryAddr, "registry-addr", or(cfg.RegistryAddr, "127.0.0.1:9011"), "registry gRPC address")
 	fs.StringVar(&c.cfg.AuthAddr, "auth-addr", or(cfg.AuthAddr, "127.0.0.1:9013"), "auth gRPC address")
 	fs.StringVar(&c.token, "token", or(os.Getenv("JOBMESH_TOKEN"), cfg.Token), "token to present")
+	c.tls.Add(fs)
 	setup, ok := commands[cmd]
 	if !ok {
 		return usagef("unknown command %q", strings.Join(args[:min(2, len(args))], " "))
@@ -232,9 +238,13 @@ func (c *client) close() {
 	}
 }
 
-// dial connects to one service, presenting the token when there is one.
+// dial connects to one service over mutual TLS (TLSFlags), presenting the token when there is one.
 func (c *client) dial(addr string) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	id, err := c.tls.Identity()
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{id.DialOption()}
 	if c.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(c.token)))
 	}

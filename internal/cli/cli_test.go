@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,16 +52,31 @@ func TestClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	any0 := "127.0.0.1:0"
+	dataDir := t.TempDir()
 	st, err := devstack.Start(ctx, devstack.Config{
-		DataDir: t.TempDir(), UnsafeEtcd: true, AdminPassword: "correct horse battery staple",
+		DataDir: dataDir, UnsafeEtcd: true, AdminPassword: "correct horse battery staple",
 		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Stop)
-	s := &session{t: t, st: st, addr: []string{"--scheduler-addr", st.SchedulerAddr, "--logs-addr", st.LogsAddr,
-		"--registry-addr", st.RegistryAddr, "--auth-addr", st.AuthAddr}}
+	addrs := []string{"--scheduler-addr", st.SchedulerAddr, "--logs-addr", st.LogsAddr, "--registry-addr", st.RegistryAddr, "--auth-addr", st.AuthAddr}
+	// The client finds dev's client certificate under the dev data directory.
+	s := &session{t: t, st: st, addr: append(slices.Clone(addrs), "--data-dir", dataDir)}
+
+	// Elsewhere it needs --tls-* flags; plaintext (--insecure) is refused by the services.
+	elsewhere := &session{t: t, st: st, addr: append(slices.Clone(addrs), "--data-dir", t.TempDir())}
+	if code, _, errOut := elsewhere.run("", "jobs", "list"); code == cli.ExitOK || !strings.Contains(errOut, "--tls-cert") {
+		t.Errorf("jobs list without a certificate = exit %d (%q), want an error naming --tls-cert", code, errOut)
+	}
+	if code, _, _ := elsewhere.run("", "jobs", "list", "--insecure"); code != cli.ExitUnavailable {
+		t.Errorf("jobs list in plaintext = exit %d, want %d (unavailable)", code, cli.ExitUnavailable)
+	}
+	f := st.ClientTLSFiles
+	if code, _, errOut := elsewhere.run("", "jobs", "list", "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA); code != cli.ExitAuth {
+		t.Errorf("jobs list with --tls-* before login = exit %d (%q), want %d", code, errOut, cli.ExitAuth)
+	}
 
 	if code, _, errOut := s.run("", "jobs", "list"); code != cli.ExitAuth || !strings.Contains(errOut, "jobmesh login") {
 		t.Errorf("jobs list before login = exit %d (%q), want %d and a hint to log in", code, errOut, cli.ExitAuth)

@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -182,7 +181,7 @@ func TestAccessRules(t *testing.T) {
 	})
 
 	t.Run("gRPC clients meet the same rules", func(t *testing.T) {
-		conn, err := grpc.NewClient(st.SchedulerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(st.SchedulerAddr, st.TLS.DialOption())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +211,7 @@ func TestAccessRules(t *testing.T) {
 		}
 
 		// Streams are checked on the request they carry.
-		lconn, err := grpc.NewClient(st.LogsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		lconn, err := grpc.NewClient(st.LogsAddr, st.TLS.DialOption())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +221,7 @@ func TestAccessRules(t *testing.T) {
 			_, err = tail.Recv()
 		}
 		wantCode(t, "TailRun of another group's run as the operator", err, codes.PermissionDenied)
-		rconn, err := grpc.NewClient(st.RegistryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		rconn, err := grpc.NewClient(st.RegistryAddr, st.TLS.DialOption())
 		if err != nil {
 			t.Fatal(err)
 		}

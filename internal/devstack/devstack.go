@@ -5,10 +5,16 @@
 // Every gRPC server checks tokens with the same auth.Guard: people log in (the first admin's
 // password is printed at first start), services call each other with the internal token, and the
 // agent registers and delivers results with its executor group's access token (docs/security.md).
+//
+// Every gRPC hop is mutual TLS: at first start the stack makes a private CA and certificates
+// under <DataDir>/tls (meshtls.EnsureCA) and reuses them later; the embedded etcd serves TLS
+// with client certificates of its own CA under <DataDir>/tls/etcd, held by the in-process
+// services only. The local agent's executor group gets an access token at first start.
 package devstack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +31,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -34,6 +39,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 	"github.com/jobmesh/jobmesh/services/gateway"
@@ -139,6 +145,17 @@ type Stack struct {
 	GroupToken string
 	// MetricsAddr is the actual address of the /metrics endpoint; empty without one.
 	MetricsAddr string
+	// TLSFiles are the certificate, key and CA of the stack's services and local agent (under
+	// <DataDir>/tls): give them as --tls-cert, --tls-key and --tls-ca to processes that join
+	// the stack. ClientTLSFiles are the command-line client's (<DataDir>/tls/client*.pem).
+	TLSFiles, ClientTLSFiles meshtls.Files
+	// TLS is the loaded TLSFiles: TLS.DialOption() reaches any of the stack's gRPC servers.
+	TLS *meshtls.Identity
+	// EtcdTLSFiles are the etcd client certificate, key and CA (--etcd-cert, --etcd-key,
+	// --etcd-ca of processes that join the stack).
+	EtcdTLSFiles meshtls.Files
+	// EtcdTLS is the TLS configuration of an etcd client of the stack.
+	EtcdTLS *tls.Config
 
 	log     *slog.Logger
 	closers []func() // in shutdown order
@@ -180,10 +197,21 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		st.MetricsAddr = m.Addr()
 	}
 
-	etcd, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd})
+	if err := st.ensureTLS(cfg); err != nil {
+		return nil, err
+	}
+	ecfg := etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd}
+	server, client, err := etcdCerts(cfg)
 	if err != nil {
 		return nil, err
 	}
+	ecfg.TLS, ecfg.ClientTLS = &server, &client
+	st.EtcdTLSFiles = client
+	etcd, err := etcdembed.Start(ctx, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	st.EtcdTLS = etcd.ClientTLS()
 	undo = append(undo, etcd.Close)
 	st.EtcdEndpoint = etcd.Endpoint()
 	var clients []*clientv3.Client
@@ -264,7 +292,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 	// Service-to-service connections present the internal token.
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		c, err := grpc.NewClient(addr, st.TLS.DialOption(), grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 			auth.BearerToken(st.InternalToken))
 		if err != nil {
 			return nil, fmt.Errorf("devstack: dial %s: %w", addr, err)
@@ -318,7 +346,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	serve := func(name string, ln net.Listener, register func(*grpc.Server), opts ...grpc.ServerOption) {
-		g := grpcserver.New(log.With("service", name), append(guard.ServerOptions(), opts...)...)
+		g := grpcserver.New(log.With("service", name), append(append(st.TLS.ServerOptions(), guard.ServerOptions()...), opts...)...)
 		register(g)
 		go func() {
 			if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -376,6 +404,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		scfg := cfg.Scheduler
 		scfg.Logger = log.With("service", "scheduler")
 		scfg.DeliverySecret = st.InternalToken
+		if scfg.ExecutorDialOptions == nil {
+			scfg.ExecutorDialOptions = []grpc.DialOption{st.TLS.DialOption()}
+		}
 		sched, err := scheduler.New(scfg, scheduler.Deps{
 			Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 			Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
@@ -400,9 +431,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	agent, err := sdk.New(sdk.Config{
 		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, RegistryAddr: st.RegistryAddr,
-		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev", AccessToken: st.GroupToken,
+		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev",
+		TLS: st.TLS, AccessToken: st.GroupToken,
 		DialOptions: []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			st.TLS.DialOption(),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 				MinConnectTimeout: 5 * time.Second,
@@ -427,6 +459,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
 		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
 		MaxBodyBytes: cfg.MaxBodyBytes, TrustedProxies: cfg.TrustedProxies, InternalToken: st.InternalToken,
+		TLS: st.TLS,
 	})
 	if err != nil {
 		return nil, err
@@ -461,6 +494,10 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	if s.MetricsAddr != "" {
 		metrics = "http://" + s.MetricsAddr + "/metrics"
 	}
+	etcdTLS := "(TLS, client certificates under " + filepath.Join(meshtls.DevDir(cfg.DataDir), "etcd") + ")"
+	if s.EtcdTLS == nil {
+		etcdTLS = "(plaintext)"
+	}
 	login := "as \"admin\" with the password printed at this data directory's first start"
 	switch {
 	case s.AdminPassword != "" && cfg.AdminPassword == "":
@@ -478,7 +515,9 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   logsvc gRPC       %s
   auth gRPC         %s
   local agent gRPC  %s   (app %q, executor group id %d)
-  etcd              %s
+  etcd              %s   %s
+  TLS               mutual TLS on every gRPC hop; CA and certificates under %s
+                    (the command-line client uses them with --data-dir %s)
   metrics           %s
   store             %s
   data directory    %s
@@ -486,7 +525,8 @@ Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
 Press Ctrl-C to stop.
-`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, metrics, store, cfg.DataDir, login, s.HTTPAddr)
+`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, etcdTLS,
+		meshtls.DevDir(cfg.DataDir), cfg.DataDir, metrics, store, cfg.DataDir, login, s.HTTPAddr)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).
@@ -518,8 +558,8 @@ func dataDirSecret(dir, name string) (string, error) {
 }
 
 // ensureGroup returns the id and access token of the local agent's executor group, creating it
-// with a random token on first start, and giving it one if it has none (a data directory from
-// before executors needed one). The registry reveals the token to this internal caller.
+// with a random token on first start, and giving it one if it has none (a store from before
+// groups had tokens). The stack calls as a service, so the registry answers the token in clear.
 func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int64, string, error) {
 	resp, err := reg.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: DevApp})
 	if err != nil {
@@ -532,20 +572,70 @@ func ensureGroup(ctx context.Context, reg registryv1.RegistryServiceClient) (int
 		if g.GetAccessToken() != "" {
 			return g.GetId(), g.GetAccessToken(), nil
 		}
-		tok := auth.NewSecret()
-		if _, err := reg.UpdateExecutorGroup(ctx, &registryv1.UpdateExecutorGroupRequest{
-			Group: &registryv1.ExecutorGroup{Id: g.GetId(), AccessToken: tok}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"access_token"}},
-		}); err != nil {
-			return 0, "", fmt.Errorf("devstack: give the local group an access token: %w", err)
+		token := auth.NewSecret()
+		_, err := reg.UpdateExecutorGroup(ctx, &registryv1.UpdateExecutorGroupRequest{
+			Group:      &registryv1.ExecutorGroup{Id: g.GetId(), AccessToken: token},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"access_token"}},
+		})
+		if err != nil {
+			return 0, "", fmt.Errorf("devstack: give group %s an access token: %w", DevApp, err)
 		}
-		return g.GetId(), tok, nil
+		return g.GetId(), token, nil
 	}
-	tok := auth.NewSecret()
+	token := auth.NewSecret()
 	cr, err := reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
-		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO, AccessToken: tok,
+		AppName: DevApp, Title: "Local dev agent", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO, AccessToken: token,
 	}})
 	if err != nil {
 		return 0, "", fmt.Errorf("devstack: create group: %w", err)
 	}
-	return cr.GetGroup().GetId(), tok, nil
+	return cr.GetGroup().GetId(), token, nil
+}
+
+// ensureTLS makes (first start) or loads the stack's CA and certificates under <DataDir>/tls.
+func (s *Stack) ensureTLS(cfg Config) error {
+	ca, err := meshtls.EnsureCA(meshtls.DevDir(cfg.DataDir))
+	if err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	if s.TLSFiles, err = ca.Leaf("node", certHosts(cfg)...); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	if s.ClientTLSFiles, err = ca.Leaf("client"); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	if s.TLS, err = meshtls.Load(s.TLSFiles); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	return nil
+}
+
+// etcdCerts makes (first start) or loads the embedded etcd's own CA, its server certificate and
+// the services' client certificate under <DataDir>/tls/etcd.
+func etcdCerts(cfg Config) (server, client meshtls.Files, err error) {
+	ca, err := meshtls.EnsureCA(filepath.Join(meshtls.DevDir(cfg.DataDir), "etcd"))
+	if err == nil {
+		server, err = ca.Leaf("server", certHosts(cfg)...)
+	}
+	if err == nil {
+		client, err = ca.Leaf("client")
+	}
+	if err != nil {
+		return server, client, fmt.Errorf("devstack: etcd certificates: %w", err)
+	}
+	return server, client, nil
+}
+
+// certHosts are the hosts of the configured addresses besides loopback (always in a
+// certificate) and the unspecified address (0.0.0.0 is reached as 127.0.0.1).
+func certHosts(cfg Config) []string {
+	var hosts []string
+	for _, a := range []string{cfg.SchedulerAddr, cfg.RegistryAddr, cfg.LogsAddr, cfg.AuthAddr, cfg.AgentAddr, cfg.EtcdAddr} {
+		h, _, err := net.SplitHostPort(a)
+		if ip := net.ParseIP(h); err != nil || h == "" || (ip != nil && ip.IsUnspecified()) {
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts
 }

@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -51,8 +50,7 @@ func newTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken string,
 	}
 	return sdk.New(sdk.Config{
 		AppName: app, InstanceID: app + "-1", ListenAddr: "127.0.0.1:0", RegistryAddr: regAddr, LogsvcAddr: st.LogsAddr,
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
-		AccessToken: accessToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		AccessToken: accessToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), TLS: st.TLS,
 	})
 }
 
@@ -298,7 +296,7 @@ func TestExecutorAccessToken(t *testing.T) {
 
 	t.Run("a client without the token is refused", func(t *testing.T) {
 		for _, tok := range []string{"", st.InternalToken, groupToken} {
-			cli := sdktest.Client(t, good.AdvertiseAddr(), tok)
+			cli := sdktest.ClientTLS(t, good.AdvertiseAddr(), tok, st.TLS)
 			_, err := cli.Beat(t.Context(), &executorv1.BeatRequest{})
 			wantCode(t, "Beat with token "+strconv.Quote(tok), err, codes.Unauthenticated)
 			_, err = cli.Run(t.Context(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{TriggerId: "1-1-0-0", JobId: 1, Handler: "hello", ShardTotal: 1}}})
@@ -336,7 +334,7 @@ func TestExecutorAccessToken(t *testing.T) {
 			}
 		}
 
-		conn, err := grpc.NewClient(st.RegistryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(st.RegistryAddr, st.TLS.DialOption())
 		if err != nil {
 			t.Fatal(err)
 		}

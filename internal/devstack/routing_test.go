@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
@@ -111,8 +108,7 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 	for _, inst := range []string{"extra-1", "extra-2"} {
 		e, err := sdk.New(sdk.Config{
 			AppName: devstack.DevApp, InstanceID: inst, ListenAddr: any0, RegistryAddr: st.RegistryAddr, LogsvcAddr: st.LogsAddr,
-			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
-			AccessToken: st.GroupToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+			AccessToken: st.GroupToken, LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), TLS: st.TLS,
 		})
 		if err != nil {
 			t.Fatal(err)

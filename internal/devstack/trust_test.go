@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
@@ -48,7 +47,7 @@ func TestExecutorsWriteOnlyTheirOwnRuns(t *testing.T) {
 		t.Fatalf("create the intruder's group = %d", code)
 	}
 
-	conn, err := grpc.NewClient(st.LogsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(st.LogsAddr, st.TLS.DialOption())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func TestDevAgentRunsOnlyForItsGroup(t *testing.T) {
 		t.Fatalf("the dev group's token %q: want a generated secret", st.GroupToken)
 	}
 	for _, tok := range []string{"", st.InternalToken} {
-		cli := sdktest.Client(t, st.AgentAddr, tok)
+		cli := sdktest.ClientTLS(t, st.AgentAddr, tok, st.TLS)
 		_, err := cli.Run(t.Context(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{TriggerId: "1-1-0-0", JobId: 1,
 			GlueType: schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, GlueSource: "id", ShardTotal: 1}}})
 		wantCode(t, "Run on the dev agent with token "+strconv.Quote(tok), err, codes.Unauthenticated)

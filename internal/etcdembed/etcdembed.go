@@ -4,15 +4,19 @@ package etcdembed
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 )
 
 // Config says where the server keeps its data and listens.
@@ -23,13 +27,20 @@ type Config struct {
 	ClientAddr string
 	// Unsafe skips fsync: for tests only.
 	Unsafe bool
+	// TLS, when set, makes the server serve its clients over TLS with TLS.Cert and TLS.Key and
+	// require a client certificate signed by TLS.CA.
+	TLS *meshtls.Files
+	// ClientTLS is the certificate Client presents, and the CA it verifies the server against;
+	// required with TLS.
+	ClientTLS *meshtls.Files
 }
 
 // Server is a running embedded etcd.
 type Server struct {
-	e        *embed.Etcd
-	endpoint string
-	once     sync.Once
+	e         *embed.Etcd
+	endpoint  string
+	clientTLS *tls.Config // nil without TLS
+	once      sync.Once
 }
 
 // Start starts a single-member etcd and waits until it serves.
@@ -45,7 +56,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	c.Dir = cfg.Dir
 	c.Logger = "zap"
 	c.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cu, err := url.Parse("http://" + addr)
+	scheme := "http"
+	var clientTLS *tls.Config
+	if cfg.TLS != nil {
+		if cfg.ClientTLS == nil {
+			return nil, errors.New("etcdembed: client TLS: required with TLS")
+		}
+		id, err := meshtls.Load(*cfg.ClientTLS)
+		if err != nil {
+			return nil, fmt.Errorf("etcdembed: client TLS: %w", err)
+		}
+		clientTLS = id.ClientConfig()
+		scheme = "https"
+		c.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, TrustedCAFile: cfg.TLS.CA, ClientCertAuth: true}
+	}
+	cu, err := url.Parse(scheme + "://" + addr)
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: client addr %q: %w", addr, err)
 	}
@@ -73,15 +98,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		e.Close()
 		return nil, errors.New("etcdembed: start: not ready after 60s")
 	}
-	return &Server{e: e, endpoint: "http://" + e.Clients[0].Addr().String()}, nil
+	return &Server{e: e, endpoint: scheme + "://" + e.Clients[0].Addr().String(), clientTLS: clientTLS}, nil
 }
+
+// ClientTLS is the TLS configuration of the server's clients (Config.ClientTLS); nil without TLS.
+func (s *Server) ClientTLS() *tls.Config { return s.clientTLS }
 
 // Endpoint is the client URL to dial.
 func (s *Server) Endpoint() string { return s.endpoint }
 
 // Client returns a new client of the server; close it before Close, or Close waits for it.
 func (s *Server) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{s.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return clientv3.New(clientv3.Config{Endpoints: []string{s.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: s.clientTLS})
 }
 
 // Close stops the server. It is idempotent.

@@ -18,13 +18,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/cluster"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/scheduler"
@@ -106,11 +106,11 @@ func TestLeaderKill(t *testing.T) {
 	cancel()
 	ctx := t.Context() // and every call has a deadline: boundCalls
 
-	c := &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, args: []string{
+	c := &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, tls: st.TLS, args: append([]string{
 		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
 		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr,
-	}}
+	}, tlsArgs(st)...)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.dumpLogs()
@@ -282,7 +282,8 @@ type replicaSet struct {
 	bin    string
 	logDir string
 	args   []string
-	token  string // the stack's internal token, which the test's clients present too
+	token  string            // the stack's internal token, which the test's clients present too
+	tls    *meshtls.Identity // the stack's certificate, which the test's clients present too
 
 	mu   sync.Mutex
 	live map[string]*replica // by replica id
@@ -295,6 +296,13 @@ type replica struct {
 	proc  *cluster.Proc
 	jobs  schedulerv1.JobServiceClient
 	sched schedulerv1.SchedulerServiceClient
+}
+
+// tlsArgs are the flags that give a process joining st the stack's certificates, for the mesh
+// and for etcd.
+func tlsArgs(st *devstack.Stack) []string {
+	return []string{"--tls-cert", st.TLSFiles.Cert, "--tls-key", st.TLSFiles.Key, "--tls-ca", st.TLSFiles.CA,
+		"--etcd-cert", st.EtcdTLSFiles.Cert, "--etcd-key", st.EtcdTLSFiles.Key, "--etcd-ca", st.EtcdTLSFiles.CA}
 }
 
 // start runs a replica and waits until it serves.
@@ -312,7 +320,7 @@ func (c *replicaSet) start(id string) *replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Kill() })
-	conn, err := grpc.NewClient(p.Value("scheduler grpc "), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(boundCalls),
+	conn, err := grpc.NewClient(p.Value("scheduler grpc "), c.tls.DialOption(), grpc.WithUnaryInterceptor(boundCalls),
 		auth.BearerToken(c.token))
 	if err != nil {
 		t.Fatal(err)

@@ -58,11 +58,11 @@ func TestSchedulerRSS(t *testing.T) {
 		t.Fatalf("devstack.Start: %v", err)
 	}
 	t.Cleanup(st.Stop)
-	c := &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, args: []string{
+	c := &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, tls: st.TLS, args: append([]string{
 		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--log-level", "warn",
 		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr,
-	}}
+	}, tlsArgs(st)...)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.dumpLogs()

@@ -73,7 +73,8 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	agentAddr, agentMetrics := freeAddr(t), freeAddr(t)
 	stopAgent := startAgent(t, "--app-name", "metrics-agent", "--instance-id", "a1", "--listen-addr", agentAddr,
 		"--registry-addr", st.RegistryAddr, "--logsvc-addr", st.LogsAddr, "--access-token", agentToken,
-		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics)
+		"--log-dir", t.TempDir(), "--metrics-addr", agentMetrics,
+		"--tls-cert", st.TLSFiles.Cert, "--tls-key", st.TLSFiles.Key, "--tls-ca", st.TLSFiles.CA)
 	every := map[string]any{"type": "SCHEDULE_TYPE_FIX_RATE", "expression": "1s"}
 	api.call("POST", "/jobs", map[string]any{"name": "in-process", "group_id": st.GroupID, "handler": "metrics-noop",
 		"glue_type": "GLUE_TYPE_BEAN", "schedule": every, "status": "JOB_STATUS_RUNNING"}, nil)

@@ -562,7 +562,8 @@ func startAgent(t *testing.T, st *devstack.Stack, app, otlpHTTP string) (addr, l
 	defer f.Close()
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", "a1", "--listen-addr", "127.0.0.1:0",
 		"--registry-addr", st.RegistryAddr, "--logsvc-addr", st.LogsAddr, "--log-dir", t.TempDir(),
-		"--log-format", "json", "--log-level", "debug")
+		"--log-format", "json", "--log-level", "debug",
+		"--tls-cert", st.TLSFiles.Cert, "--tls-key", st.TLSFiles.Key, "--tls-ca", st.TLSFiles.CA)
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "JOBMESH_ACCESS_TOKEN=" + groupToken(app),
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpHTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=100",

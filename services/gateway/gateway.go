@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -27,7 +28,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -37,6 +37,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/gateway/openapi"
 )
@@ -53,6 +54,12 @@ type Config struct {
 	SchedulerAddr, RegistryAddr, LogsAddr, AuthAddr string
 	// Logger receives the gateway's logs; nil discards them.
 	Logger *slog.Logger
+	// TLS, when set, is the identity the gateway dials the services with (mutual TLS); nil
+	// dials plaintext.
+	TLS *meshtls.Identity
+	// HTTPTLS, when set, makes the HTTP listener serve HTTPS with it (server certificate only:
+	// browsers and REST clients authenticate with tokens).
+	HTTPTLS *tls.Config
 	// TraceURLTemplate turns a run's trace id into a link in the web UI: an http(s) URL in
 	// which every "{trace_id}" is replaced by the id, e.g. a Grafana explore URL on Tempo.
 	// Empty shows the id without a link.
@@ -134,7 +141,7 @@ func New(cfg Config) (*Gateway, error) {
 }
 
 func (g *Gateway) dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{g.cfg.TLS.DialOption(),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dial %s: %w", addr, err)
@@ -225,6 +232,9 @@ func (g *Gateway) Start(ctx context.Context) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", g.cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", g.cfg.ListenAddr, err)
+	}
+	if g.cfg.HTTPTLS != nil {
+		ln = tls.NewListener(ln, g.cfg.HTTPTLS)
 	}
 	g.ln = ln
 	g.done = make(chan error, 1)

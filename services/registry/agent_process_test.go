@@ -92,7 +92,7 @@ func startAgent(t *testing.T, bin, regAddr, app, instance string) *agentProc {
 	}
 	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", instance, "--listen-addr", "127.0.0.1:0",
-		"--registry-addr", regAddr, "--log-dir", filepath.Join(dir, "logs"))
+		"--registry-addr", regAddr, "--log-dir", filepath.Join(dir, "logs"), "--insecure")
 	cmd.Env = append(os.Environ(), "OTEL_SDK_DISABLED=true", "JOBMESH_ACCESS_TOKEN=a group token")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()

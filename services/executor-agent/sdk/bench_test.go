@@ -23,6 +23,7 @@ func benchExecutor(b *testing.B) (*sdk.Executor, executorv1.ExecutorServiceClien
 	e, err := sdk.New(sdk.Config{
 		AppName: "bench", InstanceID: "b1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.Serve(b), LogDir: b.TempDir(), AccessToken: "bench-token",
 		IdleTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler), OnResult: func(r sdk.Result) { ended <- r },
+		Insecure: true,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 )
 
 // Config describes one executor: who it is, where it listens, where it registers and where its
@@ -49,6 +51,14 @@ type Config struct {
 	// presents it, with its AppName, to the registry and logsvc: it is how they know the
 	// executor belongs to its group (docs/security.md). Required to register or deliver.
 	AccessToken string
+	// TLS, when set, makes ExecutorService serve mutual TLS with it: only callers with a
+	// certificate of the mesh's CA (the scheduler's) get through. The registry and logsvc
+	// connections dial with it too, unless DialOptions replace the defaults. See meshtls.Load.
+	TLS *meshtls.Identity
+	// Insecure lets an executor start with neither AccessToken nor TLS, so that anyone who
+	// reaches ListenAddr can run its handlers (tests, a trusted loopback). Without it such an
+	// executor refuses to start.
+	Insecure bool
 	// Version is the version the executor reports and registers.
 	Version string
 	// Capacity is how many fires the executor advertises it runs at once. Default 100.
@@ -185,6 +195,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.LogDir == "" {
 		errs = append(errs, errors.New("LogDir: required"))
+	}
+	if cfg.AccessToken == "" && cfg.TLS == nil && !cfg.Insecure {
+		errs = append(errs, errors.New("AccessToken or TLS: required, or anyone who reaches the executor runs code on it; set Insecure to allow that"))
 	}
 	if cfg.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("Capacity %d: must not be negative", cfg.Capacity))

@@ -12,11 +12,11 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/spool"
 )
 
@@ -158,10 +158,10 @@ type streamOutbox struct {
 	dropped int  // items dropped in this episode
 }
 
-// defaultDialOptions: plaintext, reconnect backoff capped at 2 s.
-func defaultDialOptions() []grpc.DialOption {
+// defaultDialOptions: mutual TLS with id (plaintext without), reconnect backoff capped at 2 s.
+func defaultDialOptions(id *meshtls.Identity) []grpc.DialOption {
 	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		id.DialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
@@ -737,7 +737,7 @@ func (o *streamOutbox) stop() {
 func dialOptions(cfg Config) []grpc.DialOption {
 	opts := cfg.DialOptions
 	if len(opts) == 0 {
-		opts = defaultDialOptions()
+		opts = defaultDialOptions(cfg.TLS)
 	}
 	return append(opts[:len(opts):len(opts)], grpc.WithPerRPCCredentials(executorCreds{app: cfg.AppName, token: cfg.AccessToken}),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
@@ -16,8 +17,9 @@ import (
 )
 
 // An application registers its own handler and serves the scheduler in-process. In production
-// Config also names RegistryAddr (to register), LogsvcAddr (to deliver results) and the group's
-// AccessToken; this example runs without them.
+// Config also names RegistryAddr (to register), LogsvcAddr (to deliver results) and TLS (mutual
+// TLS with the scheduler, meshtls.Load); this example runs without them, behind the group's access
+// token, which the scheduler presents on every call.
 func ExampleExecutor_Handle() {
 	dir, err := os.MkdirTemp("", "jobmesh-example-")
 	if err != nil {
@@ -28,11 +30,12 @@ func ExampleExecutor_Handle() {
 
 	results := make(chan sdk.Result, 1)
 	executor, err := sdk.New(sdk.Config{
-		AppName:    "billing",
-		ListenAddr: "127.0.0.1:0",
-		LogDir:     dir,
-		OnResult:   func(r sdk.Result) { results <- r },
-		Logger:     slog.New(slog.DiscardHandler),
+		AppName:     "billing",
+		ListenAddr:  "127.0.0.1:0",
+		LogDir:      dir,
+		AccessToken: "the-executor-group-access-token",
+		OnResult:    func(r sdk.Result) { results <- r },
+		Logger:      slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -58,6 +61,7 @@ func ExampleExecutor_Handle() {
 	client := executorv1.NewExecutorServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer the-executor-group-access-token")
 	resp, err := client.Run(ctx, &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{
 		TriggerId: "7-1700000000000-0-0", JobId: 7, GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
 		Handler: "invoice", ShardIndex: 0, ShardTotal: 2,

@@ -270,14 +270,14 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.retainLogs(e.retainStop)
 	}()
 
-	e.srv = grpc.NewServer(
+	e.srv = grpc.NewServer(append(e.cfg.TLS.ServerOptions(),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recoverUnary(e.log), authUnary(e.cfg.AccessToken)),
 		grpc.MaxRecvMsgSize(64<<20),
 		// Run calls are served by long-lived goroutines, whose stacks have grown already: a
 		// goroutine per call grew its stack on every call (5 % of an agent's CPU under load).
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-	)
+	)...)
 	executorv1.RegisterExecutorServiceServer(e.srv, &service{e: e})
 	e.serveDone = make(chan struct{})
 	go func() {
@@ -299,6 +299,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		}
 	}
 	e.metrics.observe(e)
+	if e.cfg.AccessToken == "" && e.cfg.TLS == nil {
+		e.log.Warn("executor serves without an access token or TLS (Insecure): anyone who reaches it runs code on it", "listen_addr", e.addr)
+	}
 	e.log.Info("executor started", "app", e.cfg.AppName, "instance", e.cfg.InstanceID, "listen_addr", e.addr,
 		"advertise_addr", e.advertise, "logsvc_addr", e.cfg.LogsvcAddr, "registry_addr", e.cfg.RegistryAddr)
 	return nil

@@ -47,6 +47,7 @@ func start(t *testing.T, configure func(*sdk.Config)) *harness {
 	cfg := sdk.Config{
 		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: h.ingest.Serve(t), AccessToken: "test-app-token",
 		LogDir: t.TempDir(), KillGrace: 500 * time.Millisecond, StopGrace: 2 * time.Second, Logger: testLogger(t),
+		Insecure: true,
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -65,6 +65,7 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 		LogDir: logDir, SpoolDir: spoolDir, SpoolMaxBytes: 64 << 10, StopGrace: time.Second,
 		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 		OnResult: func(r sdk.Result) { results <- r },
+		Insecure: true,
 	}
 	e, err := sdk.New(cfg)
 	if err != nil {

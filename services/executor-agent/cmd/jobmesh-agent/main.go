@@ -4,6 +4,10 @@
 // registry and delivers results and output lines to logsvc through a durable spool, presenting its
 // group's access token to both.
 //
+// Every gRPC hop is mutual TLS with --tls-cert, --tls-key and --tls-ca: the scheduler's calls,
+// the logsvc connection and the --handler-addr connection. Plaintext needs --insecure, which is
+// logged as a warning at every start.
+//
 // Every flag has an environment twin: --app-name is JOBMESH_APP_NAME, and so on. A flag given on
 // the command line wins over its environment variable.
 package main
@@ -23,9 +27,9 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
@@ -72,6 +76,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			log.Warn("flushing traces", "error", err)
 		}
 	}()
+	tlsID, err := meshtls.Resolve(cfg.tls, cfg.insecure)
+	if err != nil {
+		return err
+	}
+	if tlsID == nil {
+		log.Warn(meshtls.InsecureWarning)
+	}
 	metrics, err := telemetry.StartMetrics(ctx, "jobmesh-agent", cfg.metricsAddr)
 	if err != nil {
 		return err
@@ -93,7 +104,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
 		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, LogRetentionDays: cfg.logRetentionDays,
-		HTTPAllowHosts: cfg.httpAllowHosts,
+		HTTPAllowHosts: cfg.httpAllowHosts, TLS: tlsID, Insecure: cfg.insecure,
 	})
 	if err != nil {
 		return err
@@ -102,7 +113,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer cancel()
 	if cfg.handlerAddr != "" {
 		// The stats handler puts the run's trace context in the Handle call's metadata.
-		conn, err := grpc.NewClient(cfg.handlerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(cfg.handlerAddr, tlsID.DialOption(),
 			grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 		if err != nil {
 			return fmt.Errorf("--handler-addr: %w", err)
@@ -143,6 +154,8 @@ type config struct {
 	labels                                         map[string]string
 	logLevel, logFormat                            string
 	metricsAddr                                    string
+	tls                                            meshtls.Files
+	insecure                                       bool
 }
 
 // envName is a flag's environment twin: --log-dir → JOBMESH_LOG_DIR.
@@ -175,6 +188,10 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&labels, "labels", "", "comma-separated key=value labels to register")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate of the agent, for mutual TLS on every gRPC hop (with --tls-key and --tls-ca)")
+	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.tls.CA, "tls-ca", "", "PEM CA bundle the scheduler's, logsvc's and the handler's certificates must chain to")
+	fs.BoolVar(&c.insecure, "insecure", false, "plaintext gRPC without certificates (warned at every start); without an --access-token anyone who reaches the agent runs code on it")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y.")

@@ -102,7 +102,7 @@ func TestParseConfig(t *testing.T) {
 
 func TestRunStopsOnCancel(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig([]string{"--app-name", "agent-test", "--listen-addr", "127.0.0.1:0", "--log-dir", t.TempDir()}, func(string) string { return "" })
+	cfg, err := parseConfig([]string{"--app-name", "agent-test", "--listen-addr", "127.0.0.1:0", "--log-dir", t.TempDir(), "--insecure"}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,5 +117,22 @@ func TestRunStopsOnCancel(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+func TestRunWithoutTLSOrInsecureNamesTheFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{"--app-name", "agent-test", "--listen-addr", "127.0.0.1:0", "--log-dir", t.TempDir(), "--access-token", "s3cret"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("run without TLS flags or --insecure: started, want refused")
+	}
+	for _, flag := range []string{"--tls-cert", "--tls-key", "--tls-ca", "--insecure"} {
+		if !strings.Contains(err.Error(), flag) {
+			t.Errorf("error %q does not name %s", err, flag)
+		}
 	}
 }

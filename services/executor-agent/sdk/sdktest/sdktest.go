@@ -14,12 +14,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 )
 
 // Ingest is a fake logsvc IngestService. Like logsvc it stores a fire's first final result, its
@@ -54,14 +54,26 @@ func NewIngest() *Ingest {
 	}
 }
 
-// Serve serves the fake on a loopback port until t ends and returns its address.
+// Serve serves the fake in plaintext on a loopback port until t ends and returns its address.
 func (f *Ingest) Serve(t testing.TB) string {
+	t.Helper()
+	return f.serve(t)
+}
+
+// ServeTLS serves the fake with mutual TLS with id (as logsvc does) on a loopback port until t
+// ends and returns its address.
+func (f *Ingest) ServeTLS(t testing.TB, id *meshtls.Identity) string {
+	t.Helper()
+	return f.serve(t, id.ServerOptions()...)
+}
+
+func (f *Ingest) serve(t testing.TB, opts ...grpc.ServerOption) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("sdktest: listen: %v", err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	logsv1.RegisterIngestServiceServer(srv, f)
 	done := make(chan struct{})
 	go func() {
@@ -345,11 +357,17 @@ func (l *refusingListener) Accept() (net.Conn, error) {
 	}
 }
 
-// Client dials an executor's ExecutorService on addr and closes the connection when t ends.
-// A non-empty token is sent as "authorization: Bearer <token>" on every call.
+// Client dials an executor's ExecutorService on addr in plaintext and closes the connection
+// when t ends. A non-empty token is sent as "authorization: Bearer <token>" on every call.
 func Client(t testing.TB, addr, token string) executorv1.ExecutorServiceClient {
 	t.Helper()
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	return ClientTLS(t, addr, token, nil)
+}
+
+// ClientTLS is Client over mutual TLS with id (plaintext when id is nil), as the scheduler dials.
+func ClientTLS(t testing.TB, addr, token string, id *meshtls.Identity) executorv1.ExecutorServiceClient {
+	t.Helper()
+	opts := []grpc.DialOption{id.DialOption()}
 	if token != "" {
 		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token), method, req, reply, cc, opts...)
