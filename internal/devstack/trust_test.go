@@ -3,23 +3,32 @@ package devstack_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
+	"github.com/jobmesh/jobmesh/services/registry"
 )
 
 // TestExecutorsWriteOnlyTheirOwnRuns attacks logsvc as an executor host would: with a valid
@@ -141,5 +150,99 @@ func TestDevAgentRunsOnlyForItsGroup(t *testing.T) {
 		_, err := cli.Run(t.Context(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{TriggerId: "1-1-0-0", JobId: 1,
 			GlueType: schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, GlueSource: "id", ShardTotal: 1}}})
 		wantCode(t, "Run on the dev agent with token "+strconv.Quote(tok), err, codes.Unauthenticated)
+	}
+}
+
+// spyExecutor is a fake executor that records every call it gets and the token it was shown.
+type spyExecutor struct {
+	executorv1.UnimplementedExecutorServiceServer
+	mu     sync.Mutex
+	calls  []string
+	tokens []string
+}
+
+func (s *spyExecutor) record(ctx context.Context, method string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, method)
+	s.tokens = append(s.tokens, md.Get("authorization")...)
+}
+
+func (s *spyExecutor) Run(ctx context.Context, _ *executorv1.RunRequest) (*executorv1.RunResponse, error) {
+	s.record(ctx, "Run")
+	return &executorv1.RunResponse{}, nil
+}
+
+func (s *spyExecutor) Beat(ctx context.Context, _ *executorv1.BeatRequest) (*executorv1.BeatResponse, error) {
+	s.record(ctx, "Beat")
+	return &executorv1.BeatResponse{}, nil
+}
+
+func (s *spyExecutor) seen() ([]string, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls), slices.Clone(s.tokens)
+}
+
+// TestForgedRegistrationGetsNoFireAndNoToken: a host that can write to etcd (here with the
+// stack's own etcd client certificate) puts a registration for a fake executor under the dev
+// group's app, one with a mesh certificate that serves ExecutorService. Broadcast fires of the
+// group reach the real agent only: the fake gets no call, so neither a fire nor the group's token.
+func TestForgedRegistrationGetsNoFireAndNoToken(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int32
+	st := startStackWith(t, "", map[string]sdk.HandlerFunc{
+		"count": func(context.Context, *sdk.Job) error { ran.Add(1); return nil },
+	})
+	spy := &spyExecutor{}
+	srv := grpc.NewServer(st.TLS.ServerOptions()...)
+	executorv1.RegisterExecutorServiceServer(srv, spy)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.EtcdEndpoint}, TLS: st.EtcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	val, _ := protojson.Marshal(&registryv1.Executor{AppName: devstack.DevApp, InstanceId: "forged", Address: ln.Addr().String(),
+		HoldsFires: true, Seal: strings.Repeat("A", 43)})
+	if _, err := cli.Put(t.Context(), registry.KeyPrefix+devstack.DevApp+"/forged", string(val)); err != nil {
+		t.Fatal(err)
+	}
+
+	base := "http://" + st.HTTPAddr + "/api/v1"
+	id := createJob(t, base, map[string]any{"name": "broadcast", "group_id": st.GroupID, "handler": "count",
+		"route_strategy": "ROUTE_STRATEGY_SHARDING_BROADCAST", "schedule": map[string]any{"type": "SCHEDULE_TYPE_NONE"}})
+	for range 3 {
+		if code := call(t, "POST", base+"/jobs/"+id+":trigger", map[string]any{}, nil); code != http.StatusOK {
+			t.Fatalf("trigger = %d", code)
+		}
+	}
+	// Every run stored with its record: the broadcast's shard count is the executors routed over.
+	runs := waitRouted(t, base, id, func(rs []routedRun) bool {
+		n := 0
+		for _, r := range rs {
+			if r.Status == "RUN_STATUS_SUCCESS" && r.TriggerOutcome == "TRIGGER_OUTCOME_OK" {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	for _, r := range runs {
+		if r.ShardTotal != 1 {
+			t.Errorf("run %s was one of %d shards, want the real agent alone", r.ID, r.ShardTotal)
+		}
+	}
+	if calls, toks := spy.seen(); len(calls) != 0 {
+		t.Fatalf("the forged executor got %v (tokens %q), want nothing", calls, toks)
+	}
+	if ran.Load() != 3 {
+		t.Errorf("the real agent ran %d fires, want 3", ran.Load())
 	}
 }
