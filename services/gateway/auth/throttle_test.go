@@ -82,6 +82,15 @@ func TestTrustedProxyForwardsTheClient(t *testing.T) {
 	}
 }
 
+// TestAuthReadsSmallMessagesOnly: the auth server refuses a message over MaxMessageBytes before
+// it is decoded or reaches a handler.
+func TestAuthReadsSmallMessagesOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, dbtest.Stores(t)[1])
+	_, err := e.c.Login(context.Background(), &authv1.LoginRequest{Username: "admin", Password: strings.Repeat("p", auth.MaxMessageBytes+1)})
+	wantCode(t, "a login of more than 1 MiB", err, codes.ResourceExhausted)
+}
+
 // TestConcurrentGuessesStopAtTheLimit: guesses sent all at once cannot pass a lock none of them
 // has reached yet: each counts its failure before its password is checked.
 func TestConcurrentGuessesStopAtTheLimit(t *testing.T) {
