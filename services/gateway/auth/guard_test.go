@@ -100,7 +100,7 @@ func newEnvWith(t *testing.T, st dbtest.Store, tune func(*auth.Config)) *env {
 	if err != nil {
 		t.Fatalf("NewGuard: %v", err)
 	}
-	g := grpcserver.New(slog.New(slog.DiscardHandler), guard.ServerOptions()...)
+	g := grpcserver.New(slog.New(slog.DiscardHandler), append(guard.ServerOptions(), auth.ServerOptions()...)...)
 	svc.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -88,8 +88,17 @@ func addrKey(client string) string       { return "a\x00" + client }
 // maxGood is how many known-good addresses are kept per user name.
 const maxGood = 8
 
+// count is one of the counts a failure adds to, with its limit; past it a lockout starts, except
+// for the per-user count (locks false), which only puts the name under attack.
+type count struct {
+	key   string
+	limit int
+	locks bool
+}
+
 // reserve counts a failure of user from client before the password is checked, unless a lockout
-// is running; it returns the wait when locked out. The caller must call settle with the outcome.
+// is running; it returns the wait when locked out. When the password was right, the caller calls
+// succeed on the reservation.
 func (t *throttle) reserve(user, client string, now time.Time) (time.Duration, *reservation) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -106,10 +115,7 @@ func (t *throttle) reserve(user, client string, now time.Time) (time.Duration, *
 	if u := t.state[userKey(user)]; u != nil && u.n >= t.cfg.UserMaxFailures && !t.isGood(user, client) {
 		pairLimit = 1 // under attack: one guess per unknown address
 	}
-	counts := []struct {
-		key   string
-		limit int
-	}{{pairKey(user, client), pairLimit}, {addrKey(client), t.cfg.AddrMaxFailures}}
+	counts := []count{{pairKey(user, client), pairLimit, true}, {addrKey(client), t.cfg.AddrMaxFailures, true}}
 	var wait time.Duration
 	for _, c := range counts {
 		f := t.state[c.key]
@@ -126,10 +132,7 @@ func (t *throttle) reserve(user, client string, now time.Time) (time.Duration, *
 		return wait, nil
 	}
 	r := &reservation{t: t, user: user, client: client}
-	for _, c := range append(counts, struct {
-		key   string
-		limit int
-	}{userKey(user), t.cfg.UserMaxFailures}) {
+	for _, c := range append(counts, count{userKey(user), t.cfg.UserMaxFailures, false}) {
 		f := t.state[c.key]
 		if f == nil {
 			f = &failures{}
@@ -137,7 +140,7 @@ func (t *throttle) reserve(user, client string, now time.Time) (time.Duration, *
 		}
 		f.n++
 		f.last = now
-		if f.n >= c.limit && c.key != userKey(user) {
+		if c.locks && f.n >= c.limit {
 			d := t.cfg.Lockout
 			for i := c.limit; i < f.n && d < t.cfg.MaxLockout; i++ {
 				d *= 2
