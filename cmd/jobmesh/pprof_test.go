@@ -30,7 +30,7 @@ func TestPprofIsLoopbackAndTokenOnly(t *testing.T) {
 	}
 
 	token := strings.Repeat("t", 32)
-	mesh := meshConfig{InternalToken: token, PprofAddr: "127.0.0.1:0", LogLevel: "error", LogFormat: "text"}
+	mesh := meshConfig{InternalToken: token, PprofAddr: "127.0.0.1:0", LogLevel: "error", LogFormat: "text", Insecure: true}
 	p, err := newProcess(t.Context(), "pprof-test", mesh, io.Discard)
 	if err != nil {
 		t.Fatalf("newProcess: %v", err)
