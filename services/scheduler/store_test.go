@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -321,6 +322,35 @@ func TestGetManyReadsTheNamedJobs(t *testing.T) {
 			}
 			if none, err := s.getMany(ctx, tx, nil); err != nil || len(none) != 0 {
 				t.Errorf("getMany(nil) = %v, %v", none, err)
+			}
+		})
+	}
+}
+
+// TestManualFireTimesAreReservedOnce: reserving a manual trigger's time on both stores gives a
+// time after the last one even when the clock says an earlier one, and never a whole second
+// (a cron fire's time).
+func TestManualFireTimesAreReservedOnce(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
+			s := store{d}
+			id, err := s.insert(t.Context(), &jobRow{Name: "m", GroupID: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, now := range []int64{5998, 5998, 5998, 4000, 7000} {
+				ms, err := s.reserveManualFire(t.Context(), id, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, ms)
+			}
+			if want := []int64{5998, 5999, 6001, 6002, 7001}; !slices.Equal(got, want) {
+				t.Errorf("reserved %v, want %v", got, want)
 			}
 		})
 	}
