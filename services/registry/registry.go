@@ -162,10 +162,16 @@ const groupColumns = "id, app_name, title, address_type, manual_addresses, acces
 
 // ListExecutorGroups implements RegistryService.
 func (s *Service) ListExecutorGroups(ctx context.Context, req *registryv1.ListExecutorGroupsRequest) (*registryv1.ListExecutorGroupsResponse, error) {
+	var fs apierr.Fields
+	fs.Filter("app_name", req.GetAppName())
+	fs.Filter("title", req.GetTitle())
+	if err := fs.Err(); err != nil {
+		return nil, err
+	}
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT `+groupColumns+` FROM executor_groups
-		WHERE ($1 = '' OR lower(app_name) LIKE '%' || lower($1) || '%')
-		  AND ($2 = '' OR lower(title) LIKE '%' || lower($2) || '%')
-		ORDER BY id`), req.GetAppName(), req.GetTitle())
+		WHERE ($1 = '' OR lower(app_name) LIKE lower($1) ESCAPE '\')
+		  AND ($2 = '' OR lower(title) LIKE lower($2) ESCAPE '\')
+		ORDER BY id`), db.Contains(req.GetAppName()), db.Contains(req.GetTitle()))
 	if err != nil {
 		return nil, fmt.Errorf("list executor groups: %w", err)
 	}

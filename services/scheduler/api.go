@@ -82,6 +82,13 @@ func (s *Service) ListJobs(ctx context.Context, req *schedulerv1.ListJobsRequest
 	if _, ok := schedulerv1.JobStatus_name[int32(req.GetStatus())]; !ok {
 		return nil, apierr.Field("status", "unknown value %d", req.GetStatus())
 	}
+	var fs apierr.Fields
+	fs.Filter("name", req.GetName())
+	fs.Filter("handler", req.GetHandler())
+	fs.Filter("author", req.GetAuthor())
+	if err := fs.Err(); err != nil {
+		return nil, err
+	}
 	before, err := decodeCursor(req.GetPageToken())
 	if err != nil {
 		return nil, err

@@ -287,10 +287,10 @@ type jobFilter struct {
 
 func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) {
 	where := `($1 = 0 OR group_id = $1) AND ($2 = 0 OR status = $2)
-		AND ($3 = '' OR lower(name) LIKE '%' || lower($3) || '%')
-		AND ($4 = '' OR handler LIKE '%' || $4 || '%')
-		AND ($5 = '' OR author LIKE '%' || $5 || '%')`
-	args := []any{f.GroupID, f.Status, f.Name, f.Handler, f.Author}
+		AND ($3 = '' OR lower(name) LIKE lower($3) ESCAPE '\')
+		AND ($4 = '' OR handler LIKE $4 ESCAPE '\')
+		AND ($5 = '' OR author LIKE $5 ESCAPE '\')`
+	args := []any{f.GroupID, f.Status, db.Contains(f.Name), db.Contains(f.Handler), db.Contains(f.Author)}
 	var total int64
 	if err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM jobs WHERE `+where), args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count jobs: %w", err)

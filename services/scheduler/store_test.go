@@ -355,3 +355,45 @@ func TestManualFireTimesAreReservedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestListFiltersMatchWhatIsTyped: on both stores, % and _ in a job list filter match only
+// themselves, not any text.
+func TestListFiltersMatchWhatIsTyped(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			s := store{dbtest.Open(t, st.Config, "scheduler", MigrationsFS())}
+			for _, name := range []string{"backup 50%", "backup 500", "a_c", "abc", `x\y`} {
+				if _, err := s.insert(t.Context(), &jobRow{Name: name, GroupID: 1, Handler: name, Author: name}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tt := range []struct {
+				filter string
+				want   []string
+			}{
+				{"50%", []string{"backup 50%"}},
+				{"a_c", []string{"a_c"}},
+				{"%", []string{"backup 50%"}},
+				{`\`, []string{`x\y`}},
+				{"backup", []string{"backup 500", "backup 50%"}},
+			} {
+				for _, f := range []jobFilter{{Name: tt.filter}, {Handler: tt.filter}, {Author: tt.filter}} {
+					f.Limit = 10
+					rows, _, err := s.list(t.Context(), f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var got []string
+					for _, r := range rows {
+						got = append(got, r.Name)
+					}
+					if !slices.Equal(got, tt.want) {
+						t.Errorf("filter %+v matched %q, want %q", f, got, tt.want)
+					}
+				}
+			}
+		})
+	}
+}
