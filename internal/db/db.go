@@ -228,7 +228,7 @@ func IsUniqueViolation(err error) bool {
 
 // Contains returns the LIKE pattern of the values that contain s as it is typed, for a
 // `LIKE $n ESCAPE '\'` clause (both dialects): %, _ and \ in s match only themselves. It
-// returns "" for an empty s, so `$n = ”` still means "no filter".
+// returns "" for an empty s, so an empty parameter still means "no filter".
 func Contains(s string) string {
 	if s == "" {
 		return ""
