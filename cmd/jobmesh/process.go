@@ -306,21 +306,6 @@ func wait(ctx context.Context, failed <-chan error) error {
 	}
 }
 
-// stopGRPC stops g gracefully, cutting calls still running after grace.
-func stopGRPC(g *grpc.Server, grace time.Duration, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		log.Warn("grpc calls still running after the grace period; cutting them")
-		g.Stop()
-		<-done
-	}
-}
-
 // checkWebhookURL says why u is not an http(s) URL for alarm webhooks.
 func checkWebhookURL(u string) error {
 	pu, err := url.Parse(u)
