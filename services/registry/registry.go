@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +25,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 )
 
 //go:embed migrations
@@ -371,8 +370,7 @@ func validateGroup(g *registryv1.ExecutorGroup) error {
 	}
 	seen := make(map[string]int, len(g.ManualAddresses))
 	for i, a := range g.ManualAddresses {
-		host, port, err := net.SplitHostPort(a)
-		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 || strings.Contains(a, ",") {
+		if !hostport.Valid(a) {
 			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "want host:port, got %q", a)
 		} else if j, dup := seen[a]; dup {
 			// Routing takes a set: a repeated address would get two ROUND turns or two shards.
