@@ -32,3 +32,23 @@ func TestRunOutputIsCapped(t *testing.T) {
 		t.Errorf("kept %d bytes in %d lines then %q, want at most %d then the truncation line", kept, len(lines)-1, last, limit)
 	}
 }
+
+// TestLongLineReachesLogsvc: a script writes 20 MiB without a newline; the agent cuts it into
+// 64 KiB lines and delivers them all, in batches under logsvc's 4 MiB message limit, and the
+// fire's result follows. (Batches of 500 such lines were refused and resent for ever, and the
+// result waited behind them.)
+func TestLongLineReachesLogsvc(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	id := "331-1-0-0"
+	const size = 20 << 20
+	h.accept(t, script(id, 331, "head -c 20971520 /dev/zero | tr '\\0' x"))
+	h.wantResult(t, id, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	got := 0
+	for _, l := range h.ingest.Texts(id) {
+		got += len(l)
+	}
+	if got != size {
+		t.Errorf("logsvc holds %d bytes of output, want %d", got, size)
+	}
+}
