@@ -356,7 +356,7 @@ func (p *process) guard(d guardDeps) (*auth.Guard, error) {
 }
 
 // serve starts a guarded gRPC server on ln with the services register adds. The server's end
-// (other than by stopGRPC) is reported on failed.
+// (other than by grpcserver.Stop) is reported on failed.
 func (p *process) serve(ln net.Listener, guard *auth.Guard, failed chan<- error, register ...func(*grpc.Server)) *grpc.Server {
 	return p.serveWith(ln, guard, nil, failed, register...)
 }
@@ -382,21 +382,6 @@ func wait(ctx context.Context, failed <-chan error) error {
 		return nil
 	case err := <-failed:
 		return err
-	}
-}
-
-// stopGRPC stops g gracefully, cutting calls still running after grace.
-func stopGRPC(g *grpc.Server, grace time.Duration, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		log.Warn("grpc calls still running after the grace period; cutting them")
-		g.Stop()
-		<-done
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -153,7 +154,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 	err = wait(ctx, failed)
 	// Stop accepting calls, then resign and drain; the deferred closes follow.
-	stopGRPC(g, 5*time.Second, log)
+	grpcserver.Stop(g, grpcserver.StopGrace, log)
 	sched.Stop()
 	log.Info("scheduler replica stopped")
 	return err

@@ -13,6 +13,7 @@ import (
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/gateway"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/logsvc"
@@ -156,7 +157,7 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "registry grpc %s\n", ln.Addr())
 	p.log.Info("registry up", "grpc_addr", ln.Addr().String())
 	err = wait(ctx, failed)
-	stopGRPC(g, 5*time.Second, p.log)
+	grpcserver.Stop(g, grpcserver.StopGrace, p.log)
 	return err
 }
 
@@ -232,7 +233,7 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fmt.Fprintf(stdout, "logsvc grpc %s\n", ln.Addr())
 	p.log.Info("logsvc up", "grpc_addr", ln.Addr().String())
 	err = wait(ctx, failed)
-	stopGRPC(g, 5*time.Second, p.log)
+	grpcserver.Stop(g, grpcserver.StopGrace, p.log)
 	return err
 }
 
@@ -314,7 +315,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	failed := make(chan error, 1)
 	g := p.serveWith(ln, guard, auth.ServerOptions(), failed, authSvc.Register)
-	defer stopGRPC(g, 5*time.Second, p.log)
+	defer grpcserver.Stop(g, grpcserver.StopGrace, p.log)
 
 	gw, err := gateway.New(gateway.Config{
 		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,

@@ -186,3 +186,14 @@ func boundStatus(st *status.Status, err error) error {
 	}
 	return out.Err()
 }
+
+// MaxFilter is the longest text filter a listing accepts, in characters: a filter is a search
+// term typed by a person, and a longer one only costs the store.
+const MaxFilter = 256
+
+// Filter records a problem with a listing's text filter that is longer than MaxFilter.
+func (fs *Fields) Filter(field, value string) {
+	if n := len([]rune(value)); n > MaxFilter {
+		fs.Add(field, "at most %d characters, got %d", MaxFilter, n)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -223,4 +224,15 @@ func IsUniqueViolation(err error) bool {
 	}
 	var se *sqlite.Error
 	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+// Contains returns the LIKE pattern of the values that contain s as it is typed, for a
+// `LIKE $n ESCAPE '\'` clause (both dialects): %, _ and \ in s match only themselves. It
+// returns "" for an empty s, so an empty parameter still means "no filter".
+func Contains(s string) string {
+	if s == "" {
+		return ""
+	}
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return "%" + r.Replace(s) + "%"
 }

@@ -353,7 +353,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				log.Error("grpc server ended", "service", name, "error", err)
 			}
 		}()
-		undo = append(undo, g.GracefulStop)
+		undo = append(undo, func() { grpcserver.Stop(g, grpcserver.StopGrace, log.With("service", name)) })
 	}
 
 	// Registry.

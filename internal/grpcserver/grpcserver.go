@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
@@ -57,5 +58,24 @@ func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
 			}
 		}()
 		return apierr.ToStatus(h(srv, ss))
+	}
+}
+
+// StopGrace is how long Stop lets running calls finish by default: streams that never end on
+// their own (an agent's watch, a console's tail) are cut after it, so a shutdown always ends.
+const StopGrace = 5 * time.Second
+
+// Stop stops g gracefully, cutting the calls still running after grace.
+func Stop(g *grpc.Server, grace time.Duration, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn("grpc calls still running after the grace period; cutting them", "grace", grace)
+		g.Stop()
+		<-done
 	}
 }

@@ -557,7 +557,7 @@ func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.Lo
 		n := len(uniq)
 		ids, nos, times, texts := make([]string, n), make([]int64, n), make([]int64, n), make([]string, n)
 		for i, l := range uniq {
-			ids[i], nos[i], times[i], texts[i] = l.GetTriggerId(), l.GetLineNo(), l.GetUnixMs(), clip(l.GetText())
+			ids[i], nos[i], times[i], texts[i] = l.GetTriggerId(), l.GetLineNo(), l.GetUnixMs(), clipLine(l.GetText())
 		}
 		q := `INSERT INTO run_lines (trigger_id, line_no, unix_ms, text) SELECT * FROM ` + unnest([]string{"text", "bigint", "bigint", "text"}) + `
 			ON CONFLICT (trigger_id, line_no) DO NOTHING`
@@ -569,7 +569,7 @@ func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.Lo
 	for _, chunk := range chunks(uniq, rowsPerStatement) {
 		args := make([]any, 0, len(chunk)*4)
 		for _, l := range chunk {
-			args = append(args, l.GetTriggerId(), l.GetLineNo(), l.GetUnixMs(), clip(l.GetText()))
+			args = append(args, l.GetTriggerId(), l.GetLineNo(), l.GetUnixMs(), clipLine(l.GetText()))
 		}
 		q := `INSERT INTO run_lines (trigger_id, line_no, unix_ms, text) VALUES ` + s.values(len(chunk), 4, "") + `
 			ON CONFLICT (trigger_id, line_no) DO NOTHING`

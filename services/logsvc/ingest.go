@@ -191,6 +191,23 @@ func clean(t string) string {
 	return t
 }
 
+// lineCutMarker ends a log line that was longer than maxTextBytes and was cut.
+const lineCutMarker = " … [line truncated]"
+
+// clipLine cleans a log line and cuts one longer than maxTextBytes to that size, ending with
+// lineCutMarker so a reader sees that text is missing.
+func clipLine(t string) string {
+	t = clean(t)
+	if len(t) <= maxTextBytes {
+		return t
+	}
+	n := maxTextBytes - len(lineCutMarker)
+	for n > 0 && !utf8.RuneStart(t[n]) {
+		n--
+	}
+	return t[:n] + lineCutMarker
+}
+
 // clip cleans a message or a line and cuts it to maxTextBytes at a rune boundary.
 func clip(t string) string {
 	t = clean(t)

@@ -206,26 +206,38 @@ func (s *Service) runStatus(ctx context.Context, id string) (st logsv1.RunStatus
 	return logsv1.RunStatus(v), true, nil
 }
 
-// readLines returns up to limit lines of run id from line from on.
-func (s *Service) readLines(ctx context.Context, id string, from int64, limit int) ([]*logsv1.LogLine, error) {
+// maxLinesBytes is the most line text one answer carries (a ListRunLines page, a TailRun
+// message): a page ends before it, whatever its line limit, so an answer stays far below gRPC's
+// message limit however much a run wrote; its next line number continues.
+const maxLinesBytes = 1 << 20
+
+// readLines returns up to limit lines of run id from line from on, ending early once their text
+// passes maxLinesBytes (always at least one line); more says whether lines are left after them.
+func (s *Service) readLines(ctx context.Context, id string, from int64, limit int) (out []*logsv1.LogLine, more bool, err error) {
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT line_no, unix_ms, text FROM run_lines
-		WHERE trigger_id = $1 AND line_no >= $2 ORDER BY line_no LIMIT $3`), id, from, limit)
+		WHERE trigger_id = $1 AND line_no >= $2 ORDER BY line_no LIMIT $3`), id, from, limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("read lines of run %q: %w", id, err)
+		return nil, false, fmt.Errorf("read lines of run %q: %w", id, err)
 	}
 	defer rows.Close()
-	var out []*logsv1.LogLine
+	size := 0
 	for rows.Next() {
+		if len(out) == limit {
+			return out, true, nil
+		}
 		l := &logsv1.LogLine{TriggerId: id}
 		if err := rows.Scan(&l.LineNo, &l.UnixMs, &l.Text); err != nil {
-			return nil, fmt.Errorf("read lines of run %q: %w", id, err)
+			return nil, false, fmt.Errorf("read lines of run %q: %w", id, err)
+		}
+		if size += len(l.Text); size > maxLinesBytes && len(out) > 0 {
+			return out, true, nil
 		}
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read lines of run %q: %w", id, err)
+		return nil, false, fmt.Errorf("read lines of run %q: %w", id, err)
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // ListRunLines implements LogService. Lines that arrive before the run's record or result are
@@ -254,16 +266,12 @@ func (s *Service) ListRunLines(ctx context.Context, req *logsv1.ListRunLinesRequ
 	if err != nil {
 		return nil, err
 	}
-	lines, err := s.readLines(ctx, req.GetId(), from, limit+1)
+	lines, more, err := s.readLines(ctx, req.GetId(), from, limit)
 	if err != nil {
 		return nil, err
 	}
 	if !found && len(lines) == 0 {
 		return nil, fmt.Errorf("run %q: %w", req.GetId(), apierr.ErrNotFound)
-	}
-	more := len(lines) > limit
-	if more {
-		lines = lines[:limit]
 	}
 	next := from
 	if len(lines) > 0 {

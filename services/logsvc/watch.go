@@ -191,13 +191,9 @@ func (s *Service) TailRun(req *logsv1.TailRunRequest, stream grpc.ServerStreamin
 		if !found {
 			return fmt.Errorf("run %q: %w", id, apierr.ErrNotFound)
 		}
-		lines, err := s.readLines(ctx, id, next, s.cfg.TailBatch+1)
+		lines, more, err := s.readLines(ctx, id, next, s.cfg.TailBatch)
 		if err != nil {
 			return err
-		}
-		more := len(lines) > s.cfg.TailBatch
-		if more {
-			lines = lines[:s.cfg.TailBatch]
 		}
 		if len(lines) > 0 {
 			next = lines[len(lines)-1].GetLineNo() + 1

@@ -98,6 +98,11 @@ func TestGroupUpdateValidationNamesTheField(t *testing.T) {
 				ManualAddresses: []string{"10.0.0.1:9999", "10.0.0.2:99999"}},
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"address_type", "manual_addresses"}},
 		}, "manual_addresses[1]"},
+		{"manual address with a space", &registryv1.UpdateExecutorGroupRequest{
+			Group: &registryv1.ExecutorGroup{Id: cr.Group.Id, AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL,
+				ManualAddresses: []string{"10.0.0.1:9999", "no such host:9999"}},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"address_type", "manual_addresses"}},
+		}, "manual_addresses[1]"},
 		{"empty title", &registryv1.UpdateExecutorGroupRequest{
 			Group:      &registryv1.ExecutorGroup{Id: cr.Group.Id},
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"title"}},

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"regexp"
-	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,6 +17,7 @@ import (
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
@@ -131,8 +130,7 @@ func (s *Service) checkRegistration(ctx context.Context, e *registryv1.Executor)
 	if !instanceID.MatchString(e.InstanceId) {
 		fs.Add("executor.instance_id", "want 1-128 of [A-Za-z0-9_.:-], got %q", e.InstanceId)
 	}
-	host, port, err := net.SplitHostPort(e.Address)
-	if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+	if !hostport.Valid(e.Address) {
 		fs.Add("executor.address", "want host:port, got %q", e.Address)
 	}
 	if e.Capacity < 0 {

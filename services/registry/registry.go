@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +25,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
@@ -194,10 +193,16 @@ const groupColumns = "id, app_name, title, address_type, manual_addresses, acces
 
 // ListExecutorGroups implements RegistryService.
 func (s *Service) ListExecutorGroups(ctx context.Context, req *registryv1.ListExecutorGroupsRequest) (*registryv1.ListExecutorGroupsResponse, error) {
+	var fs apierr.Fields
+	fs.Filter("app_name", req.GetAppName())
+	fs.Filter("title", req.GetTitle())
+	if err := fs.Err(); err != nil {
+		return nil, err
+	}
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT `+groupColumns+` FROM executor_groups
-		WHERE ($1 = '' OR lower(app_name) LIKE '%' || lower($1) || '%')
-		  AND ($2 = '' OR lower(title) LIKE '%' || lower($2) || '%')
-		ORDER BY id`), req.GetAppName(), req.GetTitle())
+		WHERE ($1 = '' OR lower(app_name) LIKE lower($1) ESCAPE '\')
+		  AND ($2 = '' OR lower(title) LIKE lower($2) ESCAPE '\')
+		ORDER BY id`), db.Contains(req.GetAppName()), db.Contains(req.GetTitle()))
 	if err != nil {
 		return nil, fmt.Errorf("list executor groups: %w", err)
 	}
@@ -397,8 +402,7 @@ func validateGroup(g *registryv1.ExecutorGroup) error {
 	}
 	seen := make(map[string]int, len(g.ManualAddresses))
 	for i, a := range g.ManualAddresses {
-		host, port, err := net.SplitHostPort(a)
-		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 || strings.Contains(a, ",") {
+		if !hostport.Valid(a) {
 			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "want host:port, got %q", a)
 		} else if j, dup := seen[a]; dup {
 			// Routing takes a set: a repeated address would get two ROUND turns or two shards.

@@ -254,6 +254,10 @@ func TestGroupValidationNamesTheField(t *testing.T) {
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL}, "manual_addresses"},
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"nohost"}}, "manual_addresses[0]"},
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: 9}, "address_type"},
+		// Not host:port, though the parts split: a space, a path, a sign, a scheme.
+		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"h:1", "not an address:80"}}, "manual_addresses[1]"},
+		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"evil/path:80"}}, "manual_addresses[0]"},
+		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"h:+80"}}, "manual_addresses[0]"},
 		{&registryv1.ExecutorGroup{AppName: "ok", Title: "t", AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, ManualAddresses: []string{"h:1", "h:2", "h:1"}}, "manual_addresses[2]"},
 	}
 	for _, tt := range tests {

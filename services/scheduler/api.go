@@ -82,6 +82,13 @@ func (s *Service) ListJobs(ctx context.Context, req *schedulerv1.ListJobsRequest
 	if _, ok := schedulerv1.JobStatus_name[int32(req.GetStatus())]; !ok {
 		return nil, apierr.Field("status", "unknown value %d", req.GetStatus())
 	}
+	var fs apierr.Fields
+	fs.Filter("name", req.GetName())
+	fs.Filter("handler", req.GetHandler())
+	fs.Filter("author", req.GetAuthor())
+	if err := fs.Err(); err != nil {
+		return nil, err
+	}
 	before, err := decodeCursor(req.GetPageToken())
 	if err != nil {
 		return nil, err
@@ -457,7 +464,9 @@ func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedul
 	return sch, fs.Err()
 }
 
-// checkChildren rejects missing children, the job itself, and cycles through child links.
+// checkChildren rejects missing children, children in another executor group than the job's
+// (firing a job must not run another group's code), the job itself, and cycles through child
+// links.
 func (s *Service) checkChildren(ctx context.Context, fs *apierr.Fields, j *jobRow, self int64) error {
 	kids := splitIDs(j.ChildJobIDs)
 	if len(kids) > maxChildJobs {
@@ -474,12 +483,14 @@ func (s *Service) checkChildren(ctx context.Context, fs *apierr.Fields, j *jobRo
 			fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "a job cannot be its own child")
 		default:
 			child, err := s.jobs.get(ctx, s.store, id)
-			if errors.Is(err, apierr.ErrNotFound) {
-				fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "no job %d", id)
-				continue
-			}
-			if err != nil {
+			if err != nil && !errors.Is(err, apierr.ErrNotFound) {
 				return err
+			}
+			if err != nil || child.GroupID != j.GroupID {
+				// One answer for "no such job" and "another group's job", so that
+				// the answer tells nothing about jobs outside the caller's group.
+				fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "no job %d in this job's executor group", id)
+				continue
 			}
 			if !seen[id] {
 				seen[id] = true

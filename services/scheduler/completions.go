@@ -120,6 +120,13 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 					s.log.Warn("child job not fired: it no longer exists", "job_id", j.ID, "child_job_id", childID)
 					continue
 				}
+				if child.GroupID != j.GroupID {
+					// Linked before it moved (or written around the API): a parent's
+					// success runs only its own group's jobs.
+					s.log.Warn("child job not fired: it is in another executor group", "job_id", j.ID,
+						"group_id", j.GroupID, "child_job_id", childID, "child_group_id", child.GroupID)
+					continue
+				}
 				// The child's scheduled time is the parent's, so its trigger id is the same
 				// however often this completion is handled.
 				f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}

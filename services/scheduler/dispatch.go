@@ -439,7 +439,13 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	if err := s.checkTriggerAddresses(ctx, j.GroupID, req.GetAddresses()); err != nil {
 		return nil, err
 	}
-	f := &fire{job: j, fireMs: s.clk.Now().UnixMilli(), trigType: tt, addresses: req.GetAddresses()}
+	// Every accepted trigger is a run of its own: its scheduled time is reserved for it alone,
+	// so its trigger id is too (and its retries', which keep that time).
+	fireMs, err := s.jobs.reserveManualFire(ctx, j.ID, s.clk.Now().UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	f := &fire{job: j, fireMs: fireMs, trigType: tt, addresses: req.GetAddresses()}
 	if req.GetParams() != "" {
 		p := req.GetParams()
 		f.params = &p

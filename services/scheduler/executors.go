@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +20,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 )
 
 // executorPool keeps one long-lived connection per executor address, and coalesces the Run
@@ -388,11 +387,5 @@ func (v *routeView) CheckGroup(ctx context.Context, id int64) error {
 	return err
 }
 
-func validAddress(a string) bool {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil || host == "" {
-		return false
-	}
-	p, err := strconv.Atoi(port)
-	return err == nil && p > 0 && p < 65536
-}
+// validAddress reports whether a is an executor address (host:port) a caller may name.
+func validAddress(a string) bool { return hostport.Valid(a) }

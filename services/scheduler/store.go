@@ -287,10 +287,10 @@ type jobFilter struct {
 
 func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) {
 	where := `($1 = 0 OR group_id = $1) AND ($2 = 0 OR status = $2)
-		AND ($3 = '' OR lower(name) LIKE '%' || lower($3) || '%')
-		AND ($4 = '' OR handler LIKE '%' || $4 || '%')
-		AND ($5 = '' OR author LIKE '%' || $5 || '%')`
-	args := []any{f.GroupID, f.Status, f.Name, f.Handler, f.Author}
+		AND ($3 = '' OR lower(name) LIKE lower($3) ESCAPE '\')
+		AND ($4 = '' OR handler LIKE $4 ESCAPE '\')
+		AND ($5 = '' OR author LIKE $5 ESCAPE '\')`
+	args := []any{f.GroupID, f.Status, db.Contains(f.Name), db.Contains(f.Handler), db.Contains(f.Author)}
 	var total int64
 	if err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM jobs WHERE `+where), args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count jobs: %w", err)
@@ -610,4 +610,26 @@ func splitIDs(s string) []int64 {
 
 func isScript(g schedulerv1.GlueType) bool {
 	return g != schedulerv1.GlueType_GLUE_TYPE_BEAN && g != schedulerv1.GlueType_GLUE_TYPE_UNSPECIFIED
+}
+
+// reserveManualFire reserves the scheduled time of a manual (or API) trigger of a job: nowMs,
+// or the millisecond after the job's last reserved one if that is not earlier. The row lock
+// makes the reservation atomic across replicas, so every accepted trigger gets its own trigger
+// id. Whole seconds are skipped: cron fires fall on them, and a manual trigger must not take a
+// scheduled fire's id.
+func (s store) reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64, error) {
+	for {
+		var ms int64
+		err := s.db.QueryRowContext(ctx, s.db.Q(`INSERT INTO manual_fires (job_id, last_ms) VALUES ($1, $2)
+			ON CONFLICT (job_id) DO UPDATE SET last_ms = CASE WHEN manual_fires.last_ms >= excluded.last_ms
+			THEN manual_fires.last_ms + 1 ELSE excluded.last_ms END
+			RETURNING last_ms`), jobID, nowMs).Scan(&ms)
+		if err != nil {
+			return 0, fmt.Errorf("reserve manual trigger of job %d: %w", jobID, err)
+		}
+		if ms%1000 != 0 {
+			return ms, nil
+		}
+		nowMs = ms + 1
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -321,6 +322,77 @@ func TestGetManyReadsTheNamedJobs(t *testing.T) {
 			}
 			if none, err := s.getMany(ctx, tx, nil); err != nil || len(none) != 0 {
 				t.Errorf("getMany(nil) = %v, %v", none, err)
+			}
+		})
+	}
+}
+
+// TestManualFireTimesAreReservedOnce: reserving a manual trigger's time on both stores gives a
+// time after the last one even when the clock says an earlier one, and never a whole second
+// (a cron fire's time).
+func TestManualFireTimesAreReservedOnce(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
+			s := store{d}
+			id, err := s.insert(t.Context(), &jobRow{Name: "m", GroupID: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, now := range []int64{5998, 5998, 5998, 4000, 7000} {
+				ms, err := s.reserveManualFire(t.Context(), id, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, ms)
+			}
+			if want := []int64{5998, 5999, 6001, 6002, 7001}; !slices.Equal(got, want) {
+				t.Errorf("reserved %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestListFiltersMatchWhatIsTyped: on both stores, % and _ in a job list filter match only
+// themselves, not any text.
+func TestListFiltersMatchWhatIsTyped(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			s := store{dbtest.Open(t, st.Config, "scheduler", MigrationsFS())}
+			for _, name := range []string{"backup 50%", "backup 500", "a_c", "abc", `x\y`} {
+				if _, err := s.insert(t.Context(), &jobRow{Name: name, GroupID: 1, Handler: name, Author: name}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tt := range []struct {
+				filter string
+				want   []string
+			}{
+				{"50%", []string{"backup 50%"}},
+				{"a_c", []string{"a_c"}},
+				{"%", []string{"backup 50%"}},
+				{`\`, []string{`x\y`}},
+				{"backup", []string{"backup 500", "backup 50%"}},
+			} {
+				for _, f := range []jobFilter{{Name: tt.filter}, {Handler: tt.filter}, {Author: tt.filter}} {
+					f.Limit = 10
+					rows, _, err := s.list(t.Context(), f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var got []string
+					for _, r := range rows {
+						got = append(got, r.Name)
+					}
+					if !slices.Equal(got, tt.want) {
+						t.Errorf("filter %+v matched %q, want %q", f, got, tt.want)
+					}
+				}
 			}
 		})
 	}

@@ -2,7 +2,9 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
 // TestTriggerAddressesStayInTheJobsGroup: a manual fire may name executor addresses, but only
@@ -83,5 +86,67 @@ func TestTriggerAddressesStayInTheJobsGroup(t *testing.T) {
 	})
 	if seen, _ := runs.snapshot(); seen[0].ID != homeJob {
 		t.Errorf("ran job %d, want %d", seen[0].ID, homeJob)
+	}
+}
+
+// TestSimultaneousManualTriggersAreRunsOfTheirOwn: 30 manual triggers of one job, sent at once
+// through two replicas with different params, are 30 runs with 30 trigger ids, each with its
+// own params. (Triggers in the same millisecond used to share a trigger id and merge.)
+func TestSimultaneousManualTriggersAreRunsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executor(t, "burst-app", "work", func(_ context.Context, j *sdk.Job) error {
+		runs.add(j)
+		return nil
+	})
+	replicas := []*scheduler.Service{c.replica(t, "a"), c.replica(t, "b")}
+	j, err := replicas[0].CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: group, Name: "burst", Handler: "work", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+		Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	ids := make([]string, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			resp, err := replicas[i%2].TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{
+				Id: j.GetJob().GetId(), Params: fmt.Sprintf("p%d", i)})
+			if err == nil && len(resp.GetTriggerIds()) == 1 {
+				ids[i] = resp.GetTriggerIds()[0]
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	want := map[string]string{} // trigger id → params
+	for i := range n {
+		if errs[i] != nil || ids[i] == "" {
+			t.Fatalf("trigger %d: ids %v, error %v", i, ids[i], errs[i])
+		}
+		if p, dup := want[ids[i]]; dup {
+			t.Errorf("triggers with params %s and p%d got the same id %s", p, i, ids[i])
+		}
+		want[ids[i]] = fmt.Sprintf("p%d", i)
+	}
+	eventually(t, 20*time.Second, "every trigger runs", func() bool {
+		seen, _ := runs.snapshot()
+		return len(seen) >= n
+	})
+	seen, perID := runs.snapshot()
+	if len(seen) != n || len(perID) != n {
+		t.Errorf("%d runs with %d trigger ids, want %d of each", len(seen), len(perID), n)
+	}
+	for _, r := range seen {
+		if got, ok := want[r.TriggerID]; !ok || r.Params != got {
+			t.Errorf("run %s had params %q, want %q", r.TriggerID, r.Params, got)
+		}
 	}
 }

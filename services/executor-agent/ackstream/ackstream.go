@@ -41,6 +41,11 @@ type Config[T, Req, Resp any] struct {
 	Acked func(*Resp) uint64
 	// MaxBatch caps items per batch; default 500.
 	MaxBatch int
+	// Size, when set, gives an item's size, and MaxBatchBytes caps a batch's total (a batch
+	// holds at least one item), so that a batch of large items stays under the receiver's
+	// message limit.
+	Size          func(T) int
+	MaxBatchBytes int
 	// Linger is how long a partial batch waits for more items; default 10 ms.
 	Linger time.Duration
 	// MaxPending caps items held (queued or unacknowledged); default 100000.
@@ -284,6 +289,15 @@ func (s *Sender[T, Req, Resp]) nextBatch() (batch[T], bool) {
 		return batch[T]{}, false
 	}
 	n := min(len(s.queue), s.cfg.MaxBatch)
+	if s.cfg.Size != nil && s.cfg.MaxBatchBytes > 0 {
+		size := 0
+		for i, it := range s.queue[:n] {
+			if size += s.cfg.Size(it); size > s.cfg.MaxBatchBytes && i > 0 {
+				n = i
+				break
+			}
+		}
+	}
 	b := batch[T]{id: s.nextID, items: append([]T(nil), s.queue[:n]...)}
 	s.nextID++
 	// Take from the front without moving the rest: behind a backlog of MaxPending items, moving

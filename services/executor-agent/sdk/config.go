@@ -86,6 +86,11 @@ type Config struct {
 	// about as many results as SpoolMaxBytes' default holds on disk (a quick fire's result
 	// spools in ~190 bytes); each held item takes a few hundred bytes of memory.
 	MaxPending int
+	// MaxRunOutputBytes caps the output one fire keeps (its local log file and what goes to
+	// logsvc), counting each line with its newline: past it the rest is dropped, one line says
+	// "output truncated after N bytes", and the fire runs on and ends as it would. Default
+	// 64 MiB; negative keeps everything.
+	MaxRunOutputBytes int64
 	// SpoolDir holds the durable spool of results and log lines not yet acknowledged by logsvc;
 	// they are delivered after a restart. One executor per directory. Default LogDir/spool.
 	SpoolDir string
@@ -98,6 +103,9 @@ type Config struct {
 	// Logger receives the executor's own logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultMaxRunOutputBytes is Config.MaxRunOutputBytes' default.
+const DefaultMaxRunOutputBytes = 64 << 20
 
 var (
 	appNameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -147,6 +155,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 500_000
+	}
+	if cfg.MaxRunOutputBytes == 0 {
+		cfg.MaxRunOutputBytes = DefaultMaxRunOutputBytes
 	}
 	if cfg.SpoolDir == "" && cfg.LogDir != "" {
 		cfg.SpoolDir = filepath.Join(cfg.LogDir, "spool")

@@ -66,6 +66,9 @@ type (
 )
 
 // spooled is an item with its spool record number (0 when it could not be written to disk).
+// maxLineBatchBytes caps the text of one batch of log lines sent to logsvc.
+const maxLineBatchBytes = 1 << 20
+
 type spooled[T any] struct {
 	seq uint64
 	v   T
@@ -205,11 +208,15 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 			}
 			return &logsv1.IngestLogLinesRequest{BatchId: id, Lines: ls}
 		},
-		Acked:      func(r *logsv1.IngestLogLinesResponse) uint64 { return r.GetBatchId() },
-		Linger:     20 * time.Millisecond,
-		MaxPending: unbounded,
-		Logger:     log,
-		OnAck:      o.linesAcked,
+		Acked: func(r *logsv1.IngestLogLinesResponse) uint64 { return r.GetBatchId() },
+		// 500 lines of 64 KiB would be 32 MiB: far over logsvc's 4 MiB message limit, so such
+		// a batch was refused and resent for ever, and the fire's result waited behind it.
+		Size:          func(l spooled[*logsv1.LogLine]) int { return len(l.v.GetText()) + len(l.v.GetTriggerId()) + 32 },
+		MaxBatchBytes: maxLineBatchBytes,
+		Linger:        20 * time.Millisecond,
+		MaxPending:    unbounded,
+		Logger:        log,
+		OnAck:         o.linesAcked,
 	})
 	o.results = ackstream.New(ackstream.Config[*resultItem, logsv1.IngestResultsRequest, logsv1.IngestResultsResponse]{
 		Name: "results",

@@ -130,8 +130,9 @@ func commandArgs(params string) ([]string, error) {
 }
 
 // runProcess runs prog in its own process group, with stdout and stderr as the fire's log
-// lines. When ctx ends the group gets SIGTERM, and SIGKILL after KillGrace. When prog exits,
-// whatever it left running in its group is killed, so nothing outlives the fire.
+// lines. When ctx ends the fire's processes get SIGTERM, and SIGKILL after KillGrace. When prog
+// exits, whatever it left running is killed, so nothing outlives the fire: its process group,
+// and the processes that left the group (setsid, a new group) found by fireProcesses.
 func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args ...string) error {
 	if job.run == nil {
 		return errors.New("runProcess: job is not an executor fire")
@@ -165,18 +166,20 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 	case werr = <-waited:
 	case <-ctx.Done():
 		cancelled = true
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		// Found while the leader lives: its children that left the group are still its children.
+		signalFire(pgid, job.TriggerID, syscall.SIGTERM)
 		t := time.NewTimer(e.cfg.KillGrace)
 		select {
 		case werr = <-waited:
 		case <-t.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			signalFire(pgid, job.TriggerID, syscall.SIGKILL)
 			werr = <-waited
 		}
 		t.Stop()
 	}
-	// The leader's end ends its group. (ESRCH when nothing is left.)
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	// The leader's end ends its group, and whatever of the fire left it. (ESRCH when nothing
+	// is left.)
+	signalFire(pgid, job.TriggerID, syscall.SIGKILL)
 	t := time.NewTimer(e.cfg.KillGrace + time.Second)
 	select {
 	case <-readDone:
@@ -203,6 +206,15 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 		return fmt.Errorf("exit code %d", ee.ExitCode())
 	}
 	return werr
+}
+
+// signalFire sends sig to the fire's process group (pgid, its leader's pid) and to every
+// process of the fire that left it.
+func signalFire(pgid int, triggerID string, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	for _, p := range fireProcesses(pgid, pgid, triggerID) {
+		_ = syscall.Kill(p, sig)
+	}
 }
 
 // copyLines turns a process's output into log lines; a line longer than maxText is split.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -52,9 +53,15 @@ func (r *run) logLine(text string) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.finished {
+	if r.finished || r.cut {
 		return
 	}
+	if limit := r.e.cfg.MaxRunOutputBytes; limit > 0 && r.outBytes+int64(len(text))+1 > limit {
+		// One line says so; the handler runs on, and the rest of its output is dropped.
+		r.cut = true
+		text = fmt.Sprintf("[jobmesh] output truncated after %d bytes (the executor keeps at most %d per run)", r.outBytes, limit)
+	}
+	r.outBytes += int64(len(text)) + 1
 	r.lineNo++
 	if !r.opened {
 		r.openFile()

@@ -98,6 +98,8 @@ type run struct {
 	mu       sync.Mutex
 	started  time.Time
 	lineNo   int64
+	outBytes int64    // output kept so far, newlines counted
+	cut      bool     // output passed MaxRunOutputBytes: the rest is dropped
 	file     *os.File // opened at the first line: a fire without output costs no file
 	opened   bool     // the file was opened, or opening it failed
 	finished bool

@@ -82,8 +82,12 @@ func (s *Service) ListUsers(ctx context.Context, req *authv1.ListUsersRequest) (
 	if _, err := s.requireAdmin(ctx); err != nil {
 		return nil, err
 	}
+	var fs apierr.Fields
+	if fs.Filter("username", req.GetUsername()); fs.Err() != nil {
+		return nil, fs.Err()
+	}
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms FROM users
-		WHERE $1 = '' OR LOWER(username) LIKE '%' || LOWER($1) || '%' ORDER BY id`), req.GetUsername())
+		WHERE $1 = '' OR LOWER(username) LIKE LOWER($1) ESCAPE '\' ORDER BY id`), db.Contains(req.GetUsername()))
 	if err != nil {
 		return nil, fmt.Errorf("auth: list users: %w", err)
 	}

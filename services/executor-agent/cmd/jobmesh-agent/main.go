@@ -103,7 +103,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		RegistryAddr: cfg.registryAddr, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
 		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
-		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, LogRetentionDays: cfg.logRetentionDays,
+		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, MaxRunOutputBytes: cfg.maxRunOutputBytes, LogRetentionDays: cfg.logRetentionDays,
 		HTTPAllowHosts: cfg.httpAllowHosts, TLS: tlsID, Insecure: cfg.insecure,
 	})
 	if err != nil {
@@ -146,7 +146,7 @@ type config struct {
 	registryAddr                                   string
 	logsvcAddr, logDir, accessToken                string
 	spoolDir, handlerAddr                          string
-	spoolMaxBytes                                  int64
+	spoolMaxBytes, maxRunOutputBytes               int64
 	logRetentionDays                               int
 	httpAllowHosts                                 []string
 	killGrace, stopGrace                           time.Duration
@@ -178,6 +178,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.logDir, "log-dir", "", "directory for run logs and GLUE scripts (required)")
 	fs.StringVar(&c.spoolDir, "spool-dir", "", "durable spool of results and lines logsvc has not acknowledged (default <log-dir>/spool)")
 	fs.Int64Var(&c.spoolMaxBytes, "spool-max-bytes", 128<<20, "size cap of the spool; beyond it lines, then results, are dropped and logged")
+	fs.Int64Var(&c.maxRunOutputBytes, "max-run-output-bytes", sdk.DefaultMaxRunOutputBytes, "output one fire keeps; the rest is dropped after a line saying so (negative keeps everything)")
 	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "days of local run log files kept; negative keeps them forever")
 	fs.StringVar(&allowHosts, "http-allow-hosts", "", "comma-separated hosts the http handler may call (host, host:port, *.domain); empty allows none")
 	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC address of an application's HandlerService whose handlers the agent serves (sidecar)")
@@ -224,6 +225,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if c.spoolMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--spool-max-bytes (%s): %d: must be positive", envName("spool-max-bytes"), c.spoolMaxBytes))
+	}
+	if c.maxRunOutputBytes == 0 {
+		errs = append(errs, fmt.Errorf("--max-run-output-bytes (%s): 0: want a positive number of bytes, or negative to keep everything", envName("max-run-output-bytes")))
 	}
 	if c.logRetentionDays == 0 {
 		errs = append(errs, fmt.Errorf("--log-retention-days (%s): 0: want a positive number of days, or negative to keep forever", envName("log-retention-days")))

@@ -59,6 +59,17 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{"--spool-max-bytes (JOBMESH_SPOOL_MAX_BYTES)", "--log-retention-days (JOBMESH_LOG_RETENTION_DAYS)"},
 		},
 		{
+			name:  "run output cap: default, and from the environment",
+			args:  []string{"--app-name", "a", "--log-dir", "d"},
+			env:   map[string]string{"JOBMESH_MAX_RUN_OUTPUT_BYTES": "1048576"},
+			check: func(c config) bool { return c.maxRunOutputBytes == 1<<20 },
+		},
+		{
+			name:    "a zero run output cap is named",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--max-run-output-bytes", "0"},
+			wantErr: []string{"--max-run-output-bytes (JOBMESH_MAX_RUN_OUTPUT_BYTES)"},
+		},
+		{
 			name:    "bad labels are named",
 			args:    []string{"--app-name", "a", "--log-dir", "d", "--labels", "novalue"},
 			wantErr: []string{"--labels (JOBMESH_LABELS)"},
