@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jobmesh/jobmesh/internal/memtest"
 	"github.com/jobmesh/jobmesh/services/gateway"
 )
 
@@ -63,7 +62,7 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
 			runtime.GC()
 			debug.FreeOSMemory()
-			before := resetPeakRSS(t)
+			before := memtest.ResetPeak(t)
 			req, err := http.NewRequestWithContext(t.Context(), "POST", base+"/api/v1/jobs", &endlessJSON{n: size})
 			if err != nil {
 				t.Fatal(err)
@@ -78,13 +77,13 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			growth := readStatusKiB(t, "VmHWM") - before
+			growth := memtest.PeakKiB(t) - before
 			t.Logf("POST 200 MB (chunked %v): %s %s; peak RSS +%d KiB", chunked, resp.Status, bytes.TrimSpace(body), growth)
 			if resp.StatusCode != http.StatusRequestEntityTooLarge {
 				t.Errorf("POST 200 MB = %s, want 413", resp.Status)
 			}
 			// The limit is 4 MiB; decoding what was read may take a few times that.
-			if bound := int64(memFactor * 8 * gateway.DefaultMaxBodyBytes / 1024); growth > bound {
+			if bound := int64(memtest.Factor * 8 * gateway.DefaultMaxBodyBytes / 1024); growth > bound {
 				t.Errorf("peak RSS grew by %d KiB, want at most %d KiB", growth, bound)
 			}
 		})
@@ -135,32 +134,4 @@ func TestSecurityHeaders(t *testing.T) {
 			}
 		}
 	}
-}
-
-// resetPeakRSS resets the process's VmHWM to its current RSS and returns that RSS in KiB.
-func resetPeakRSS(t *testing.T) int64 {
-	t.Helper()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Skipf("cannot reset the peak RSS: %v", err)
-	}
-	return readStatusKiB(t, "VmRSS")
-}
-
-func readStatusKiB(t *testing.T, key string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skipf("no /proc/self/status: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, key+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", l, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", key)
-	return 0
 }

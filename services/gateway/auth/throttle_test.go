@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/internal/memtest"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
 
@@ -217,7 +217,7 @@ func TestWrongLoginsUnderLoadStayBounded(t *testing.T) {
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
-	base := resetPeakRSS(t)
+	base := memtest.ResetPeak(t)
 	var (
 		wg    sync.WaitGroup
 		start = make(chan struct{})
@@ -235,10 +235,10 @@ func TestWrongLoginsUnderLoadStayBounded(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	peak := readStatusKiB(t, "VmHWM")
+	peak := memtest.PeakKiB(t)
 	growth := (peak - base) / 1024
 	t.Logf("40 concurrent wrong logins: %v; peak RSS %d MiB over a base of %d MiB (+%d MiB)", got, peak/1024, base/1024, growth)
-	if bound := int64(memFactor * 4 * 64); growth >= bound {
+	if bound := int64(memtest.Factor * 4 * 64); growth >= bound {
 		t.Errorf("peak RSS grew by %d MiB, want < %d MiB", growth, bound)
 	}
 	if got[codes.ResourceExhausted] == 0 {
@@ -247,32 +247,4 @@ func TestWrongLoginsUnderLoadStayBounded(t *testing.T) {
 	if n := got[codes.Unauthenticated] + got[codes.ResourceExhausted]; n != 40 {
 		t.Errorf("answers %v, want only Unauthenticated and ResourceExhausted", got)
 	}
-}
-
-// resetPeakRSS resets the process's VmHWM to its current RSS and returns that RSS in KiB.
-func resetPeakRSS(t *testing.T) int64 {
-	t.Helper()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Skipf("cannot reset the peak RSS: %v", err)
-	}
-	return readStatusKiB(t, "VmRSS")
-}
-
-func readStatusKiB(t *testing.T, key string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skipf("no /proc/self/status: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, key+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", l, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", key)
-	return 0
 }

@@ -1,6 +1,0 @@
-//go:build !race
-
-package gateway_test
-
-// memFactor scales the memory bounds of the tests (see race_on_test.go).
-const memFactor = 1
