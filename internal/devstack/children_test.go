@@ -35,11 +35,11 @@ func TestChildJobsStayInTheParentsGroup(t *testing.T) {
 		return j
 	}
 	theirs := createJob(t, base, job(other, "theirs", nil))
-	if code := call(t, "POST", base+"/users", map[string]any{"password": "opal-password",
+	if code := call(t, "POST", base+"/users", map[string]any{"password": "Quartz-Lantern-93",
 		"user": map[string]any{"username": "opal", "role": "ROLE_OPERATOR", "group_ids": []string{mine}}}, nil); code != http.StatusOK {
 		t.Fatalf("create user = %d", code)
 	}
-	operator := login(t, st, "opal", "opal-password")
+	operator := login(t, st, "opal", "Quartz-Lantern-93")
 	adminTok, _ := tokens.Load(st.HTTPAddr)
 
 	type apiError struct {

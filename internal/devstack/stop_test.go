@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -17,7 +16,7 @@ func TestStopEndsWithStreamsOpen(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, "")
 	tok, _ := tokens.Load(st.HTTPAddr)
-	conn, err := grpc.NewClient(st.RegistryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(st.RegistryAddr, st.TLS.DialOption())
 	if err != nil {
 		t.Fatal(err)
 	}

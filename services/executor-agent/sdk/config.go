@@ -55,9 +55,9 @@ type Config struct {
 	// certificate of the mesh's CA (the scheduler's) get through. The registry and logsvc
 	// connections dial with it too, unless DialOptions replace the defaults. See meshtls.Load.
 	TLS *meshtls.Identity
-	// Insecure lets an executor start with neither AccessToken nor TLS, so that anyone who
-	// reaches ListenAddr can run its handlers (tests, a trusted loopback). Without it such an
-	// executor refuses to start.
+	// Insecure lets an executor start without AccessToken, so that anyone who reaches ListenAddr
+	// (with a certificate of the mesh's CA, when TLS is set) can run its handlers: tests, a
+	// trusted loopback. Without it such an executor refuses to start.
 	Insecure bool
 	// Version is the version the executor reports and registers.
 	Version string
@@ -207,8 +207,9 @@ func (cfg Config) validate() error {
 	if cfg.LogDir == "" {
 		errs = append(errs, errors.New("LogDir: required"))
 	}
-	if cfg.AccessToken == "" && cfg.TLS == nil && !cfg.Insecure {
-		errs = append(errs, errors.New("AccessToken or TLS: required, or anyone who reaches the executor runs code on it; set Insecure to allow that"))
+	if cfg.AccessToken == "" && !cfg.Insecure {
+		// TLS alone is no answer: every executor host holds a certificate of the mesh's CA.
+		errs = append(errs, errors.New("AccessToken: required (the executor group's), or anyone who reaches the executor, any other executor host included, runs code on it; set Insecure to allow that"))
 	}
 	if cfg.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("Capacity %d: must not be negative", cfg.Capacity))

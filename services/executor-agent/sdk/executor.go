@@ -299,8 +299,8 @@ func (e *Executor) Start(ctx context.Context) error {
 		}
 	}
 	e.metrics.observe(e)
-	if e.cfg.AccessToken == "" && e.cfg.TLS == nil {
-		e.log.Warn("executor serves without an access token or TLS (Insecure): anyone who reaches it runs code on it", "listen_addr", e.addr)
+	if e.cfg.AccessToken == "" {
+		e.log.Warn("executor serves without an access token (Insecure): anyone who reaches it runs code on it", "listen_addr", e.addr)
 	}
 	e.log.Info("executor started", "app", e.cfg.AppName, "instance", e.cfg.InstanceID, "listen_addr", e.addr,
 		"advertise_addr", e.advertise, "logsvc_addr", e.cfg.LogsvcAddr, "registry_addr", e.cfg.RegistryAddr)

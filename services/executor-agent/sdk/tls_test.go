@@ -33,13 +33,22 @@ func devIdentity(t *testing.T, dir, name string) *meshtls.Identity {
 func TestAnonymousExecutorRefusesToStart(t *testing.T) {
 	t.Parallel()
 	base := sdk.Config{AppName: "anon", ListenAddr: "127.0.0.1:0", LogDir: t.TempDir()}
-	if _, err := sdk.New(base); err == nil || !strings.Contains(err.Error(), "AccessToken or TLS") {
-		t.Fatalf("New without token, TLS or Insecure: err = %v, want one naming AccessToken or TLS", err)
+	// TLS alone does not do: every executor host holds a certificate of the mesh's CA, so it
+	// would let one group's host run code on another's executor.
+	for name, configure := range map[string]func(*sdk.Config){
+		"nothing": func(*sdk.Config) {},
+		"TLS":     func(c *sdk.Config) { c.TLS = devIdentity(t, t.TempDir(), "agent") },
+	} {
+		cfg := base
+		configure(&cfg)
+		if _, err := sdk.New(cfg); err == nil || !strings.Contains(err.Error(), "AccessToken") {
+			t.Errorf("New with %s: err = %v, want one naming AccessToken", name, err)
+		}
 	}
 	for name, configure := range map[string]func(*sdk.Config){
-		"Insecure":    func(c *sdk.Config) { c.Insecure = true },
-		"AccessToken": func(c *sdk.Config) { c.AccessToken = "s3cret" },
-		"TLS":         func(c *sdk.Config) { c.TLS = devIdentity(t, t.TempDir(), "agent") },
+		"Insecure":          func(c *sdk.Config) { c.Insecure = true },
+		"AccessToken":       func(c *sdk.Config) { c.AccessToken = "s3cret" },
+		"TLS + AccessToken": func(c *sdk.Config) { c.TLS, c.AccessToken = devIdentity(t, t.TempDir(), "agent"), "s3cret" },
 	} {
 		cfg := base
 		configure(&cfg)
@@ -59,7 +68,7 @@ func TestExecutorServesMutualTLS(t *testing.T) {
 	ingest := sdktest.NewIngest()
 	e, err := sdk.New(sdk.Config{
 		AppName: "tls-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: ingest.ServeTLS(t, devIdentity(t, dir, "logsvc")),
-		LogDir: t.TempDir(), TLS: agentID, Logger: testLogger(t),
+		LogDir: t.TempDir(), TLS: agentID, AccessToken: "tls-app-token", Logger: testLogger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -73,14 +82,14 @@ func TestExecutorServesMutualTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for name, cli := range map[string]executorv1.ExecutorServiceClient{
-		"plaintext":                   sdktest.Client(t, e.Addr(), ""),
-		"a certificate of another CA": sdktest.ClientTLS(t, e.Addr(), "", stranger),
+		"plaintext":                   sdktest.Client(t, e.Addr(), "tls-app-token"),
+		"a certificate of another CA": sdktest.ClientTLS(t, e.Addr(), "tls-app-token", stranger),
 	} {
 		if _, err := cli.Beat(ctx, &executorv1.BeatRequest{}); err == nil {
 			t.Errorf("Beat over %s: served, want refused", name)
 		}
 	}
-	cli := sdktest.ClientTLS(t, e.Addr(), "", schedID)
+	cli := sdktest.ClientTLS(t, e.Addr(), "tls-app-token", schedID)
 	resp, err := cli.Run(ctx, &executorv1.RunRequest{Triggers: []*executorv1.Trigger{bean("61-1-0-0", 61, "ok", "")}})
 	if err != nil {
 		t.Fatalf("Run over mutual TLS: %v", err)

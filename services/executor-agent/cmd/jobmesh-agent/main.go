@@ -252,8 +252,12 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if c.logDir == "" {
 		errs = append(errs, fmt.Errorf("--log-dir (%s): required", envName("log-dir")))
 	}
-	if (c.registryAddr != "" || c.logsvcAddr != "") && c.accessToken == "" {
+	switch {
+	case (c.registryAddr != "" || c.logsvcAddr != "") && c.accessToken == "":
 		errs = append(errs, fmt.Errorf("--access-token (%s): required to register or deliver results (the executor group's access token)", envName("access-token")))
+	case c.accessToken == "" && !c.insecure:
+		// TLS alone is no answer: every executor host holds a certificate of the mesh's CA.
+		errs = append(errs, fmt.Errorf("--access-token (%s): required (the executor group's), or anyone who reaches the agent runs code on it; --insecure allows that", envName("access-token")))
 	}
 	if _, err := telemetry.ParseLevel(c.logLevel); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level (%s): %w", envName("log-level"), err))

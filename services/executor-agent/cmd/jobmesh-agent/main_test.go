@@ -46,7 +46,7 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name: "spool, retention, http allow-list and sidecar",
-			args: []string{"--app-name", "a", "--log-dir", "d", "--http-allow-hosts", "api.example.com, *.corp:443", "--handler-addr", "127.0.0.1:7000"},
+			args: []string{"--access-token", "t", "--app-name", "a", "--log-dir", "d", "--http-allow-hosts", "api.example.com, *.corp:443", "--handler-addr", "127.0.0.1:7000"},
 			env:  map[string]string{"JOBMESH_SPOOL_DIR": "/var/spool/j", "JOBMESH_SPOOL_MAX_BYTES": "1048576", "JOBMESH_LOG_RETENTION_DAYS": "7"},
 			check: func(c config) bool {
 				return c.spoolDir == "/var/spool/j" && c.spoolMaxBytes == 1<<20 && c.logRetentionDays == 7 &&
@@ -60,7 +60,7 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name:  "run output cap: default, and from the environment",
-			args:  []string{"--app-name", "a", "--log-dir", "d"},
+			args:  []string{"--access-token", "t", "--app-name", "a", "--log-dir", "d"},
 			env:   map[string]string{"JOBMESH_MAX_RUN_OUTPUT_BYTES": "1048576"},
 			check: func(c config) bool { return c.maxRunOutputBytes == 1<<20 },
 		},
@@ -76,9 +76,19 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name:  "metrics endpoint",
-			args:  []string{"--app-name", "a", "--log-dir", "d"},
+			args:  []string{"--access-token", "t", "--app-name", "a", "--log-dir", "d"},
 			env:   map[string]string{"JOBMESH_METRICS_ADDR": "0.0.0.0:9464"},
 			check: func(c config) bool { return c.metricsAddr == "0.0.0.0:9464" },
+		},
+		{
+			name:    "no access token without --insecure, TLS or not",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"},
+			wantErr: []string{"--access-token (JOBMESH_ACCESS_TOKEN): required"},
+		},
+		{
+			name:  "no access token with --insecure",
+			args:  []string{"--app-name", "a", "--log-dir", "d", "--insecure"},
+			check: func(c config) bool { return c.insecure && c.accessToken == "" },
 		},
 		{
 			name:    "bad metrics address is named",
