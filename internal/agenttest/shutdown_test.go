@@ -18,6 +18,7 @@ import (
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
@@ -41,7 +42,7 @@ func TestGracefulShutdownOfTheAgentProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcd := etcdtest.Client(t)
-	regAddr := serveRegistry(t, etcd)
+	regAddr := serveRegistry(t, etcd, "graceful")
 	ls := newLogsvc(t)
 	ls.up()
 	logDir, addr, release := t.TempDir(), freeAddr(t), filepath.Join(t.TempDir(), "release")
@@ -195,11 +196,12 @@ func handleMessages(t *testing.T, ls *logsvcProc) map[string]string {
 	return out
 }
 
-// serveRegistry runs a registry on etcd (its own client) over loopback gRPC, without a guard:
-// it takes a call that names an executor app as that app's executor (the guard's check of the
-// group's token is tested with the guard), with a TTL far above the tests' waits, so an
-// executor that leaves the view was removed, not expired. It returns the registry's address.
-func serveRegistry(t *testing.T, etcd *clientv3.Client) string {
+// serveRegistry runs a registry on etcd (its own client) over loopback gRPC, without a guard,
+// with the group of app and groupToken: it takes a call that names an executor app as that app's
+// executor (the guard's check of the group's token is tested with the guard), with a TTL far
+// above the tests' waits, so an executor that leaves the view was removed, not expired. It
+// returns the registry's address.
+func serveRegistry(t *testing.T, etcd *clientv3.Client, app string) string {
 	t.Helper()
 	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "registry", registry.MigrationsFS())
 	reg, err := registry.New(registry.Config{SealSecret: "agenttest-registry-seal-secret-0123", ExecutorTTL: 5 * time.Minute,
@@ -217,6 +219,10 @@ func serveRegistry(t *testing.T, etcd *clientv3.Client) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Stop)
+	if _, err := reg.CreateExecutorGroup(t.Context(), &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
+		AppName: app, Title: app, AccessToken: groupToken}}); err != nil {
+		t.Fatal(err)
+	}
 	g := grpcserver.New(slog.New(slog.DiscardHandler))
 	reg.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -20,6 +20,9 @@ const (
 	Delivery = "jobmesh delivery v1"
 	// Registration seals an executor's registration as the registry writes it to etcd.
 	Registration = "jobmesh registration v1"
+	// Credential fingerprints the access token an executor registered with, so the scheduler
+	// can tell whether it is its group's token now without the token being in the registration.
+	Credential = "jobmesh credential v1"
 )
 
 // Key seals and checks values for one purpose. The zero Key is not usable; a nil *Key seals

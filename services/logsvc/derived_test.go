@@ -82,7 +82,7 @@ func registerExecutor(t *testing.T, cli *clientv3.Client, app, inst, addr string
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	key, val, err := registry.Registration(registrySealSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 1})
+	key, val, err := registry.Registration(registrySealSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 1}, lease.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ func TestAgentProcessLeavesTheView(t *testing.T) {
 	c, regAddr := serveAt(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}, etcdtest.Client(t),
 		registry.Config{ExecutorTTL: 5 * time.Minute})
 	const app = "proc-app"
+	ensureGroup(t, c, app)
 	st, err := c.WatchExecutors(t.Context(), &registryv1.WatchExecutorsRequest{AppName: app})
 	if err != nil {
 		t.Fatalf("watch: %v", err)
@@ -93,7 +94,7 @@ func startAgent(t *testing.T, bin, regAddr, app, instance string) *agentProc {
 	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(bin, "--app-name", app, "--instance-id", instance, "--listen-addr", "127.0.0.1:0",
 		"--registry-addr", regAddr, "--log-dir", filepath.Join(dir, "logs"), "--insecure")
-	cmd.Env = append(os.Environ(), "OTEL_SDK_DISABLED=true", "JOBMESH_ACCESS_TOKEN=a group token")
+	cmd.Env = append(os.Environ(), "OTEL_SDK_DISABLED=true", "JOBMESH_ACCESS_TOKEN="+agentToken)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {

@@ -2,15 +2,19 @@ package registry
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -25,10 +29,12 @@ var instanceID = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
 // RegisterExecutor implements RegistryService: it checks the registration against the caller's
 // credential (an executor registers only under its own group's app), writes the sealed key under
-// a lease, keeps the lease alive while heartbeats arrive, and revokes it when the stream ends.
+// a lease of its own, keeps the lease alive while heartbeats arrive, and revokes it when the
+// stream ends, a heartbeat is missed, or the group's access token is no longer the one the
+// executor registered with.
 func (s *Service) RegisterExecutor(stream grpc.BidiStreamingServer[registryv1.RegisterExecutorRequest, registryv1.RegisterExecutorResponse]) error {
 	ctx := stream.Context()
-	first, err := stream.Recv()
+	first, err := recvWithin(ctx, stream, s.ttl)
 	if err != nil {
 		return err
 	}
@@ -36,9 +42,16 @@ func (s *Service) RegisterExecutor(stream grpc.BidiStreamingServer[registryv1.Re
 	if err := s.checkRegistration(ctx, e); err != nil {
 		return err
 	}
-	key, val, err := registration(s.seal, e)
-	if err != nil {
-		return fmt.Errorf("register executor %s: %w", key, err)
+	e.Credential = s.credential(bearer(ctx))
+	key := KeyPrefix + e.AppName + "/" + e.InstanceId
+	n := 0
+	for _, x := range s.view.list(e.AppName) {
+		if x.InstanceId != e.InstanceId { // the instance itself is refused below if it is live
+			n++
+		}
+	}
+	if n >= s.maxPerApp {
+		return status.Errorf(codes.ResourceExhausted, "executor group %q has %d executors registered, the most a group may have", e.AppName, n)
 	}
 
 	lease, err := s.etcd.Grant(ctx, int64((s.ttl+time.Second-1)/time.Second))
@@ -53,8 +66,19 @@ func (s *Service) RegisterExecutor(stream grpc.BidiStreamingServer[registryv1.Re
 			s.log.Warn("revoking an executor's lease failed; it expires with its TTL", "key", key, "error", err)
 		}
 	}()
-	if _, err := s.etcd.Put(ctx, key, string(val), clientv3.WithLease(lease.ID)); err != nil {
+	_, val, err := registration(s.seal, e, lease.ID)
+	if err != nil {
+		return fmt.Errorf("register executor %s: %w", key, err)
+	}
+	// An instance id held by a live registration stays its holder's: a second registration of it
+	// (a restarted executor before its old lease ended, or another host of the group) waits.
+	put, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(lease.ID))).Commit()
+	if err != nil {
 		return status.Errorf(codes.Unavailable, "register executor %s: %v", key, err)
+	}
+	if !put.Succeeded {
+		return status.Errorf(codes.AlreadyExists, "executor %s is registered by another stream; register again once it has ended", key)
 	}
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -88,6 +112,12 @@ func (s *Service) RegisterExecutor(stream grpc.BidiStreamingServer[registryv1.Re
 	}()
 	timeout := time.NewTimer(s.ttl)
 	defer timeout.Stop()
+	// An executor's credential is checked again while it stays; a service's needs no check.
+	recheck := time.NewTicker(credentialRecheck)
+	defer recheck.Stop()
+	if _, _, isExecutor := s.executor(ctx); !isExecutor {
+		recheck.Stop()
+	}
 	for {
 		select {
 		case err := <-beats:
@@ -109,12 +139,81 @@ func (s *Service) RegisterExecutor(stream grpc.BidiStreamingServer[registryv1.Re
 				}
 				return status.Errorf(codes.Unavailable, "executor %s: its registration's lease was lost; register again", key)
 			}
+		case <-recheck.C:
+			if err := s.stillCredited(ctx, e); err != nil {
+				s.log.Warn("executor's credential is no longer its group's; removing it", "key", key, "reason", err)
+				return err
+			}
 		case <-timeout.C:
 			s.log.Warn("executor missed its heartbeats; removing it", "key", key, "timeout", s.ttl)
 			return status.Errorf(codes.DeadlineExceeded, "executor %s: no heartbeat within %v", key, s.ttl)
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// credentialRecheck is how often a registration's credential is compared with its group's
+// access token: a rotated token removes the executors registered with the old one within it.
+const credentialRecheck = 5 * time.Second
+
+// stillCredited fails with Unauthenticated when e's group no longer exists or its access token
+// is no longer the one e registered with (e.Credential).
+func (s *Service) stillCredited(ctx context.Context, e *registryv1.Executor) error {
+	var tok string
+	err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT access_token FROM executor_groups WHERE app_name = $1`), e.AppName).Scan(&tok)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return status.Errorf(codes.Unauthenticated, "executor group %q no longer exists", e.AppName)
+	case err != nil:
+		return nil // the store is away: keep the registration; the next check decides
+	case s.credential(tok) != e.Credential:
+		return status.Errorf(codes.Unauthenticated, "executor group %q has another access token now", e.AppName)
+	}
+	return nil
+}
+
+// credential is the fingerprint of an access token that registrations carry (Executor.credential):
+// empty for no token.
+func (s *Service) credential(token string) string {
+	if token == "" {
+		return ""
+	}
+	return s.credKey.Sum(token)
+}
+
+// bearer is the token a call presents, if any.
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return tok
+		}
+	}
+	return ""
+}
+
+// recvWithin receives the stream's first message, waiting at most d for it: a caller that opens
+// a registration and sends nothing does not hold a stream for long.
+func recvWithin(ctx context.Context, stream grpc.BidiStreamingServer[registryv1.RegisterExecutorRequest, registryv1.RegisterExecutorResponse], d time.Duration) (*registryv1.RegisterExecutorRequest, error) {
+	type got struct {
+		m   *registryv1.RegisterExecutorRequest
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		m, err := stream.Recv()
+		ch <- got{m, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case g := <-ch:
+		return g.m, g.err
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no registration within %v of opening the stream", d)
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
@@ -133,8 +232,18 @@ func (s *Service) checkRegistration(ctx context.Context, e *registryv1.Executor)
 	if !hostport.Valid(e.Address) {
 		fs.Add("executor.address", "want host:port, got %q", e.Address)
 	}
-	if e.Capacity < 0 {
-		fs.Add("executor.capacity", "want 0 or more, got %d", e.Capacity)
+	if e.Capacity < 0 || e.Capacity > maxCapacity {
+		fs.Add("executor.capacity", "want 0 to %d, got %d", maxCapacity, e.Capacity)
+	}
+	if len(e.Version) > maxVersion {
+		fs.Add("executor.version", "at most %d bytes, got %d", maxVersion, len(e.Version))
+	}
+	size := 0
+	for k, v := range e.Labels {
+		size += len(k) + len(v)
+	}
+	if len(e.Labels) > maxLabels || size > maxLabelBytes {
+		fs.Add("executor.labels", "at most %d labels of %d bytes in all, got %d of %d", maxLabels, maxLabelBytes, len(e.Labels), size)
 	}
 	if err := fs.Err(); err != nil {
 		return err
@@ -151,6 +260,15 @@ func (s *Service) checkRegistration(ctx context.Context, e *registryv1.Executor)
 	return nil
 }
 
+// Bounds of a registration: the live view goes whole to every scheduler, so one group's
+// registrations must not be able to make it too big to send.
+const (
+	maxVersion    = 64
+	maxLabels     = 32
+	maxLabelBytes = 4096
+	maxCapacity   = 1_000_000
+)
+
 // sealed is what a registration's seal covers: the executor as registered, without its seal and
 // last-seen time, in deterministic wire form.
 func sealed(e *registryv1.Executor) []byte {
@@ -163,16 +281,18 @@ func sealed(e *registryv1.Executor) []byte {
 
 // Registration returns the etcd key and value RegisterExecutor writes for e (sealed with secret,
 // the registry's Config.SealSecret): for tools and tests that put a registration into etcd on a
-// registry's behalf. The key is held by whatever lease the caller puts it under.
-func Registration(secret string, e *registryv1.Executor) (key, value string, err error) {
-	return registration(seal.New(secret, seal.Registration), e)
+// registry's behalf. The value must be put under lease: the seal covers it.
+func Registration(secret string, e *registryv1.Executor, lease clientv3.LeaseID) (key, value string, err error) {
+	return registration(seal.New(secret, seal.Registration), e, lease)
 }
 
-func registration(k *seal.Key, e *registryv1.Executor) (key, value string, err error) {
+// registration seals e for its key and the lease it lives under, so the value is worthless under
+// any other key or lease (or none: a copy put back after the executor left).
+func registration(k *seal.Key, e *registryv1.Executor, lease clientv3.LeaseID) (key, value string, err error) {
 	c := proto.Clone(e).(*registryv1.Executor)
 	key = KeyPrefix + c.AppName + "/" + c.InstanceId
 	c.LastSeenTime, c.Seal = nil, ""
-	c.Seal = k.Sum(key, string(sealed(c)))
+	c.Seal = k.Sum(key, strconv.FormatInt(int64(lease), 16), string(sealed(c)))
 	b, err := protojson.Marshal(c)
 	return key, string(b), err
 }

@@ -56,8 +56,11 @@ type Config struct {
 	// services (RevealTokens).
 	Executor func(ctx context.Context) (groupID int64, app string, ok bool)
 	// ExecutorTTL is how long a registration outlives its executor's last heartbeat (and its
-	// etcd lease's TTL). Default 10s; at least 1s.
+	// etcd lease's TTL), and how long a new registration stream may wait before it registers.
+	// Default 10s; at least 1s.
 	ExecutorTTL time.Duration
+	// MaxExecutorsPerGroup caps the executors registered under one app at once. Default 1000.
+	MaxExecutorsPerGroup int
 }
 
 // MaskedToken is what reads return in place of a group's access token. Sent back in an update
@@ -68,14 +71,16 @@ const MaskedToken = "****"
 type Service struct {
 	registryv1.UnimplementedRegistryServiceServer
 
-	log      *slog.Logger
-	store    *db.DB
-	etcd     *clientv3.Client
-	view     *view
-	reveal   func(context.Context) bool
-	executor func(context.Context) (int64, string, bool)
-	seal     *seal.Key
-	ttl      time.Duration
+	log       *slog.Logger
+	store     *db.DB
+	etcd      *clientv3.Client
+	view      *view
+	reveal    func(context.Context) bool
+	executor  func(context.Context) (int64, string, bool)
+	seal      *seal.Key
+	credKey   *seal.Key // fingerprints registrations' access tokens (Executor.credential)
+	ttl       time.Duration
+	maxPerApp int
 
 	mu      sync.Mutex
 	started bool
@@ -111,9 +116,16 @@ func New(cfg Config, store *db.DB, etcd *clientv3.Client) (*Service, error) {
 	if ttl < time.Second {
 		return nil, fmt.Errorf("registry: executor TTL %v: want at least 1s", ttl)
 	}
+	maxPerApp := cfg.MaxExecutorsPerGroup
+	if maxPerApp == 0 {
+		maxPerApp = 1000
+	}
+	if maxPerApp < 0 {
+		return nil, fmt.Errorf("registry: max executors per group %d: must not be negative", maxPerApp)
+	}
 	sk := seal.New(cfg.SealSecret, seal.Registration)
 	return &Service{log: log, store: store, etcd: etcd, view: newView(log, etcd, time.Now, sk), reveal: reveal,
-		executor: executor, seal: sk, ttl: ttl}, nil
+		executor: executor, seal: sk, credKey: seal.New(cfg.SealSecret, seal.Credential), ttl: ttl, maxPerApp: maxPerApp}, nil
 }
 
 // Register adds RegistryService to g.

@@ -103,7 +103,7 @@ func register(t *testing.T, cli *clientv3.Client, app, inst, addr string) client
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	key, val, err := registry.Registration(testSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 5})
+	key, val, err := registry.Registration(testSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr, Version: "test", Capacity: 5}, lease.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

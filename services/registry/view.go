@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +63,7 @@ func (v *view) load(ctx context.Context) (int64, error) {
 	execs := make(map[string]*registryv1.Executor, len(resp.Kvs))
 	leases := make(map[string]clientv3.LeaseID, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if e, ok := v.decode(string(kv.Key), kv.Value); ok {
+		if e, ok := v.decode(string(kv.Key), kv.Value, clientv3.LeaseID(kv.Lease)); ok {
 			execs[string(kv.Key)] = e
 			leases[string(kv.Key)] = clientv3.LeaseID(kv.Lease)
 		}
@@ -140,7 +141,7 @@ func (v *view) apply(wr clientv3.WatchResponse) {
 		key := string(ev.Kv.Key)
 		switch ev.Type {
 		case clientv3.EventTypePut:
-			if e, ok := v.decode(key, ev.Kv.Value); ok {
+			if e, ok := v.decode(key, ev.Kv.Value, clientv3.LeaseID(ev.Kv.Lease)); ok {
 				v.execs[key] = e
 				v.leases[key] = clientv3.LeaseID(ev.Kv.Lease)
 				puts = append(puts, e)
@@ -308,7 +309,7 @@ func (v *view) withLastSeen(ctx context.Context, execs []*registryv1.Executor) [
 }
 
 // decode parses a registration; the key is the authority for app and instance.
-func (v *view) decode(key string, val []byte) (*registryv1.Executor, bool) {
+func (v *view) decode(key string, val []byte, lease clientv3.LeaseID) (*registryv1.Executor, bool) {
 	rest := strings.TrimPrefix(key, KeyPrefix)
 	app, inst, ok := strings.Cut(rest, "/")
 	if !ok || app == "" || inst == "" {
@@ -324,7 +325,7 @@ func (v *view) decode(key string, val []byte) (*registryv1.Executor, bool) {
 		v.log.Warn("ignoring executor registration without address", "key", key)
 		return nil, false
 	}
-	if !v.seal.Valid(e.Seal, key, string(sealed(e))) {
+	if lease == 0 || !v.seal.Valid(e.Seal, key, strconv.FormatInt(int64(lease), 16), string(sealed(e))) {
 		// Not written by a registry (RegisterExecutor): someone with write access to etcd.
 		v.log.Warn("ignoring executor registration the registry did not write (no valid seal)", "key", key, "address", e.Address)
 		return nil, false

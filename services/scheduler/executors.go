@@ -21,6 +21,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/hostport"
+	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
 // executorPool keeps one long-lived connection per executor address, and coalesces the Run
@@ -162,10 +163,16 @@ const groupRefresh = 5 * time.Second
 type routeView struct {
 	reg registryv1.RegistryServiceClient
 	log *slog.Logger
+	// cred fingerprints access tokens as the registry does (Executor.credential); nil routes
+	// over every executor of an app, whatever token it registered with.
+	cred *seal.Key
 
-	mu     sync.RWMutex
-	byApp  map[string]map[string]string // app → instance → address
-	sorted map[string][]string          // app → sorted distinct addresses
+	mu    sync.RWMutex
+	byApp map[string]map[string]string // app → instance → address
+	creds map[string]map[string]string // app → instance → credential
+	// sorted: app → credential → sorted distinct addresses of the executors that registered
+	// with that token: a group routes over those of its token now.
+	sorted map[string]map[string][]string
 	// holds: instances registered with holds_fires; allHold: apps whose every instance did.
 	holds   map[string]map[string]bool
 	allHold map[string]bool
@@ -177,11 +184,13 @@ type routeView struct {
 
 type groupEntry struct {
 	g       *registryv1.ExecutorGroup
+	cred    string // the fingerprint of g's access token
 	fetched time.Time
 }
 
-func newRouteView(reg registryv1.RegistryServiceClient, log *slog.Logger) *routeView {
-	return &routeView{reg: reg, log: log, byApp: map[string]map[string]string{}, sorted: map[string][]string{}, groups: map[int64]groupEntry{},
+func newRouteView(reg registryv1.RegistryServiceClient, log *slog.Logger, cred *seal.Key) *routeView {
+	return &routeView{reg: reg, log: log, cred: cred, byApp: map[string]map[string]string{}, creds: map[string]map[string]string{},
+		sorted: map[string]map[string][]string{}, groups: map[int64]groupEntry{},
 		holds: map[string]map[string]bool{}, allHold: map[string]bool{},
 		synced: make(chan struct{})}
 }
@@ -229,33 +238,40 @@ func (v *routeView) apply(ev *registryv1.WatchExecutorsResponse) {
 			touched[app] = true
 		}
 		v.byApp = map[string]map[string]string{}
+		v.creds = map[string]map[string]string{}
 		v.holds = map[string]map[string]bool{}
 	}
 	for _, e := range ev.GetExecutors() {
 		touched[e.AppName] = true
-		m, h := v.byApp[e.AppName], v.holds[e.AppName]
+		m, c, h := v.byApp[e.AppName], v.creds[e.AppName], v.holds[e.AppName]
 		if m == nil {
-			m, h = map[string]string{}, map[string]bool{}
-			v.byApp[e.AppName], v.holds[e.AppName] = m, h
+			m, c, h = map[string]string{}, map[string]string{}, map[string]bool{}
+			v.byApp[e.AppName], v.creds[e.AppName], v.holds[e.AppName] = m, c, h
 		}
 		if ev.GetType() == registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE {
 			delete(m, e.InstanceId)
+			delete(c, e.InstanceId)
 			delete(h, e.InstanceId)
 		} else {
 			m[e.InstanceId] = e.Address
+			c[e.InstanceId] = v.credOf(e)
 			h[e.InstanceId] = e.GetHoldsFires()
 		}
 	}
 	for app := range touched {
-		var addrs []string
+		byCred := map[string][]string{}
 		all := len(v.byApp[app]) > 0
 		for inst, a := range v.byApp[app] {
-			addrs = append(addrs, a)
+			cred := v.creds[app][inst]
+			byCred[cred] = append(byCred[cred], a)
 			all = all && v.holds[app][inst]
 		}
+		for cred, addrs := range byCred {
+			slices.Sort(addrs)
+			byCred[cred] = slices.Compact(addrs)
+		}
 		v.allHold[app] = all
-		slices.Sort(addrs)
-		v.sorted[app] = slices.Compact(addrs)
+		v.sorted[app] = byCred
 	}
 	if ev.GetType() == registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_SNAPSHOT {
 		v.syncedOnce.Do(func() { close(v.synced) })
@@ -293,7 +309,23 @@ func (v *routeView) addresses(ctx context.Context, groupID int64) ([]string, str
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.sorted[g.AppName], g.AccessToken, nil
+	return v.sorted[g.AppName][v.groups[groupID].cred], g.AccessToken, nil
+}
+
+// credOf is the credential e is routed by: "" for every executor without a key (cred).
+func (v *routeView) credOf(e *registryv1.Executor) string {
+	if v.cred == nil {
+		return ""
+	}
+	return e.GetCredential()
+}
+
+// credOfToken is the credential of the executors that registered with a group's token.
+func (v *routeView) credOfToken(token string) string {
+	if v.cred == nil || token == "" {
+		return ""
+	}
+	return v.cred.Sum(token)
 }
 
 // holdsFires reports whether a group's fires may be sent ahead of their time: it routes over the
@@ -375,8 +407,9 @@ func (v *routeView) group(ctx context.Context, id int64) (*registryv1.ExecutorGr
 	}
 	g := resp.GetGroup()
 	g.Executors = nil // the watch is the authority on who is online
+	cred := v.credOfToken(g.GetAccessToken())
 	v.mu.Lock()
-	v.groups[id] = groupEntry{g: g, fetched: time.Now()}
+	v.groups[id] = groupEntry{g: g, cred: cred, fetched: time.Now()}
 	v.mu.Unlock()
 	return g, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/internal/seal"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
 
@@ -64,7 +65,7 @@ func TestRouteViewFollowsTheRegistry(t *testing.T) {
 		t.Fatalf("create group: %v", err)
 	}
 	gid := cr.Group.Id
-	v := newRouteView(rc, slog.New(slog.DiscardHandler))
+	v := newRouteView(rc, slog.New(slog.DiscardHandler), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); v.run(ctx) }()
@@ -116,7 +117,7 @@ func put(t *testing.T, cli *clientv3.Client, app, inst, addr string) clientv3.Le
 	if err != nil {
 		t.Fatalf("grant: %v", err)
 	}
-	key, val, err := registry.Registration(viewSealSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr})
+	key, val, err := registry.Registration(viewSealSecret, &registryv1.Executor{AppName: app, InstanceId: inst, Address: addr}, lease.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,3 +137,29 @@ func revoke(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) {
 
 // viewSealSecret seals the registrations of TestRouteViewFollowsTheRegistry's registry.
 const viewSealSecret = "route-view-test-seal-secret-0123456789"
+
+// TestRouteViewRoutesOnlyTheGroupsToken: a group routes over, and presents its token to, only
+// the executors that registered with its token now (their credential is its fingerprint): an
+// executor that registered with a token the group has since rotated away from gets neither.
+func TestRouteViewRoutesOnlyTheGroupsToken(t *testing.T) {
+	t.Parallel()
+	key := seal.New("route-view-credential-secret-0123456789", seal.Credential)
+	v := newRouteView(nil, slog.New(slog.DiscardHandler), key)
+	const app = "rotating"
+	v.apply(&registryv1.WatchExecutorsResponse{Type: registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_SNAPSHOT, Executors: []*registryv1.Executor{
+		{AppName: app, InstanceId: "old", Address: "127.0.0.1:7401", Credential: key.Sum("old token")},
+		{AppName: app, InstanceId: "new", Address: "127.0.0.1:7402", Credential: key.Sum("new token")},
+		{AppName: app, InstanceId: "none", Address: "127.0.0.1:7403"},
+	}})
+	g := &registryv1.ExecutorGroup{Id: 9, AppName: app, AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO, AccessToken: "new token"}
+	v.groups[9] = groupEntry{g: g, cred: v.credOfToken(g.AccessToken), fetched: time.Now()}
+	addrs, tok, err := v.addresses(t.Context(), 9)
+	if err != nil || !slices.Equal(addrs, []string{"127.0.0.1:7402"}) || tok != "new token" {
+		t.Fatalf("addresses = %v %q %v, want only the executor of the group's token now", addrs, tok, err)
+	}
+	for addr, want := range map[string]string{"127.0.0.1:7401": "", "127.0.0.1:7402": "new token", "127.0.0.1:7403": ""} {
+		if got := v.tokenFor(t.Context(), 9, addr); got != want {
+			t.Errorf("tokenFor(%s) = %q, want %q", addr, got, want)
+		}
+	}
+}

@@ -217,7 +217,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, store: deps.Store, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
-		groups: newRouteView(deps.Registry, cfg.Logger),
+		groups: newRouteView(deps.Registry, cfg.Logger, credentialKey(cfg.DeliverySecret)),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
 	if cfg.DeliverySecret != "" {
@@ -242,6 +242,15 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		Logger:     cfg.Logger,
 	})
 	return s, nil
+}
+
+// credentialKey fingerprints access tokens as the registry does (seal.Credential), from the
+// services' secret; nil without one.
+func credentialKey(secret string) *seal.Key {
+	if secret == "" {
+		return nil
+	}
+	return seal.New(secret, seal.Credential)
 }
 
 // Register adds JobService and SchedulerService to g.

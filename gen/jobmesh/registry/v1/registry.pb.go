@@ -156,7 +156,12 @@ type Executor struct {
 	HoldsFires bool `protobuf:"varint,9,opt,name=holds_fires,json=holdsFires,proto3" json:"holds_fires,omitempty"`
 	// The registry's seal over the registration as stored in etcd: a key without a valid seal was
 	// not written by the registry and is left out of the live view. Never returned by the API.
-	Seal          string `protobuf:"bytes,10,opt,name=seal,proto3" json:"seal,omitempty"`
+	Seal string `protobuf:"bytes,10,opt,name=seal,proto3" json:"seal,omitempty"`
+	// Which access token the executor registered with: a keyed fingerprint of it (not the token),
+	// set by the registry. The scheduler routes a group's fires, and presents its token, only to
+	// executors whose fingerprint is that of the group's token now, so a rotated token reaches no
+	// executor that registered with the old one.
+	Credential    string `protobuf:"bytes,11,opt,name=credential,proto3" json:"credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +262,13 @@ func (x *Executor) GetHoldsFires() bool {
 func (x *Executor) GetSeal() string {
 	if x != nil {
 		return x.Seal
+	}
+	return ""
+}
+
+func (x *Executor) GetCredential() string {
+	if x != nil {
+		return x.Credential
 	}
 	return ""
 }
@@ -1158,7 +1170,7 @@ var File_jobmesh_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x03\n" +
+	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x03\n" +
 	"\bExecutor\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1173,7 +1185,10 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\vholds_fires\x18\t \x01(\bR\n" +
 	"holdsFires\x12\x17\n" +
 	"\x04seal\x18\n" +
-	" \x01(\tB\x03\xe0A\x03R\x04seal\x1a9\n" +
+	" \x01(\tB\x03\xe0A\x03R\x04seal\x12#\n" +
+	"\n" +
+	"credential\x18\v \x01(\tB\x03\xe0A\x03R\n" +
+	"credential\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x03\n" +
