@@ -426,7 +426,7 @@ type RunResult struct {
 	// child.
 	Traceparent string `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	// The fire's delivery token (executor.v1.Trigger.delivery_token). Required from executors;
-	// services (the internal token) may leave it empty.
+	// services (the internal token) may leave it empty. Ingest only: empty in reads.
 	DeliveryToken string `protobuf:"bytes,10,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -543,7 +543,7 @@ type LogLine struct {
 	UnixMs int64 `protobuf:"varint,3,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
 	// The text, without its newline, at most 64 KiB.
 	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
-	// The fire's delivery token, as in RunResult.
+	// The fire's delivery token, as in RunResult (ingest only: empty in reads).
 	DeliveryToken string `protobuf:"bytes,5,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
