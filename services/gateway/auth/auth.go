@@ -405,7 +405,11 @@ func (s *Service) acquireHash() (release func(), err error) {
 // (ThrottleConfig), or fails with ResourceExhausted while a lockout runs. what names the attempt
 // in logs.
 func (s *Service) reserveGuess(ctx context.Context, what, user, client string, now time.Time) (*reservation, error) {
-	wait, r := s.throttle.reserve(user, client, now)
+	wait, r, err := s.throttle.reserve(user, client, now)
+	if err != nil {
+		s.log.WarnContext(ctx, what+" refused: throttle full", "username", user, "client", client)
+		return nil, status.Error(codes.ResourceExhausted, "too many clients; retry later")
+	}
 	if wait > 0 {
 		s.log.WarnContext(ctx, what+" refused: locked out", "username", user, "client", client, "retry_after", wait.Round(time.Second).String())
 		return nil, status.Errorf(codes.ResourceExhausted, "too many failed attempts; retry in %s", wait.Round(time.Second))

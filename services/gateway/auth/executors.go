@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,92 +15,233 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 )
 
-// ExecutorCredentials finds an executor group by app name: its id and access token (empty when
-// the group has none). An unknown app is codes.NotFound. ClientResolver implements it over the
-// registry.
-type ExecutorCredentials interface {
-	ExecutorGroup(ctx context.Context, app string) (groupID int64, token string, err error)
+// ExecutorGroupCredential is what the guard checks an executor's credential against: a group's
+// app name, id and access token (empty when the group has none).
+type ExecutorGroupCredential struct {
+	App     string
+	GroupID int64
+	Token   string
 }
 
-// ExecutorGroup implements ExecutorCredentials: the registry reveals tokens to the internal
-// caller ClientResolver's connection presents.
-func (r ClientResolver) ExecutorGroup(ctx context.Context, app string) (int64, string, error) {
+// ExecutorCredentials finds executor groups by app name. App names are unique exactly but the
+// guard asks once for every spelling of a name: ExecutorGroups returns every group whose app
+// name equals app ignoring ASCII case (none for an unknown app), and the guard picks the exact
+// one. ClientResolver implements it over the registry.
+type ExecutorCredentials interface {
+	ExecutorGroups(ctx context.Context, app string) ([]ExecutorGroupCredential, error)
+}
+
+// ExecutorGroups implements ExecutorCredentials: the registry reveals tokens to the internal
+// caller ClientResolver's connection presents. Its app filter matches substrings ignoring case.
+func (r ClientResolver) ExecutorGroups(ctx context.Context, app string) ([]ExecutorGroupCredential, error) {
 	resp, err := r.Registry.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: app})
 	if err != nil {
-		return 0, "", lookupErr("executor", err)
+		return nil, lookupErr("executor", err)
 	}
-	for _, g := range resp.GetGroups() { // the filter matches substrings
-		if g.GetAppName() == app {
-			return g.GetId(), g.GetAccessToken(), nil
+	var out []ExecutorGroupCredential
+	for _, g := range resp.GetGroups() {
+		if strings.EqualFold(g.GetAppName(), app) {
+			out = append(out, ExecutorGroupCredential{App: g.GetAppName(), GroupID: g.GetId(), Token: g.GetAccessToken()})
 		}
 	}
-	return 0, "", status.Errorf(codes.NotFound, "no executor group %q", app)
+	return out, nil
 }
 
-// execCacheTTL is how long the guard trusts what it learnt of a group's credential: a changed or
-// removed access token stops working for new calls within it, and a stranger retrying bad
-// credentials costs the registry at most one lookup per app in it.
-const execCacheTTL = 5 * time.Second
+const (
+	// execCacheTTL is how long the guard trusts what it learnt of an app's groups: a changed or
+	// removed access token stops working for new calls within it, and a stranger costs the
+	// registry at most one lookup per app name (ignoring case) in it.
+	execCacheTTL = 5 * time.Second
+	// execErrTTL is how long a failed lookup (registry unavailable) is remembered, so executors
+	// retrying while the registry is down do not each ask it again.
+	execErrTTL = time.Second
+	// execLookupTimeout bounds a lookup, which runs on its own: a caller that gives up does not
+	// end it for the others waiting on it.
+	execLookupTimeout = 10 * time.Second
+	// maxExecMisses bounds the remembered unknown app names and failures. Names of groups that
+	// exist are always remembered: there are only as many as groups.
+	maxExecMisses = 10000
+)
 
-// execCache remembers executor groups' credentials (and unknown apps) for execCacheTTL.
+// execCache remembers executor groups' credentials by lower-cased app name: for execCacheTTL
+// what the registry answered, for execErrTTL that it failed. Concurrent lookups of one name
+// share one registry call.
 type execCache struct {
 	creds ExecutorCredentials
+	now   func() time.Time
 
-	mu      sync.Mutex
-	entries map[string]execEntry
+	mu       sync.Mutex
+	known    map[string]*execEntry // names with at least one group
+	misses   map[string]*execEntry // unknown names and failed lookups, at most maxExecMisses
+	order    []execAge             // misses by age, oldest first (with stale items)
+	inflight map[string]*execCall
 }
 
+// execEntry is one lookup's answer.
 type execEntry struct {
-	at      time.Time
+	at     time.Time
+	groups []execGroup
+	err    error // Unavailable when the lookup failed
+}
+
+type execGroup struct {
+	app     string
 	groupID int64
 	sum     [32]byte // SHA-256 of the access token
 	hasTok  bool
-	err     error // NotFound for an unknown app
 }
 
-// maxExecEntries bounds the cache against strangers naming endless apps.
-const maxExecEntries = 10000
+type execAge struct {
+	key string
+	at  time.Time
+}
+
+// execCall is a lookup in flight: done closes when e is set.
+type execCall struct {
+	done chan struct{}
+	e    *execEntry
+}
+
+func (e *execEntry) fresh(now time.Time) bool {
+	ttl := execCacheTTL
+	if e.err != nil {
+		ttl = execErrTTL
+	}
+	return now.Sub(e.at) < ttl
+}
+
+// validAppName is the registry's rule for app names: 1–64 of [A-Za-z0-9_.-].
+func validAppName(app string) bool {
+	if len(app) == 0 || len(app) > 64 {
+		return false
+	}
+	for i := 0; i < len(app); i++ {
+		c := app[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // identify checks that sum is the SHA-256 of app's group's access token.
 func (c *execCache) identify(ctx context.Context, app string, sum [32]byte) (*Caller, error) {
 	if c.creds == nil {
 		return nil, status.Error(codes.Unauthenticated, "executors are not accepted here")
 	}
-	e, err := c.lookup(ctx, app)
+	if !validAppName(app) {
+		// No group has such a name; asking the registry would only cost it.
+		return nil, status.Error(codes.Unauthenticated, ExecutorAppHeader+": want 1-64 of [A-Za-z0-9_.-]")
+	}
+	e, err := c.lookup(ctx, strings.ToLower(app))
 	if err != nil {
 		return nil, err
 	}
-	if e.err != nil || !e.hasTok || subtle.ConstantTimeCompare(sum[:], e.sum[:]) != 1 {
-		// One answer for an unknown app, a group without a token and a wrong token.
-		return nil, status.Errorf(codes.Unauthenticated, "executor %q: not the access token of its executor group (a group must have one)", app)
+	if e.err != nil {
+		return nil, e.err
 	}
-	return &Caller{Kind: KindExecutor, GroupID: e.groupID, App: app}, nil
+	for _, g := range e.groups {
+		if g.app == app && g.hasTok && subtle.ConstantTimeCompare(sum[:], g.sum[:]) == 1 {
+			return &Caller{Kind: KindExecutor, GroupID: g.groupID, App: app}, nil
+		}
+	}
+	// One answer for an unknown app, a group without a token and a wrong token.
+	return nil, status.Errorf(codes.Unauthenticated, "executor %q: not the access token of its executor group (a group must have one)", app)
 }
 
-func (c *execCache) lookup(ctx context.Context, app string) (execEntry, error) {
-	now := time.Now()
+// lookup returns what is known of the groups named key (a lower-cased app name), asking the
+// registry when nothing fresh is known, or waiting for a lookup of key already in flight.
+func (c *execCache) lookup(ctx context.Context, key string) (*execEntry, error) {
 	c.mu.Lock()
-	e, ok := c.entries[app]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < execCacheTTL {
+	if e := c.cached(key); e != nil && e.fresh(c.now()) {
+		c.mu.Unlock()
 		return e, nil
 	}
-	id, tok, err := c.creds.ExecutorGroup(ctx, app)
-	e = execEntry{at: now, groupID: id, hasTok: tok != "", sum: sha256.Sum256([]byte(tok))}
+	call := c.inflight[key]
+	if call == nil {
+		if c.inflight == nil {
+			c.inflight = make(map[string]*execCall)
+		}
+		call = &execCall{done: make(chan struct{})}
+		c.inflight[key] = call
+		// The lookup outlives a caller that gives up, so one caller's cancel cannot fail (and
+		// cache a failure for) the others.
+		go c.fetch(context.WithoutCancel(ctx), key, call)
+	}
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.e, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// cached is the entry for key, fresh or not. c.mu is held.
+func (c *execCache) cached(key string) *execEntry {
+	if e := c.known[key]; e != nil {
+		return e
+	}
+	return c.misses[key]
+}
+
+// fetch asks the registry for the groups named key and publishes the answer on call.
+func (c *execCache) fetch(ctx context.Context, key string, call *execCall) {
+	ctx, cancel := context.WithTimeout(ctx, execLookupTimeout)
+	defer cancel()
+	groups, err := c.creds.ExecutorGroups(ctx, key)
+	e := &execEntry{at: c.now()}
 	switch status.Code(err) {
 	case codes.OK:
-	case codes.NotFound, codes.InvalidArgument:
-		e.err = err
+		for _, g := range groups {
+			e.groups = append(e.groups, execGroup{app: g.App, groupID: g.GroupID, hasTok: g.Token != "", sum: sha256.Sum256([]byte(g.Token))})
+		}
+	case codes.NotFound, codes.InvalidArgument: // an unknown app
 	default:
-		return execEntry{}, status.Errorf(codes.Unavailable, "checking the executor's credential: %v", status.Convert(err).Message())
+		e.err = status.Errorf(codes.Unavailable, "checking the executor's credential: %v", status.Convert(err).Message())
 	}
 	c.mu.Lock()
-	if c.entries == nil || len(c.entries) >= maxExecEntries {
-		c.entries = make(map[string]execEntry)
-	}
-	c.entries[app] = e
+	delete(c.inflight, key)
+	c.store(key, e)
 	c.mu.Unlock()
-	return e, nil
+	call.e = e
+	close(call.done)
+}
+
+// store remembers e for key. Misses are kept to maxExecMisses: expired ones make room, oldest
+// first, and when none has expired the new one is not kept (a stranger naming endless apps
+// cannot evict what is fresh). c.mu is held.
+func (c *execCache) store(key string, e *execEntry) {
+	if len(e.groups) > 0 {
+		if c.known == nil {
+			c.known = make(map[string]*execEntry)
+		}
+		delete(c.misses, key)
+		c.known[key] = e
+		return
+	}
+	delete(c.known, key)
+	if c.misses == nil {
+		c.misses = make(map[string]*execEntry)
+	}
+	// Forget expired misses from the oldest; order also holds items of keys stored again
+	// since, which are dropped as they come up.
+	for len(c.order) > 0 {
+		old := c.order[0]
+		m := c.misses[old.key]
+		if m != nil && m.at.Equal(old.at) {
+			if m.fresh(e.at) {
+				break
+			}
+			delete(c.misses, old.key)
+		}
+		c.order = c.order[1:]
+	}
+	if _, ok := c.misses[key]; !ok && len(c.misses) >= maxExecMisses {
+		return
+	}
+	c.misses[key] = e
+	c.order = append(c.order, execAge{key, e.at})
 }
 
 // executorApp is the app an executor's call names, if any.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -111,6 +112,9 @@ type GuardConfig struct {
 	Audit AuditSink
 	// Logger receives denials and audit write failures (never tokens); nil discards them.
 	Logger *slog.Logger
+	// Now is the time source of the executor credential cache (tests move it); nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Guard enforces the access rules (policy.go) on every call of a gRPC server: a
@@ -131,7 +135,10 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		return nil, fmt.Errorf("auth: internal token: want at least %d characters", MinSecretLen)
 	}
 	g := &Guard{cfg: cfg, log: cfg.Logger, internalSum: sha256.Sum256([]byte(cfg.InternalToken))}
-	g.execs.creds = cfg.Executors
+	g.execs.creds, g.execs.now = cfg.Executors, cfg.Now
+	if g.execs.now == nil {
+		g.execs.now = time.Now
+	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}

@@ -32,14 +32,14 @@ const (
 // app-three (3) without one.
 type execCreds struct{}
 
-func (execCreds) ExecutorGroup(_ context.Context, app string) (int64, string, error) {
+func (execCreds) ExecutorGroups(_ context.Context, app string) ([]auth.ExecutorGroupCredential, error) {
 	switch app {
 	case "app-seven":
-		return 7, groupSevenToken, nil
+		return []auth.ExecutorGroupCredential{{App: "app-seven", GroupID: 7, Token: groupSevenToken}}, nil
 	case "app-three":
-		return 3, "", nil
+		return []auth.ExecutorGroupCredential{{App: "app-three", GroupID: 3}}, nil
 	}
-	return 0, "", status.Errorf(codes.NotFound, "no executor group %q", app)
+	return nil, nil
 }
 
 // asExecutor calls with an executor's credential: its app and a token.

@@ -248,3 +248,28 @@ func TestWrongLoginsUnderLoadStayBounded(t *testing.T) {
 		t.Errorf("answers %v, want only Unauthenticated and ResourceExhausted", got)
 	}
 }
+
+// TestFullThrottleRefusesNewClients: when the throttle's counts are all taken by running
+// lockouts, a login from a new address is refused as "too many clients" (not counted, not
+// checked), while lockouts already running stay.
+func TestFullThrottleRefusesNewClients(t *testing.T) {
+	t.Parallel()
+	st := dbtest.Stores(t)[1]
+	e := newEnvWith(t, st, func(c *auth.Config) {
+		c.Throttle = auth.ThrottleConfig{MaxFailures: 1, AddrMaxFailures: 1, UserMaxFailures: 1000, MaxEntries: 16}
+	})
+	var last error
+	for i := range 20 { // each address's pair and address counts lock at once: 2 of 16
+		_, last = e.c.Login(from("203.0.113."+strconv.Itoa(i)), &authv1.LoginRequest{Username: "tom", Password: "wrong-guess"})
+		if status.Code(last) != codes.Unauthenticated {
+			break
+		}
+	}
+	if st, _ := status.FromError(last); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "too many clients") {
+		t.Fatalf("logins from ever new addresses: ended with %v, want ResourceExhausted \"too many clients\"", last)
+	}
+	_, err := e.c.Login(from("203.0.113.0"), &authv1.LoginRequest{Username: "tom", Password: "wrong-guess"})
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "too many failed attempts") {
+		t.Errorf("the first address again: %v, want its lockout (ResourceExhausted \"too many failed attempts\")", err)
+	}
+}
