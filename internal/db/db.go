@@ -233,6 +233,13 @@ func Contains(s string) string {
 	if s == "" {
 		return ""
 	}
-	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-	return "%" + r.Replace(s) + "%"
+	return "%" + Escape(s) + "%"
 }
+
+// Escape is s as a LIKE pattern (with ESCAPE '\') that matches s alone: its wildcards and
+// backslashes are escaped.
+func Escape(s string) string {
+	return likeEscaper.Replace(s)
+}
+
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)

@@ -125,3 +125,31 @@ func TestGroupUpdateValidationNamesTheField(t *testing.T) {
 		t.Errorf("group after refused updates = %v, %v, want it unchanged", g, err)
 	}
 }
+
+// TestListWholeAppNameWithoutExecutors: the guard's credential lookup asks for one app name as a
+// whole (ignoring case), not every group containing it, and without the live executors.
+func TestListWholeAppNameWithoutExecutors(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Client(t)
+	c := serveWith(t, dbtest.Store{Name: "sqlite", Config: db.Config{DataDir: t.TempDir()}}, cli, nil)
+	for _, app := range []string{"pay", "pay-batch", "repay"} {
+		if _, err := c.CreateExecutorGroup(t.Context(), &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{AppName: app, Title: app}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(t, cli, "pay", "p1", "127.0.0.1:41")
+	waitAddresses(t, c, "pay", "127.0.0.1:41")
+	for _, name := range []string{"pay", "PAY", "Pay"} {
+		l, err := c.ListExecutorGroups(t.Context(), &registryv1.ListExecutorGroupsRequest{AppName: name, WholeAppName: true, WithoutExecutors: true})
+		if err != nil || len(l.GetGroups()) != 1 || l.GetGroups()[0].GetAppName() != "pay" {
+			t.Fatalf("whole app name %q: %v %v, want the group pay alone", name, l, err)
+		}
+		if g := l.GetGroups()[0]; len(g.GetExecutors()) != 0 || len(g.GetAddresses()) != 0 {
+			t.Errorf("without executors: got %v", g)
+		}
+	}
+	l, err := c.ListExecutorGroups(t.Context(), &registryv1.ListExecutorGroupsRequest{AppName: "pay"})
+	if err != nil || len(l.GetGroups()) != 3 {
+		t.Errorf("part of an app name: %v %v, want pay, pay-batch and repay", l, err)
+	}
+}

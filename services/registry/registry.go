@@ -211,10 +211,14 @@ func (s *Service) ListExecutorGroups(ctx context.Context, req *registryv1.ListEx
 	if err := fs.Err(); err != nil {
 		return nil, err
 	}
+	app := db.Contains(req.GetAppName())
+	if req.GetWholeAppName() {
+		app = db.Escape(req.GetAppName())
+	}
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT `+groupColumns+` FROM executor_groups
 		WHERE ($1 = '' OR lower(app_name) LIKE lower($1) ESCAPE '\')
 		  AND ($2 = '' OR lower(title) LIKE lower($2) ESCAPE '\')
-		ORDER BY id`), db.Contains(req.GetAppName()), db.Contains(req.GetTitle()))
+		ORDER BY id`), app, db.Contains(req.GetTitle()))
 	if err != nil {
 		return nil, fmt.Errorf("list executor groups: %w", err)
 	}
@@ -225,7 +229,12 @@ func (s *Service) ListExecutorGroups(ctx context.Context, req *registryv1.ListEx
 		if err != nil {
 			return nil, err
 		}
-		resp.Groups = append(resp.Groups, s.resolve(ctx, g))
+		if req.GetWithoutExecutors() {
+			s.mask(ctx, g)
+		} else {
+			g = s.resolve(ctx, g)
+		}
+		resp.Groups = append(resp.Groups, g)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list executor groups: %w", err)
@@ -349,9 +358,7 @@ func (s *Service) getGroup(ctx context.Context, id int64) (*registryv1.ExecutorG
 // resolve fills in the addresses in use now (for AUTO groups, the online executors with their
 // last-seen times) and masks the token unless the caller is a service (Config.RevealTokens).
 func (s *Service) resolve(ctx context.Context, g *registryv1.ExecutorGroup) *registryv1.ExecutorGroup {
-	if g.AccessToken != "" && !s.reveal(ctx) {
-		g.AccessToken = MaskedToken
-	}
+	s.mask(ctx, g)
 	switch g.AddressType {
 	case registryv1.AddressType_ADDRESS_TYPE_MANUAL:
 		// Compacted too, for lists stored before repeats were refused: routing takes a set.
@@ -365,6 +372,13 @@ func (s *Service) resolve(ctx context.Context, g *registryv1.ExecutorGroup) *reg
 		g.Addresses = slices.Compact(g.Addresses)
 	}
 	return g
+}
+
+// mask hides the group's access token unless the caller is a service (Config.RevealTokens).
+func (s *Service) mask(ctx context.Context, g *registryv1.ExecutorGroup) {
+	if g.AccessToken != "" && !s.reveal(ctx) {
+		g.AccessToken = MaskedToken
+	}
 }
 
 type scanner interface{ Scan(dest ...any) error }

@@ -34,7 +34,7 @@ type ExecutorCredentials interface {
 // ExecutorGroups implements ExecutorCredentials: the registry reveals tokens to the internal
 // caller ClientResolver's connection presents. Its app filter matches substrings ignoring case.
 func (r ClientResolver) ExecutorGroups(ctx context.Context, app string) ([]ExecutorGroupCredential, error) {
-	resp, err := r.Registry.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: app})
+	resp, err := r.Registry.ListExecutorGroups(ctx, &registryv1.ListExecutorGroupsRequest{AppName: app, WholeAppName: true, WithoutExecutors: true})
 	if err != nil {
 		return nil, lookupErr("executor", err)
 	}

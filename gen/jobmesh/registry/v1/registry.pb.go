@@ -396,12 +396,17 @@ func (x *ExecutorGroup) GetUpdateTime() *timestamppb.Timestamp {
 // ListExecutorGroupsRequest filters groups.
 type ListExecutorGroupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Only groups whose app name contains this.
+	// Only groups whose app name contains this (ignoring case).
 	AppName string `protobuf:"bytes,1,opt,name=app_name,json=appName,proto3" json:"app_name,omitempty"`
-	// Only groups whose title contains this.
-	Title         string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Only groups whose title contains this (ignoring case).
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// app_name must match whole app names (ignoring case), not parts of them.
+	WholeAppName bool `protobuf:"varint,3,opt,name=whole_app_name,json=wholeAppName,proto3" json:"whole_app_name,omitempty"`
+	// Leave the groups' online executors and addresses out: a cheaper answer, for callers that
+	// want the groups alone (the guard checking an executor's credential).
+	WithoutExecutors bool `protobuf:"varint,4,opt,name=without_executors,json=withoutExecutors,proto3" json:"without_executors,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListExecutorGroupsRequest) Reset() {
@@ -446,6 +451,20 @@ func (x *ListExecutorGroupsRequest) GetTitle() string {
 		return x.Title
 	}
 	return ""
+}
+
+func (x *ListExecutorGroupsRequest) GetWholeAppName() bool {
+	if x != nil {
+		return x.WholeAppName
+	}
+	return false
+}
+
+func (x *ListExecutorGroupsRequest) GetWithoutExecutors() bool {
+	if x != nil {
+		return x.WithoutExecutors
+	}
+	return false
 }
 
 // ListExecutorGroupsResponse lists groups.
@@ -1202,10 +1221,12 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\taddresses\x18\a \x03(\tB\x03\xe0A\x03R\taddresses\x12@\n" +
 	"\texecutors\x18\b \x03(\v2\x1d.jobmesh.registry.v1.ExecutorB\x03\xe0A\x03R\texecutors\x12@\n" +
 	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
-	"updateTime\"L\n" +
+	"updateTime\"\x9f\x01\n" +
 	"\x19ListExecutorGroupsRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"X\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12$\n" +
+	"\x0ewhole_app_name\x18\x03 \x01(\bR\fwholeAppName\x12+\n" +
+	"\x11without_executors\x18\x04 \x01(\bR\x10withoutExecutors\"X\n" +
 	"\x1aListExecutorGroupsResponse\x12:\n" +
 	"\x06groups\x18\x01 \x03(\v2\".jobmesh.registry.v1.ExecutorGroupR\x06groups\"V\n" +
 	"\x1aCreateExecutorGroupRequest\x128\n" +
