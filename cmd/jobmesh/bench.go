@@ -74,6 +74,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.str(&mdPath, "markdown", "", "write the Markdown report to this file too (it always goes to stdout)")
 	f.str(&cfg.WorkDir, "work-dir", "", "directory for the processes' logs and data; empty means a temporary one, removed afterwards")
 	f.boolean(&cfg.Keep, "keep", false, "keep the work directory and the database")
+	f.boolean(&cfg.Insecure, "insecure", false, "run the bench's own cluster in plaintext, to measure what mutual TLS costs")
 	f.str(&cfg.AdminURL, "admin-url", "", "Postgres server where the run's database is created and dropped (default postgres://postgres@127.0.0.1:5432/postgres)")
 	f.str(&cfg.DatabaseURL, "database-url", "", "use this existing database as it is instead (never dropped); with --target, logsvc's database, to count stored results")
 	f.integer(&cfg.Schedulers, "schedulers", 0, "scheduler replicas (default 1; failover 3)")

@@ -33,6 +33,9 @@ type Config struct {
 	WorkDir string
 	// Keep keeps the work directory and the database.
 	Keep bool
+	// Insecure runs the bench's own cluster in plaintext (every process with --insecure), to
+	// measure what mutual TLS costs; by default it runs on mutual TLS, as a cluster should.
+	Insecure bool
 	// AdminURL is the Postgres server where the run's database is created (and dropped after the
 	// run unless Keep). Default postgres://postgres@127.0.0.1:5432/postgres.
 	AdminURL string

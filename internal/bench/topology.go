@@ -282,6 +282,10 @@ func (t *topology) ownTLS() error {
 	if !t.schedulerHasFlag("tls-cert") {
 		return nil
 	}
+	if t.cfg.Insecure {
+		t.tlsArgs = []string{"--insecure"}
+		return nil
+	}
 	ca, err := meshtls.EnsureCA(filepath.Join(t.dir, "tls"))
 	if err != nil {
 		return err
