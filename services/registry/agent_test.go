@@ -446,3 +446,29 @@ func TestRotatedTokenRemovesRegistration(t *testing.T) {
 	}
 	waitAddresses(t, c, app)
 }
+
+// TestStartWaitsForItsInstanceToBeFree: an executor that restarts before the registry saw its
+// previous registration end waits for the instance id rather than failing to start.
+func TestStartWaitsForItsInstanceToBeFree(t *testing.T) {
+	t.Parallel()
+	c, regAddr := serveAt(t, sqliteStore(t), etcdtest.Client(t), registry.Config{})
+	const app = "restarting-app"
+	ensureGroup(t, c, app)
+	old, err := rawRegistration(t, regAddr, app, agentToken, &registryv1.Executor{AppName: app, InstanceId: "i1", Address: "127.0.0.1:51"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := logtest.New()
+	e := newAgent(t, c, regAddr, app, "i1", func(c *sdk.Config) { c.Logger = rec.Logger() })
+	started := make(chan error, 1)
+	go func() { started <- e.Start(t.Context()) }()
+	rec.Wait(t, 10*time.Second, "executor instance still registered by an earlier stream; waiting")
+	if err := old.CloseSend(); err != nil { // the old registration ends
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("Start while the instance was held, then freed: %v", err)
+	}
+	t.Cleanup(e.Stop)
+	waitAddresses(t, c, app, e.AdvertiseAddr())
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
@@ -47,6 +49,20 @@ func newRegistrar(cli registryv1.RegistryServiceClient, cfg Config, advertise st
 func (r *registrar) start(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	beats, err := r.register(ctx, rctx)
+	// The instance id may still be held by this executor's previous registration (a restart
+	// before the registry saw the old stream end): wait for it within ctx.
+	for backoff := 100 * time.Millisecond; status.Code(err) == codes.AlreadyExists; backoff = min(2*backoff, 2*time.Second) {
+		r.log.Info("executor instance still registered by an earlier stream; waiting", "executor", r.key)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			cancel()
+			return fmt.Errorf("RegistryAddr: register executor %s: %w", r.key, err)
+		case <-t.C:
+		}
+		beats, err = r.register(ctx, rctx)
+	}
 	if err != nil {
 		cancel()
 		return fmt.Errorf("RegistryAddr: register executor %s: %w", r.key, err)
