@@ -290,13 +290,10 @@ func (t *topology) ownTLS() error {
 	if err != nil {
 		return err
 	}
-	files, err := ca.Leaf("node")
-	if err != nil {
+	if t.tls, err = ca.Identity("node"); err != nil {
 		return err
 	}
-	if t.tls, err = meshtls.Load(files); err != nil {
-		return err
-	}
+	files := t.tls.Files()
 	t.tlsArgs = []string{"--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-ca", files.CA}
 	return nil
 }

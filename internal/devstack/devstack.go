@@ -598,13 +598,11 @@ func (s *Stack) ensureTLS(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("devstack: %w", err)
 	}
-	if s.TLSFiles, err = ca.Leaf("node", certHosts(cfg)...); err != nil {
+	if s.TLS, err = ca.Identity("node", certHosts(cfg)...); err != nil {
 		return fmt.Errorf("devstack: %w", err)
 	}
+	s.TLSFiles = s.TLS.Files()
 	if s.ClientTLSFiles, err = ca.Leaf("client"); err != nil {
-		return fmt.Errorf("devstack: %w", err)
-	}
-	if s.TLS, err = meshtls.Load(s.TLSFiles); err != nil {
 		return fmt.Errorf("devstack: %w", err)
 	}
 	return nil

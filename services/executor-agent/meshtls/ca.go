@@ -84,6 +84,15 @@ func EnsureCA(dir string) (*CA, error) {
 // CertFile is the path of the CA certificate, the --tls-ca of every process of the mesh.
 func (ca *CA) CertFile() string { return filepath.Join(ca.dir, "ca.pem") }
 
+// Identity is Leaf's certificate, loaded: what a process presents and verifies its peers with.
+func (ca *CA) Identity(name string, hosts ...string) (*Identity, error) {
+	f, err := ca.Leaf(name, hosts...)
+	if err != nil {
+		return nil, err
+	}
+	return Load(f)
+}
+
 // Leaf returns the files of the leaf certificate name (<name>.pem, <name>-key.pem) for the
 // hosts given plus localhost, 127.0.0.1 and ::1, issuing it on first use. An existing leaf is
 // reused while it was signed by this CA, names every host and is not about to expire; otherwise

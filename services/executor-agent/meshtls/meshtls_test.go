@@ -24,11 +24,7 @@ func identity(t *testing.T, dir, name string) *meshtls.Identity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ca.Leaf(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := meshtls.Load(f)
+	id, err := ca.Identity(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,7 @@ func devIdentity(t *testing.T, dir, name string) *meshtls.Identity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ca.Leaf(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := meshtls.Load(f)
+	id, err := ca.Identity(name)
 	if err != nil {
 		t.Fatal(err)
 	}
