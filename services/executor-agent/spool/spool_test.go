@@ -335,16 +335,19 @@ func TestAckIsPersistedAtOnceWhenFilling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, _ := open(t, spool.Config{Dir: t.TempDir(), MaxBytes: 1000, SegmentBytes: 100, AckSyncInterval: time.Hour})
 		rec := []byte(strings.Repeat("x", 84)) // 100 bytes with its header
-		// The first acknowledgement is persisted at once; the next ones could wait an hour.
+		// The append's sync persists the mark (nothing acknowledged yet), so at 100 of 1,000
+		// the acknowledgement that follows waits for AckSyncInterval.
 		first, err := s.Append(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
 		s.Ack(first)
 		time.Sleep(20 * time.Millisecond)
 		synctest.Wait()
-		if b := s.Bytes(); b != 0 {
-			t.Fatalf("bytes after the first acknowledgement: got %d, want 0", b)
+		if b := s.Bytes(); b != 100 {
+			t.Fatalf("bytes after acknowledging 100 of 1,000: got %d, want 100 until AckSyncInterval", b)
 		}
 		var seqs []uint64
 		for range 6 {
@@ -358,7 +361,7 @@ func TestAckIsPersistedAtOnceWhenFilling(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		synctest.Wait()
 		if b := s.Bytes(); b != 0 {
-			t.Fatalf("bytes after acknowledging everything at 600 of 1,000: got %d, want 0", b)
+			t.Fatalf("bytes after acknowledging everything at 700 of 1,000: got %d, want 0", b)
 		}
 		// Below half, the same waits.
 		seq, err := s.Append(rec)
