@@ -38,6 +38,7 @@ type Problem struct {
 	Why string
 }
 
+// String formats the problem as file:line: destination: why.
 func (p Problem) String() string {
 	return fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Dest, p.Why)
 }
