@@ -26,7 +26,7 @@ import (
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 )
 
 const (
@@ -498,7 +498,7 @@ func (e *Executor) execute(w *worker, r *run) {
 	// Without a tracer provider the run has no span (it would record nothing); sampled out, its
 	// span records nothing: either way skip building what it would record.
 	span, traceparent := noSpan, "" // the fire's own traceparent, unless the run span is a new one
-	if telemetry.TracerInstalled() {
+	if instrument.TracerInstalled() {
 		parent := trace.SpanContextFromContext(ctx)
 		ctx, span = tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start))
 		if sc := span.SpanContext(); !sc.Equal(parent) {
