@@ -125,7 +125,7 @@ func TestSDKFromOutsideTheRepository(t *testing.T) {
 		}
 	}
 	goCmd("mod", "init", "example.com/outside")
-	goCmd("get", agent.Path+"@"+agent.Version)
+	goCmd("get", agent.Path+"/sdk@"+agent.Version)
 	goCmd("mod", "tidy")
 	bin := filepath.Join(app, "outside")
 	goCmd("build", "-o", bin, ".")

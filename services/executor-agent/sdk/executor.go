@@ -1,8 +1,10 @@
 // Package sdk is the jobmesh executor engine. The jobmesh-agent sidecar runs it, and Go
 // applications embed it to run their own handlers in-process: it serves ExecutorService to the
 // scheduler, runs each job on its own worker with XXL-JOB's block strategies, runs GLUE scripts
-// and commands in their own process groups, registers the executor in etcd under a lease, and
-// delivers results and output lines to logsvc until they are acknowledged.
+// and commands in their own process groups, registers the executor with the registry (which
+// keeps it in the live view while its heartbeats arrive), and delivers results and output lines
+// to logsvc until they are acknowledged. It imports the OpenTelemetry API only: an application
+// that wants its metrics and spans installs its own providers.
 package sdk
 
 import (
@@ -228,7 +230,7 @@ func (e *Executor) handler(name string) (*bean, bool) {
 }
 
 // Start listens, serves ExecutorService, starts delivery to logsvc and registers the executor
-// in etcd (the first registration must succeed). ctx bounds start-up and lends its values to
+// with the registry (the first registration must succeed). ctx bounds start-up and lends its values to
 // handlers; the executor runs until Stop.
 func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Lock()
