@@ -284,7 +284,7 @@ func ExampleExecutor_Stop() {
 	err = ex.Stop(ctx)
 	fmt.Println(errors.Is(err, context.DeadlineExceeded), err)
 	// Output:
-	// true executor stop: 1 running handlers killed: context deadline exceeded
+	// true executor stop: 1 running handler(s) killed: context deadline exceeded
 }
 
 // exampleToken is the examples' executor group access token.

@@ -413,7 +413,7 @@ func (e *Executor) stop(ctx context.Context) error {
 		e.mu.Unlock()
 		if len(running) > 0 {
 			e.log.Warn("handlers still running when the stop's context ended; killing them", "count", len(running), "error", ctx.Err())
-			errs = append(errs, fmt.Errorf("executor stop: %d running handlers killed: %w", len(running), context.Cause(ctx)))
+			errs = append(errs, fmt.Errorf("executor stop: %d running handler(s) killed: %w", len(running), context.Cause(ctx)))
 		}
 		for _, r := range running {
 			r.cancel(stopCause)

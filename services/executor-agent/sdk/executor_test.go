@@ -844,7 +844,7 @@ func TestStopKillsRunningAndFlushesResults(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // no time for running handlers
 	err := h.exec.Stop(ctx)
-	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "1 running handlers killed") {
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "1 running handler(s) killed") {
 		t.Fatalf("Stop: got %v, want 1 running handler killed because the context ended", err)
 	}
 	if again := h.exec.Stop(t.Context()); again != err { // idempotent

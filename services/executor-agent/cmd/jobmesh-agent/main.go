@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -34,8 +35,15 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."; otherwise it is the agent
+// module's version when installed with `go install …/cmd/jobmesh-agent@vX.Y.Z`, else "dev".
 var version = "dev"
+
+func init() {
+	if bi, ok := debug.ReadBuildInfo(); ok && version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		version = bi.Main.Version
+	}
+}
 
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
