@@ -230,8 +230,8 @@ func (e *Executor) handler(name string) (*bean, bool) {
 }
 
 // Start listens, serves ExecutorService, starts delivery to logsvc and registers the executor
-// with the registry (the first registration must succeed). ctx bounds start-up and lends its values to
-// handlers; the executor runs until Stop.
+// with the registry (the first registration must succeed). ctx bounds start-up and lends its
+// values to handlers; the executor runs until Stop.
 func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Lock()
 	if e.started {
@@ -360,8 +360,8 @@ func (e *Executor) AdvertiseAddr() string {
 //  4. It stops serving ExecutorService and flushes results and log lines to logsvc for up to
 //     5 s; what logsvc has not acknowledged stays in the spool for the next start.
 //
-// It returns nil after a clean drain; otherwise an error that says which handlers ctx cut short
-// (wrapping ctx's error) or what stayed in the spool. Stop is idempotent: later calls, concurrent
+// It returns nil after a clean drain; otherwise an error that says how many handlers ctx cut
+// short (wrapping ctx's error) or what stayed in the spool. Stop is idempotent: later calls, concurrent
 // ones included, wait for the first and return its error. Stopping an executor that never
 // started returns nil.
 func (e *Executor) Stop(ctx context.Context) error {
