@@ -79,9 +79,11 @@ var forbiddenInSDK = []string{
 }
 
 // TestSDKFromOutsideTheRepository builds a program outside the repository that imports the SDK
-// the way a user would, with go get: no go.work, no replace directive. The repository's modules
-// come from a module proxy made from the working tree at the versions the go.mod files require
-// (internal/modproxy), so the build fails if the SDK module is not importable as published. The
+// the way a user's would be built: it requires the agent module at the version the repository
+// requires, and go mod tidy and go build do the rest, with no go.work and no replace directive.
+// The repository's modules come from a module proxy made from the working tree at the versions
+// the go.mod files require (internal/modproxy), never from the network, so the build fails if
+// the SDK module is not importable as published. The
 // program then joins a running jobmesh as an executor of its own group, a job fired through the
 // scheduler runs in it, and its result, with the handler's success message, and output are
 // stored in logsvc. Stopped with SIGTERM, it leaves its group and exits cleanly.
@@ -107,6 +109,8 @@ func TestSDKFromOutsideTheRepository(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(app, "main.go"), []byte(outsideProgram), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// goCmd runs go in the program's directory. With -x, go logs every fetch from the network
+	// ("# get https://…"); none may be of a jobmesh module, which must come from the proxy.
 	goCmd := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("go", args...)
@@ -115,6 +119,11 @@ func TestSDKFromOutsideTheRepository(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		for line := range strings.Lines(stderr.String()) {
+			if strings.HasPrefix(line, "# get ") && !strings.HasPrefix(line, "# get file:") && strings.Contains(line, "/jobmesh/") {
+				t.Errorf("go %s fetched a jobmesh module from the network: %s", strings.Join(args, " "), line)
+			}
 		}
 		return stdout.String()
 	}
@@ -125,10 +134,10 @@ func TestSDKFromOutsideTheRepository(t *testing.T) {
 		}
 	}
 	goCmd("mod", "init", "example.com/outside")
-	goCmd("get", agent.Path+"/sdk@"+agent.Version)
-	goCmd("mod", "tidy")
+	goCmd("mod", "edit", "-require="+agent.Path+"@"+agent.Version)
+	goCmd("mod", "tidy", "-x")
 	bin := filepath.Join(app, "outside")
-	goCmd("build", "-o", bin, ".")
+	goCmd("build", "-x", "-o", bin, ".")
 
 	// The repository's modules came from the proxy: at its versions, unreplaced, with its zips.
 	sums, err := os.ReadFile(filepath.Join(app, "go.sum"))
