@@ -19,6 +19,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 )
 
 // TestClusterOfServiceCommands runs the cluster layout: `jobmesh registry`, `jobmesh logsvc`,
@@ -203,7 +204,7 @@ func TestClusterOfServiceCommands(t *testing.T) {
 	if err := ex.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer ex.Stop()
+	defer sdktest.Stop(ex)
 
 	var job struct {
 		Job struct {

@@ -235,7 +235,7 @@ func TestLogsvcDown30sWhile200RunsFinish(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	cli := sdktest.Client(t, e.Addr(), groupToken)
 
 	ls.down()
@@ -283,7 +283,10 @@ func TestLogsvcDown30sWhile200RunsFinish(t *testing.T) {
 	if lines := ls.waitDelivered(t, "out-", ids, fireLines); lines != 3*fires {
 		t.Fatalf("line rows: got %d, want %d", lines, 3*fires)
 	}
-	e.Stop() // flushes: everything is acknowledged, so the spool ends empty
+	// Stop flushes: everything is acknowledged, so the spool ends empty.
+	if err := sdktest.Stop(e); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	if n := spoolBytes(t, filepath.Join(logDir, "spool")); n != 0 {
 		t.Fatalf("spool after delivery and stop: got %d bytes, want 0", n)
 	}

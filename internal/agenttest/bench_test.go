@@ -44,7 +44,7 @@ func BenchmarkAgentToLogsvc(b *testing.B) {
 	if err := ex.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(ex.Stop)
+	b.Cleanup(func() { sdktest.Stop(ex) })
 	cli := sdktest.Client(b, ex.Addr(), groupToken)
 	ctx := context.Background()
 

@@ -119,7 +119,11 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	if err := ex.Start(ctx); err != nil {
 		return err
 	}
-	defer ex.Stop()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = ex.Stop(sctx)
+	}()
 	fmt.Fprintf(stdout, "agent grpc %s\nagent http %s\n", ex.Addr(), ln.Addr())
 	select {
 	case <-ctx.Done():

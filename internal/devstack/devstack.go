@@ -54,6 +54,9 @@ import (
 const IgnoredAdminPassword = "--admin-password ignored: the store already has users (it only sets the first admin's); " +
 	"to set a lost password: jobmesh admin reset-password --user admin"
 
+// agentStopGrace is how long stopping the stack lets the local agent's running handlers finish.
+const agentStopGrace = 10 * time.Second
+
 // DevApp is the app name of the local agent and of the executor group created for it.
 const DevApp = "jobmesh-dev"
 
@@ -451,7 +454,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := agent.Start(ctx); err != nil {
 		return nil, err
 	}
-	undo = append(undo, agent.Stop)
+	stopAgent := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), agentStopGrace)
+		defer cancel()
+		_ = agent.Stop(sctx) // it logs what it cut short
+	}
+	undo = append(undo, stopAgent)
 	st.AgentAddr = agent.Addr()
 
 	// Gateway.
@@ -473,7 +481,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Shutdown order: stop accepting (gateway), resign and drain (scheduler), finish runs and
 	// deliver results (agent), then logsvc and registry, the gRPC servers, connections, etcd, stores.
 	// Every Stop is idempotent, so the reverse start order that follows only closes what is left.
-	st.closers = []func(){gw.Stop, stopSched, agent.Stop, logs.Stop, reg.Stop}
+	st.closers = []func(){gw.Stop, stopSched, stopAgent, logs.Stop, reg.Stop}
 	for i := len(undo) - 1; i >= 0; i-- {
 		st.closers = append(st.closers, undo[i])
 	}

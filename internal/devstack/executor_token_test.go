@@ -39,7 +39,7 @@ func startTokenExecutor(t *testing.T, st *devstack.Stack, app, accessToken strin
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("start executor of %s: %v", app, err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	return e
 }
 
@@ -144,7 +144,7 @@ func TestExecutorAccessToken(t *testing.T) {
 			}
 			err = e.Start(t.Context())
 			if err == nil {
-				e.Stop()
+				sdktest.Stop(e)
 				t.Fatalf("an executor of secured with token %q registered", tok)
 			}
 			if !strings.Contains(err.Error(), "Unauthenticated") {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 )
 
 // shardCalls records which shard each executor ran, by executor address.
@@ -117,7 +118,7 @@ func TestRoutingThroughTheLiveView(t *testing.T) {
 		if err := e.Start(ctx); err != nil {
 			t.Fatalf("start %s: %v", inst, err)
 		}
-		t.Cleanup(e.Stop)
+		t.Cleanup(func() { sdktest.Stop(e) })
 		addrs = append(addrs, e.AdvertiseAddr())
 	}
 	slices.Sort(addrs)

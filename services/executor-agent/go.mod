@@ -3,7 +3,7 @@ module github.com/jobmesh/jobmesh/services/executor-agent
 go 1.26.0
 
 require (
-	github.com/jobmesh/jobmesh/gen v0.0.0-00010101000000-000000000000
+	github.com/jobmesh/jobmesh/gen v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/otlptranslator v1.0.0
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0
@@ -43,5 +43,3 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
 )
-
-replace github.com/jobmesh/jobmesh/gen => ../../gen

@@ -11,7 +11,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
-	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 )
 
 // meterName is the instrumentation scope of logsvc's instruments.
@@ -26,7 +26,7 @@ const (
 
 // lagBuckets extend the latency buckets to an hour: a backlog replayed from an agent's spool
 // after an outage is minutes or hours old.
-var lagBuckets = append(append([]float64(nil), telemetry.LatencyBuckets...), 300, 900, 3600)
+var lagBuckets = append(append([]float64(nil), instrument.LatencyBuckets...), 300, 900, 3600)
 
 // metrics are logsvc's ingest instruments, on the global MeterProvider (installed by
 // telemetry.StartMetrics; no-ops without it). Attribute sets are built once per stream.
@@ -50,10 +50,10 @@ func newMetrics() *metrics {
 	mt := &metrics{streams: map[string]*streamAttrs{}}
 	mt.size, _ = m.Int64Histogram("jobmesh.logsvc.ingest.batch.size", metric.WithUnit("{item}"),
 		metric.WithDescription("Items (trigger records, results or log lines) in one committed ingest batch."),
-		metric.WithExplicitBucketBoundaries(telemetry.SizeBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.SizeBuckets...))
 	mt.duration, _ = m.Float64Histogram("jobmesh.logsvc.ingest.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to store one ingest batch, from its queueing for a write cycle to commit; error.type is set when it was not stored."),
-		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.LatencyBuckets...))
 	mt.lag, _ = m.Float64Histogram("jobmesh.logsvc.ingest.lag", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest item of a committed batch at commit: event time (dispatch, run start or end, line written) to stored."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))

@@ -22,6 +22,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
 	"github.com/jobmesh/jobmesh/internal/logtest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
 
@@ -64,7 +65,7 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	key := registry.KeyPrefix + "reg-app/i1"
 
 	resp, err := cli.Get(t.Context(), key)
@@ -101,7 +102,9 @@ func TestRegistrationSurvivesLeaseLossAndIsRevokedOnStop(t *testing.T) {
 	rec.Wait(t, 10*time.Second, "WARN executor registration lost", "lease was lost")
 	rec.Wait(t, 10*time.Second, "executor registered again")
 
-	e.Stop()
+	if err := sdktest.Stop(e); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	waitGone(t, cli, key)
 }
 
@@ -141,7 +144,7 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	waitAddresses(t, c, app, e.AdvertiseAddr())
 
 	srv.s.Close()
@@ -150,7 +153,9 @@ func TestRegistrationSurvivesEtcdRestart(t *testing.T) {
 	rec.Wait(t, 30*time.Second, "executor registered again")
 	waitAddresses(t, c, app, e.AdvertiseAddr())
 
-	e.Stop()
+	if err := sdktest.Stop(e); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	waitAddresses(t, c, app)
 }
 
@@ -168,12 +173,14 @@ func TestAgentJoinsAndLeavesTheView(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	if ev := recvWithin(t, st); ev.Type != registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_PUT || ev.Executors[0].Address != e.AdvertiseAddr() ||
 		ev.Executors[0].GetSeal() != "" {
 		t.Fatalf("event = %v, want PUT of %s without its seal", ev, e.AdvertiseAddr())
 	}
-	e.Stop()
+	if err := sdktest.Stop(e); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	if ev := recvWithin(t, st); ev.Type != registryv1.ExecutorEventType_EXECUTOR_EVENT_TYPE_DELETE {
 		t.Fatalf("event after Stop = %v, want DELETE", ev)
 	}
@@ -469,6 +476,6 @@ func TestStartWaitsForItsInstanceToBeFree(t *testing.T) {
 	if err := <-started; err != nil {
 		t.Fatalf("Start while the instance was held, then freed: %v", err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	waitAddresses(t, c, app, e.AdvertiseAddr())
 }

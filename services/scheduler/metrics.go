@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 )
 
 // meterName is the instrumentation scope of the scheduler's instruments.
@@ -60,20 +60,20 @@ func newMetrics(replicaID string) *metrics {
 	}
 	mt.lateness, _ = m.Float64Histogram("jobmesh.scheduler.fire.lateness", metric.WithUnit("s"),
 		metric.WithDescription("Scheduled fire time to the Run call sent to the executor; 0 for a fire sent ahead of its time."),
-		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.LatencyBuckets...))
 	mt.fires, _ = m.Int64Counter("jobmesh.scheduler.fires", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires dispatched or given up, one per trigger id (a sharded fire counts once per shard), by outcome."))
 	mt.rejections, _ = m.Int64Counter("jobmesh.scheduler.pool.rejections", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires refused because the trigger pool's queue was full."))
 	mt.scan, _ = m.Float64Histogram("jobmesh.scheduler.preread.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one pre-read scan: the fenced transaction that arms the window's fires."),
-		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.LatencyBuckets...))
 	mt.scanJobs, _ = m.Int64Histogram("jobmesh.scheduler.preread.jobs", metric.WithUnit("{job}"),
 		metric.WithDescription("Due jobs read by one pre-read scan (the batch size)."),
-		metric.WithExplicitBucketBoundaries(telemetry.SizeBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.SizeBuckets...))
 	mt.runFires, _ = m.Int64Histogram("jobmesh.scheduler.run.batch.size", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires carried by one Run call: the fires queued for an executor while the previous call was in flight."),
-		metric.WithExplicitBucketBoundaries(telemetry.SizeBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.SizeBuckets...))
 	for _, o := range fireOutcomes {
 		mt.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("jobmesh.fire.outcome", o)))}
 	}

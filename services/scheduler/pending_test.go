@@ -11,6 +11,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -70,7 +71,7 @@ func (c *cluster) executors(t *testing.T, app string, n int, handler string, h s
 		if err := ex.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(ex.Stop)
+		t.Cleanup(func() { sdktest.Stop(ex) })
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {

@@ -55,7 +55,7 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 		if err := ex.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(ex.Stop)
+		t.Cleanup(func() { sdktest.Stop(ex) })
 		runs[ex.AdvertiseAddr()] = &cnt
 		addrs = append(addrs, ex.AdvertiseAddr())
 	}

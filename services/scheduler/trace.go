@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
@@ -35,7 +35,7 @@ var w3c propagation.TraceContext
 // a manual trigger). Attributes are computed only when the span records, so an untraced
 // scheduler pays for no formatting.
 func (s *Service) startFire(f *fire, cause trace.Link) (context.Context, trace.Span) {
-	if !telemetry.TracerInstalled() { // the span would record nothing and carry no context
+	if !instrument.TracerInstalled() { // the span would record nothing and carry no context
 		return context.Background(), noSpan
 	}
 	var ctx context.Context
@@ -91,7 +91,7 @@ func endFire(span trace.Span, ids, addrs []string, failed int, msg string) {
 
 // startDispatch starts the span of one Run to one executor, a child of the fire's.
 func startDispatch(ctx context.Context, id string, t route.Target) (context.Context, trace.Span) {
-	if !telemetry.TracerInstalled() {
+	if !instrument.TracerInstalled() {
 		return ctx, noSpan
 	}
 	ctx, span := tracer.Start(ctx, "jobmesh.dispatch")

@@ -32,7 +32,7 @@ func benchExecutor(b *testing.B) (*sdk.Executor, executorv1.ExecutorServiceClien
 	if err := e.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(e.Stop)
+	b.Cleanup(func() { sdktest.Stop(e) })
 	return e, sdktest.Client(b, e.Addr(), "bench-token"), ended
 }
 

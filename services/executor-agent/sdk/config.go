@@ -72,11 +72,9 @@ type Config struct {
 	// HTTPAllowHosts are the hosts the built-in "http" handler may call: "host" (any port),
 	// "host:port" or "*.domain". Empty (the default) refuses every request.
 	HTTPAllowHosts []string
-	// KillGrace is how long a killed or timed-out script gets between SIGTERM and SIGKILL.
-	// Default 5s.
+	// KillGrace is how long a killed or timed-out script gets between SIGTERM and SIGKILL, and
+	// how long Stop waits for the handlers it cancelled. Default 5s.
 	KillGrace time.Duration
-	// StopGrace is how long Stop waits for running handlers before killing them. Default 10s.
-	StopGrace time.Duration
 	// IdleTimeout is how long a job's worker may sit idle before it is reclaimed (and the
 	// handler's destroy hook runs). Default 90s, as XXL-JOB.
 	IdleTimeout time.Duration
@@ -147,9 +145,6 @@ func (cfg Config) withDefaults() Config {
 	if cfg.KillGrace == 0 {
 		cfg.KillGrace = 5 * time.Second
 	}
-	if cfg.StopGrace == 0 {
-		cfg.StopGrace = 10 * time.Second
-	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 90 * time.Second
 	}
@@ -217,7 +212,7 @@ func (cfg Config) validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"KillGrace", cfg.KillGrace}, {"StopGrace", cfg.StopGrace}, {"IdleTimeout", cfg.IdleTimeout}} {
+	}{{"KillGrace", cfg.KillGrace}, {"IdleTimeout", cfg.IdleTimeout}} {
 		if f.d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", f.name, f.d))
 		}

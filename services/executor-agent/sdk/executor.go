@@ -1,8 +1,10 @@
 // Package sdk is the jobmesh executor engine. The jobmesh-agent sidecar runs it, and Go
 // applications embed it to run their own handlers in-process: it serves ExecutorService to the
 // scheduler, runs each job on its own worker with XXL-JOB's block strategies, runs GLUE scripts
-// and commands in their own process groups, registers the executor in etcd under a lease, and
-// delivers results and output lines to logsvc until they are acknowledged.
+// and commands in their own process groups, registers the executor with the registry (which
+// keeps it in the live view while its heartbeats arrive), and delivers results and output lines
+// to logsvc until they are acknowledged. It imports the OpenTelemetry API only: an application
+// that wants its metrics and spans installs its own providers.
 package sdk
 
 import (
@@ -27,7 +29,8 @@ import (
 )
 
 // HandlerFunc runs one fire of a job. It must return when ctx ends (timeout, kill, shutdown);
-// a nil error means success, anything else (and a panic) means failure with its message.
+// a nil error means success, with the message the handler gave Job.SetMessage if any; anything
+// else (and a panic) means failure with its message.
 type HandlerFunc func(ctx context.Context, job *Job) error
 
 // HandlerOption tunes a handler registered with Handle.
@@ -89,6 +92,17 @@ func (j *Job) Logf(format string, args ...any) {
 	j.run.logText(fmt.Sprintf(format, args...))
 }
 
+// SetMessage sets the message of the fire's result when the handler succeeds (XXL-JOB's
+// handleSuccess): it is stored with the run, as a failure's error message is, and shown with it.
+// The last call wins; a failure's message is its error's, whatever was set; a call after the
+// handler returned is ignored. At most 64 KiB are kept.
+func (j *Job) SetMessage(msg string) {
+	if j.run == nil {
+		return
+	}
+	j.run.setMessage(msg)
+}
+
 // Status is how a fire ended.
 type Status string
 
@@ -105,7 +119,8 @@ type Result struct {
 	// TriggerID and JobID name the fire.
 	TriggerID string
 	JobID     int64
-	// Status is how it ended; Message says why when it did not succeed.
+	// Status is how it ended; Message is the handler's success message (Job.SetMessage), or why
+	// it did not succeed.
 	Status  Status
 	Message string
 	// StartTime and EndTime bound the run; equal when the fire never started (killed while queued).
@@ -113,7 +128,7 @@ type Result struct {
 }
 
 // Executor runs fires of jobs sent by the scheduler. Create it with New, register handlers with
-// Handle, then Start; Stop ends it.
+// Handle, then Start; Stop(ctx) ends it gracefully.
 type Executor struct {
 	cfg Config
 	log *slog.Logger
@@ -150,6 +165,7 @@ type Executor struct {
 	retainStop, retainDone chan struct{} // the run log pruner
 
 	stopOnce sync.Once
+	stopErr  error // the first Stop's answer
 }
 
 // New checks cfg and returns an executor with the built-in "command" and "http" handlers
@@ -214,8 +230,8 @@ func (e *Executor) handler(name string) (*bean, bool) {
 }
 
 // Start listens, serves ExecutorService, starts delivery to logsvc and registers the executor
-// in etcd (the first registration must succeed). ctx bounds start-up and lends its values to
-// handlers; the executor runs until Stop.
+// with the registry (the first registration must succeed). ctx bounds start-up and lends its
+// values to handlers; the executor runs until Stop.
 func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Lock()
 	if e.started {
@@ -332,27 +348,42 @@ func (e *Executor) AdvertiseAddr() string {
 	return e.advertise
 }
 
-// Stop ends the executor in a fixed, bounded order: revoke the registration lease, refuse new
-// fires and kill queued and held ones, wait up to StopGrace for running handlers, kill what still runs
-// (reported KILLED), stop serving, then flush results and lines to logsvc. It is idempotent.
-func (e *Executor) Stop() {
-	e.stopOnce.Do(e.stop)
+// Stop ends the executor gracefully and returns once it has ended. In order:
+//
+//  1. It leaves the registry's live view, so the scheduler routes no more fires to it, and
+//     refuses any fire still sent (Run answers REJECTED).
+//  2. Fires that have not started (queued behind their job's running fire, or held until their
+//     start time) end KILLED.
+//  3. It waits for the running handlers to return, until ctx ends; then it cancels those still
+//     running (they end KILLED) and waits KillGrace for them. A handler that ignores
+//     cancellation is reported KILLED and its late return ignored.
+//  4. It stops serving ExecutorService and flushes results and log lines to logsvc for up to
+//     5 s; what logsvc has not acknowledged stays in the spool for the next start.
+//
+// It returns nil after a clean drain; otherwise an error that says how many handlers ctx cut
+// short (wrapping ctx's error) or what stayed in the spool. Stop is idempotent: later calls, concurrent
+// ones included, wait for the first and return its error. Stopping an executor that never
+// started returns nil.
+func (e *Executor) Stop(ctx context.Context) error {
+	e.stopOnce.Do(func() { e.stopErr = e.stop(ctx) })
+	return e.stopErr
 }
 
-func (e *Executor) stop() {
+func (e *Executor) stop(ctx context.Context) error {
 	e.mu.Lock()
 	started := e.started
 	e.stopping = true
 	e.mu.Unlock()
 	if !started {
-		return
+		return nil
 	}
+	// 1. Take no new work: leave the view the scheduler routes over; accept refuses from now on.
 	if e.reg != nil {
 		e.reg.stop()
 		e.regConn.Close()
 	}
 
-	// Refuse new fires; queued fires end KILLED now, running ones may finish.
+	// 2. Fires that have not started end KILLED now; running ones may finish.
 	stopCause := &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg: "killed: executor stopping"}
 	e.mu.Lock()
 	var queued []*run
@@ -374,15 +405,21 @@ func (e *Executor) stop() {
 		e.finishUnstarted(r, stopCause)
 	}
 
-	if !waitWorkers(workers, e.cfg.StopGrace) {
+	// 3. Wait for the running handlers, as long as ctx lets us.
+	var errs []error
+	if !waitWorkers(ctx.Done(), workers) {
 		e.mu.Lock()
 		running := e.runningLocked()
 		e.mu.Unlock()
-		e.log.Warn("handlers still running after the stop grace period; killing them", "count", len(running), "stop_grace", e.cfg.StopGrace)
+		if len(running) > 0 {
+			e.log.Warn("handlers still running when the stop's context ended; killing them", "count", len(running), "error", ctx.Err())
+			errs = append(errs, fmt.Errorf("executor stop: %d running handler(s) killed: %w", len(running), context.Cause(ctx)))
+		}
 		for _, r := range running {
 			r.cancel(stopCause)
 		}
-		if !waitWorkers(workers, e.cfg.KillGrace+time.Second) {
+		t := time.NewTimer(e.cfg.KillGrace + time.Second)
+		if !waitWorkers(t.C, workers) {
 			// Handlers that ignore cancellation: report them killed; their late return is ignored.
 			e.mu.Lock()
 			running = e.runningLocked()
@@ -392,8 +429,10 @@ func (e *Executor) stop() {
 				e.finish(r, logsv1.RunStatus_RUN_STATUS_KILLED, "killed: executor stopping (handler did not return)", time.Time{}, time.Now(), "")
 			}
 		}
+		t.Stop()
 	}
 
+	// 4. Stop serving, then deliver what is left.
 	if e.srv != nil {
 		done := make(chan struct{})
 		go func() {
@@ -415,6 +454,7 @@ func (e *Executor) stop() {
 	if err := e.out.flush(fctx); err != nil {
 		e.log.Warn("results and log lines not acknowledged by logsvc at stop; they stay in the spool and are delivered after the next start",
 			"pending", e.out.pending(), "spool_dir", e.cfg.SpoolDir, "error", err)
+		errs = append(errs, fmt.Errorf("executor stop: %d results and log lines not acknowledged by logsvc stay in the spool %s: %w", e.out.pending(), e.cfg.SpoolDir, err))
 	}
 	cancel()
 	e.out.stop()
@@ -424,6 +464,7 @@ func (e *Executor) stop() {
 	}
 	e.metrics.stop()
 	e.log.Info("executor stopped", "app", e.cfg.AppName, "instance", e.cfg.InstanceID)
+	return errors.Join(errs...)
 }
 
 // runningLocked lists the fires that are running now.
@@ -437,14 +478,12 @@ func (e *Executor) runningLocked() []*run {
 	return rs
 }
 
-// waitWorkers waits until every worker goroutine has ended or d has passed.
-func waitWorkers(ws []*worker, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// waitWorkers waits until every worker goroutine has ended (true) or until giveUp (false).
+func waitWorkers[T any](giveUp <-chan T, ws []*worker) bool {
 	for _, w := range ws {
 		select {
 		case <-w.done:
-		case <-t.C:
+		case <-giveUp:
 			return false
 		}
 	}

@@ -46,7 +46,7 @@ func start(t *testing.T, configure func(*sdk.Config)) *harness {
 	h := &harness{ingest: sdktest.NewIngest(), gates: &gates{m: map[string]*gate{}}}
 	cfg := sdk.Config{
 		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: h.ingest.Serve(t), AccessToken: "test-app-token",
-		LogDir: t.TempDir(), KillGrace: 500 * time.Millisecond, StopGrace: 2 * time.Second, Logger: testLogger(t),
+		LogDir: t.TempDir(), KillGrace: 500 * time.Millisecond, Logger: testLogger(t),
 		Insecure: true,
 	}
 	if configure != nil {
@@ -60,7 +60,12 @@ func start(t *testing.T, configure func(*sdk.Config)) *harness {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() {
+		// A test may end with gates closed: their handlers get 2 s, then are killed.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = e.Stop(ctx)
+	})
 	h.exec = e
 	h.cli = sdktest.Client(t, e.Addr(), cfg.AccessToken)
 	return h
@@ -624,7 +629,9 @@ func TestFinalResultTakesThePlaceOfAnUnsentRunning(t *testing.T) {
 	// result could leave as soon as logsvc was back.
 	wantStatuses(t, h.ingest, "86-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS)
 	// Every spool record was acknowledged, the RUNNING ones that gave way included.
-	h.exec.Stop()
+	if err := sdktest.Stop(h.exec); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	segs, err := filepath.Glob(filepath.Join(spoolDir, "*.seg"))
 	if err != nil {
 		t.Fatal(err)
@@ -793,7 +800,7 @@ func TestDeliverySurvivesRefusedAndDroppedConnections(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	h := &harness{exec: e, ingest: ingest, cli: sdktest.Client(t, e.Addr(), "test-app-token")}
 
 	const fires = 20
@@ -825,20 +832,68 @@ func TestDeliverySurvivesRefusedAndDroppedConnections(t *testing.T) {
 	}
 }
 
+// TestStopKillsRunningAndFlushesResults: when Stop's context ends, the running script is killed;
+// the fire queued behind it never starts; Stop says what it cut short, and returns after logsvc
+// acknowledged both results.
 func TestStopKillsRunningAndFlushesResults(t *testing.T) {
 	t.Parallel()
-	h := start(t, func(cfg *sdk.Config) { cfg.StopGrace = 100 * time.Millisecond })
+	h := start(t, nil)
 	h.accept(t, script("71-1-0-0", 71, "echo started\nsleep 1000"))
 	h.waitLines(t, "71-1-0-0", 1)
 	h.accept(t, script("71-2-0-0", 71, "echo never"))
-	h.exec.Stop()
-	h.exec.Stop() // idempotent
-	// Stop returns after logsvc acknowledged everything.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // no time for running handlers
+	err := h.exec.Stop(ctx)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "1 running handler(s) killed") {
+		t.Fatalf("Stop: got %v, want 1 running handler killed because the context ended", err)
+	}
+	if again := h.exec.Stop(t.Context()); again != err { // idempotent
+		t.Fatalf("second Stop: got %v, want the first's %v", again, err)
+	}
 	for _, id := range []string{"71-1-0-0", "71-2-0-0"} {
 		r, ok := h.ingest.Result(id)
 		if !ok || r.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED {
 			t.Fatalf("fire %s after Stop: got %v %v, want KILLED", id, r, ok)
 		}
+	}
+}
+
+// TestStopWaitsForRunningHandlers: Stop refuses new fires and ends queued ones at once, lets the
+// running handler finish while its context lasts, and returns nil after a clean drain, with the
+// handler's result delivered.
+func TestStopWaitsForRunningHandlers(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	started, release := make(chan struct{}), make(chan struct{})
+	h.exec.Handle("slow", func(ctx context.Context, job *sdk.Job) error {
+		close(started)
+		select {
+		case <-release:
+			job.SetMessage("drained")
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	h.accept(t, bean("72-1-0-0", 72, "slow", ""))
+	<-started
+	h.accept(t, bean("72-2-0-0", 72, "slow", "")) // queued behind the running fire
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.exec.Stop(context.Background()) }()
+	// The queued fire ends KILLED while the running one still runs.
+	h.wantResult(t, "72-2-0-0", logsv1.RunStatus_RUN_STATUS_KILLED, "killed: executor stopping")
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned %v while a handler was running", err)
+	default:
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop after a clean drain: %v", err)
+	}
+	r, ok := h.ingest.Result("72-1-0-0")
+	if !ok || r.GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || r.GetMessage() != "drained" {
+		t.Fatalf("running fire after Stop: got %v %v, want SUCCESS with its message", r, ok)
 	}
 }
 
@@ -882,5 +937,40 @@ func TestRunLogRetention(t *testing.T) {
 	lr, err := h.cli.Log(ctxFor(t), &executorv1.LogRequest{TriggerId: "1-1-0-0", FromLine: 1})
 	if err != nil || !slices.Equal(lr.GetLines(), []string{"x"}) || !lr.GetIsEnd() {
 		t.Fatalf("Log of a fire from before the start: got %v %v", lr, err)
+	}
+}
+
+// TestSuccessMessage: a handler's SetMessage reaches logsvc as its successful result's message
+// (the last call wins); a failing handler's message is its error, whatever it set; a call after
+// the handler returned changes nothing.
+func TestSuccessMessage(t *testing.T) {
+	t.Parallel()
+	h := start(t, nil)
+	late := make(chan *sdk.Job, 1)
+	h.exec.Handle("report", func(ctx context.Context, job *sdk.Job) error {
+		job.SetMessage("draft")
+		job.SetMessage("exported " + job.Params)
+		switch job.Params {
+		case "broken":
+			return errors.New("export failed")
+		case "late":
+			late <- job
+		}
+		return nil
+	})
+	h.accept(t, bean("91-1-0-0", 91, "report", "sales"))
+	h.wantResult(t, "91-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	if got := h.result(t, "91-1-0-0").GetMessage(); got != "exported sales" {
+		t.Errorf("success message: got %q, want %q", got, "exported sales")
+	}
+	h.accept(t, bean("92-1-0-0", 92, "report", "broken"))
+	if got := h.wantResult(t, "92-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "").GetMessage(); got != "export failed" {
+		t.Errorf("failure message: got %q, want the error's %q", got, "export failed")
+	}
+	h.accept(t, bean("93-1-0-0", 93, "report", "late"))
+	h.wantResult(t, "93-1-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	(<-late).SetMessage("after the return")
+	if got := h.result(t, "93-1-0-0").GetMessage(); got != "exported late" {
+		t.Errorf("message set after the return: got %q, want %q", got, "exported late")
 	}
 }

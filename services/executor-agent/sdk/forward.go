@@ -12,7 +12,8 @@ import (
 
 // ForwardTo returns a handler that runs fires on an application's HandlerService (the sidecar
 // case: the application, in any language, serves the handlers and the agent does the rest).
-// The application's log lines become the fire's log lines and its result the fire's result.
+// The application's log lines become the fire's log lines and its result the fire's result,
+// message included.
 // A timeout or kill cancels the Handle call, which asks the application to stop; the fire then
 // ends TIMEOUT or KILLED whatever the application does.
 func ForwardTo(client executorv1.HandlerServiceClient) HandlerFunc {
@@ -48,6 +49,7 @@ func ForwardTo(client executorv1.HandlerServiceClient) HandlerFunc {
 				}
 			case *executorv1.HandleResponse_Result:
 				if ev.Result.GetSuccess() {
+					job.SetMessage(ev.Result.GetMessage())
 					return nil
 				}
 				msg := ev.Result.GetMessage()

@@ -11,6 +11,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 )
 
 // held is a fire sent ahead of its time: the executor starts it delay after receiving it.
@@ -114,7 +115,9 @@ func TestHeldFireKilledBeforeDue(t *testing.T) {
 		t.Fatalf("fire held for 2 minutes: got %v %q, want REJECTED naming start_delay_us", ack.GetOutcome(), ack.GetMessage())
 	}
 	h.accept(t, held(bean("87-1-0-0", 87, "clock", ""), 30*time.Second))
-	h.exec.Stop()
+	if err := sdktest.Stop(h.exec); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	if r, ok := h.ingest.Result("87-1-0-0"); !ok || r.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED || !strings.Contains(r.GetMessage(), "executor stopping") {
 		t.Fatalf("held fire after Stop: got %v %v, want KILLED by the stop", r, ok)
 	}

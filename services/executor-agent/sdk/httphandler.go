@@ -172,5 +172,6 @@ func (e *Executor) httpHandler(ctx context.Context, job *Job) error {
 	if !ok {
 		return fmt.Errorf("http handler: got status %d, want %s", resp.StatusCode, want)
 	}
+	job.SetMessage("HTTP " + resp.Status)
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 )
 
 // meterName is the instrumentation scope of the executor's instruments.
@@ -41,7 +41,7 @@ func newMetrics(app string) *metrics {
 	}
 	mt.lateness, _ = m.Float64Histogram("jobmesh.executor.fire.lateness", metric.WithUnit("s"),
 		metric.WithDescription("Scheduled fire time to the handler's start on the executor (includes time queued behind the job's running fire)."),
-		metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+		metric.WithExplicitBucketBoundaries(instrument.LatencyBuckets...))
 	mt.finished, _ = m.Int64Counter("jobmesh.executor.runs.finished", metric.WithUnit("{run}"),
 		metric.WithDescription("Fires ended on this executor, by final status."))
 	for v, name := range schedulerv1.TriggerType_name {

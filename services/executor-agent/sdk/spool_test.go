@@ -62,7 +62,7 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 	results := make(chan sdk.Result, 10)
 	cfg := sdk.Config{
 		AppName: "test-app", InstanceID: "t1", ListenAddr: "127.0.0.1:0", LogsvcAddr: deadAddr(t), AccessToken: "test-app-token",
-		LogDir: logDir, SpoolDir: spoolDir, SpoolMaxBytes: 64 << 10, StopGrace: time.Second,
+		LogDir: logDir, SpoolDir: spoolDir, SpoolMaxBytes: 64 << 10,
 		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 		OnResult: func(r sdk.Result) { results <- r },
 		Insecure: true,
@@ -96,7 +96,10 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 			t.Fatal("fires did not end")
 		}
 	}
-	e.Stop()
+	// logsvc never answered: Stop says what stays in the spool.
+	if err := sdktest.Stop(e); err == nil || !strings.Contains(err.Error(), "stay in the spool") {
+		t.Fatalf("Stop with logsvc away: got %v, want an error saying results stay in the spool", err)
+	}
 	if !strings.Contains(logs.String(), "spool for logsvc is full") {
 		t.Fatalf("executor log does not say the spool is full:\n%s", logs.String())
 	}
@@ -113,7 +116,7 @@ func TestSpoolFullKeepsResultsAndReplaysAfterRestart(t *testing.T) {
 	if err := e2.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e2.Stop)
+	t.Cleanup(func() { sdktest.Stop(e2) })
 	h2 := &harness{exec: e2, ingest: ingest}
 	for _, id := range ids {
 		h2.wantResult(t, id, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
@@ -239,7 +242,7 @@ func TestItemsAreSpooledBeforeTheyAreSent(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 	h := &harness{exec: e, ingest: f.Ingest, cli: sdktest.Client(t, e.Addr(), "test-app-token")}
 
 	var fires []*executorv1.Trigger

@@ -73,7 +73,7 @@ func TestExecutorServesMutualTLS(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Stop)
+	t.Cleanup(func() { sdktest.Stop(e) })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

@@ -26,7 +26,7 @@ import (
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 )
 
 const (
@@ -102,6 +102,8 @@ type run struct {
 	cut      bool     // output passed MaxRunOutputBytes: the rest is dropped
 	file     *os.File // opened at the first line: a fire without output costs no file
 	opened   bool     // the file was opened, or opening it failed
+	msg      string   // the handler's success message (Job.SetMessage)
+	returned bool     // the handler returned: its message is taken
 	finished bool
 }
 
@@ -498,7 +500,7 @@ func (e *Executor) execute(w *worker, r *run) {
 	// Without a tracer provider the run has no span (it would record nothing); sampled out, its
 	// span records nothing: either way skip building what it would record.
 	span, traceparent := noSpan, "" // the fire's own traceparent, unless the run span is a new one
-	if telemetry.TracerInstalled() {
+	if instrument.TracerInstalled() {
 		parent := trace.SpanContextFromContext(ctx)
 		ctx, span = tracer.Start(ctx, "jobmesh.run", trace.WithTimestamp(start))
 		if sc := span.SpanContext(); !sc.Equal(parent) {
@@ -536,6 +538,9 @@ func (e *Executor) execute(w *worker, r *run) {
 		}
 	}
 	status, msg := outcome(ctx, err)
+	if set := r.takeMessage(); status == logsv1.RunStatus_RUN_STATUS_SUCCESS {
+		msg = set
+	}
 	if recording {
 		span.SetAttributes(attribute.String("jobmesh.run_status", strings.TrimPrefix(status.String(), "RUN_STATUS_")))
 		if status != logsv1.RunStatus_RUN_STATUS_SUCCESS {
@@ -549,6 +554,24 @@ func (e *Executor) execute(w *worker, r *run) {
 		span.End()
 	}
 	e.finish(r, status, msg, start, end, traceparent)
+}
+
+// setMessage sets the fire's success message, until the handler has returned.
+func (r *run) setMessage(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.returned {
+		r.msg = msg
+	}
+}
+
+// takeMessage returns the handler's success message once it has returned; later setMessage
+// calls are ignored.
+func (r *run) takeMessage() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.returned = true
+	return r.msg
 }
 
 // outcome turns a handler's return into a status: success, the cause of a cancellation

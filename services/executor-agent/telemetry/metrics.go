@@ -24,14 +24,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 )
 
-// LatencyBuckets are the histogram bounds, in seconds, of latencies that are normally a few
-// milliseconds (fire lateness, ingest latency) but must still show the long tail.
-var LatencyBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
-
-// SizeBuckets are the histogram bounds of batch sizes (items per batch, up to the 10,000 an
-// ingest batch or a pre-read may hold).
-var SizeBuckets = []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
-
 // OTLPMetricsConfigured reports whether metrics are pushed over OTLP: when the environment names
 // an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT), or
 // OTEL_METRICS_EXPORTER=otlp asks for the default one (localhost), unless OTEL_SDK_DISABLED=true

@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 )
 
 // These tests install the global MeterProvider, so they do not run in parallel.
@@ -53,7 +55,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late, err := meter.Float64Histogram("jobmesh.test.lateness", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(LatencyBuckets...))
+	late, err := meter.Float64Histogram("jobmesh.test.lateness", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(instrument.LatencyBuckets...))
 	if err != nil {
 		t.Fatal(err)
 	}

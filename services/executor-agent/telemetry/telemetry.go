@@ -110,16 +110,6 @@ func TracingEnabled() bool {
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// defaultTracerProvider is OpenTelemetry's global tracer provider before any is installed.
-var defaultTracerProvider = otel.GetTracerProvider()
-
-// TracerInstalled reports whether a tracer provider has been installed as the global one
-// (otel.SetTracerProvider: by StartTracing with tracing on, a test, or a program embedding the
-// SDK). Without one every span is a non-recording copy of its parent's context, which records
-// nothing and costs allocations, so a per-fire path skips starting its spans; the context a fire
-// carries in (and passes on) is unaffected.
-func TracerInstalled() bool { return otel.GetTracerProvider() != defaultTracerProvider }
-
 // tracesProtocol is the OTLP transport for traces: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 // OTEL_EXPORTER_OTLP_PROTOCOL, else grpc (as for metrics, so one OTEL_EXPORTER_OTLP_ENDPOINT
 // serves both; the specification's default would be http/protobuf).

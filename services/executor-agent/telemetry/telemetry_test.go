@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
+	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/instrument"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry/telemetrytest"
 )
 
@@ -192,7 +193,7 @@ func TestTracerInstalled(t *testing.T) {
 	if _, err := telemetry.StartTracing(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if telemetry.TracerInstalled() {
+	if instrument.TracerInstalled() {
 		t.Fatal("tracing off: a tracer provider is installed, want none")
 	}
 	recv := telemetrytest.Start(t)
@@ -203,11 +204,11 @@ func TestTracerInstalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer shutdown(context.Background())
-	if !telemetry.TracerInstalled() {
+	if !instrument.TracerInstalled() {
 		t.Error("tracing on: no tracer provider installed")
 	}
 	otel.SetTracerProvider(prev)
-	if telemetry.TracerInstalled() {
+	if instrument.TracerInstalled() {
 		t.Error("default provider put back: still installed")
 	}
 }

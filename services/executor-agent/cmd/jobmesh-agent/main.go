@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -34,8 +35,15 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."; otherwise it is the agent
+// module's version when installed with `go install …/cmd/jobmesh-agent@vX.Y.Z`, else "dev".
 var version = "dev"
+
+func init() {
+	if bi, ok := debug.ReadBuildInfo(); ok && version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		version = bi.Main.Version
+	}
+}
 
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
@@ -102,7 +110,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		AppName: cfg.appName, InstanceID: cfg.instanceID, ListenAddr: cfg.listenAddr, AdvertiseAddr: cfg.advertiseAddr,
 		RegistryAddr: cfg.registryAddr, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
 		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
-		KillGrace: cfg.killGrace, StopGrace: cfg.stopGrace, Logger: log,
+		KillGrace: cfg.killGrace, Logger: log,
 		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, MaxRunOutputBytes: cfg.maxRunOutputBytes, LogRetentionDays: cfg.logRetentionDays,
 		HTTPAllowHosts: cfg.httpAllowHosts, TLS: tlsID, Insecure: cfg.insecure,
 	})
@@ -136,7 +144,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	<-ctx.Done()
 	log.Info("signal received; stopping")
-	agent.Stop()
+	// Running handlers get --stop-grace to finish; Stop logs what it had to cut short.
+	sctx, cancel = context.WithTimeout(context.Background(), cfg.stopGrace)
+	defer cancel()
+	_ = agent.Stop(sctx)
 	return nil
 }
 
@@ -221,6 +232,14 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	for h := range strings.SplitSeq(allowHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			c.httpAllowHosts = append(c.httpAllowHosts, h)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"kill-grace", c.killGrace}, {"stop-grace", c.stopGrace}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("--%s (%s): %v: must not be negative", d.name, envName(d.name), d.v))
 		}
 	}
 	if c.spoolMaxBytes <= 0 {

@@ -59,6 +59,11 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{"--spool-max-bytes (JOBMESH_SPOOL_MAX_BYTES)", "--log-retention-days (JOBMESH_LOG_RETENTION_DAYS)"},
 		},
 		{
+			name:    "negative graces are named",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--kill-grace", "-1s", "--stop-grace", "-1s"},
+			wantErr: []string{"--kill-grace (JOBMESH_KILL_GRACE)", "--stop-grace (JOBMESH_STOP_GRACE)"},
+		},
+		{
 			name:  "run output cap: default, and from the environment",
 			args:  []string{"--access-token", "t", "--app-name", "a", "--log-dir", "d"},
 			env:   map[string]string{"JOBMESH_MAX_RUN_OUTPUT_BYTES": "1048576"},

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +21,7 @@ import (
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
 // Ingest is a fake logsvc IngestService. Like logsvc it stores a fire's first final result, its
@@ -379,4 +381,16 @@ func ClientTLS(t testing.TB, addr, token string, id *meshtls.Identity) executorv
 	}
 	t.Cleanup(func() { conn.Close() })
 	return executorv1.NewExecutorServiceClient(conn)
+}
+
+// StopGrace is how long Stop lets an executor's running handlers finish.
+const StopGrace = 10 * time.Second
+
+// Stop stops e as a test's cleanup would: its running handlers get StopGrace to finish, and are
+// killed after it. It returns Stop's error, which a cleanup may ignore:
+// t.Cleanup(func() { sdktest.Stop(e) }).
+func Stop(e *sdk.Executor) error {
+	ctx, cancel := context.WithTimeout(context.Background(), StopGrace)
+	defer cancel()
+	return e.Stop(ctx)
 }
