@@ -338,7 +338,9 @@ func tooLarge(w http.ResponseWriter, limit int64) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body: larger than %d bytes","details":[]}`+"\n", codes.InvalidArgument, limit)
+	_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body: larger than %d bytes","details":[`+
+		`{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":%q,"domain":%q,"metadata":{"limit_bytes":"%d"}}]}`+"\n",
+		codes.InvalidArgument, limit, apierr.ReasonRequestTooLarge, apierr.Domain, limit)
 }
 
 // decodeField finds the field a JSON decoding error is about ("… enum field routeStrategy: …").
@@ -352,13 +354,20 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		return
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "proto:") {
+		var field []string // ErrorInfo metadata naming the field, when the error names one
 		msg := decodeField.ReplaceAllStringFunc(st.Message(), func(s string) string {
-			return "field " + snake(strings.TrimPrefix(s, "field "))
+			f := snake(strings.TrimPrefix(s, "field "))
+			if field == nil {
+				field = []string{"field", f}
+			}
+			return "field " + f
 		})
 		msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "proto:")), " ")
-		err = status.Error(codes.InvalidArgument, "request body: "+msg)
+		err = apierr.Status(codes.InvalidArgument, apierr.ReasonInvalidArgument, "request body: "+msg, field...)
 	}
-	err = apierr.ToStatus(err) // bounds echoed input (decoding errors quote it)
+	// Bounds echoed input (decoding errors quote it) and gives the gateway's own errors (a
+	// service down, an unknown path) their ErrorInfo.
+	err = apierr.ToStatus(err)
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
