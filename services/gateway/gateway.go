@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -75,6 +76,9 @@ type Config struct {
 	// the auth service throttles logins by the real client rather than by the gateway
 	// (auth.Config.InternalToken).
 	InternalToken string
+	// Version is the build's version, served as the API document's info.version. Empty means
+	// the main module's version in the binary's build information, or "dev" without one.
+	Version string
 }
 
 // DefaultMaxBodyBytes is the default Config.MaxBodyBytes.
@@ -206,9 +210,13 @@ func (g *Gateway) handler() (http.Handler, error) {
 	}
 	root := http.NewServeMux()
 	root.Handle("/api/v1/", mux)
+	doc, err := openapi.Versioned(buildVersion(g.cfg.Version))
+	if err != nil {
+		return nil, err
+	}
 	root.HandleFunc("GET /api/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openapi.JSON)
+		_, _ = w.Write(doc)
 	})
 	// What the web UI needs to know of the gateway's configuration.
 	uiConfig, err := json.Marshal(map[string]string{"trace_url_template": g.cfg.TraceURLTemplate})
@@ -225,6 +233,18 @@ func (g *Gateway) handler() (http.Handler, error) {
 	})
 	root.Handle("/", http.FileServerFS(ui))
 	return root, nil
+}
+
+// buildVersion is v, else the main module's version in the build information ("v1.2.3", or a
+// pseudo-version when built from a repository), else "dev".
+func buildVersion(v string) string {
+	if v != "" {
+		return v
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
 
 // Start listens and serves until Stop.
