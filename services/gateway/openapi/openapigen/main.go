@@ -383,9 +383,15 @@ func completeOperation(op *openapi3.Operation, hasPathParam bool) error {
 	ref("default", "Error")
 	if isStream(op) {
 		op.Description = strings.TrimSpace(op.Description + "\n\nThe response is a stream: one JSON object per line, each holding a result or an error.")
+		ok := op.Responses.Value("200").Value
+		ok.Description = ptr("A stream of results, one JSON object per line.")
+		s := ok.Content.Get("application/json").Schema.Value
+		s.Title = strings.Replace(s.Title, "of v1", "of ", 1) // the schemas lost their prefix
 	}
 	return nil
 }
+
+func ptr(s string) *string { return &s }
 
 // isStream reports whether op answers with a stream (protoc-gen-openapiv2 titles the message
 // of each line "Stream result of …").
@@ -462,11 +468,10 @@ func errorComponents(doc *openapi3.T) {
 // document, both without a token.
 func addGatewayPaths(doc *openapi3.T) {
 	noToken := &openapi3.SecurityRequirements{}
-	text := func(s string) *string { return &s }
 	health := openapi3.NewResponses()
 	health.Delete("default")
 	health.Set("200", &openapi3.ResponseRef{Value: &openapi3.Response{
-		Description: text("The gateway is up."),
+		Description: ptr("The gateway is up."),
 		Content: openapi3.Content{"text/plain": &openapi3.MediaType{
 			Schema: &openapi3.SchemaRef{Value: &openapi3.Schema{Type: &openapi3.Types{"string"}}}, Example: "ok\n",
 		}},
@@ -479,7 +484,7 @@ func addGatewayPaths(doc *openapi3.T) {
 	spec := openapi3.NewResponses()
 	spec.Delete("default")
 	spec.Set("200", &openapi3.ResponseRef{Value: &openapi3.Response{
-		Description: text("This document."),
+		Description: ptr("This document."),
 		Content: openapi3.Content{"application/json": &openapi3.MediaType{
 			Schema: &openapi3.SchemaRef{Value: &openapi3.Schema{Type: &openapi3.Types{"object"}}},
 		}},
