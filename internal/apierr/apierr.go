@@ -1,5 +1,12 @@
 // Package apierr holds the domain errors every jobmesh service returns and the one place they
-// become gRPC statuses, so a REST client gets the same code and field name a gRPC client gets.
+// become gRPC statuses, so a REST client gets the same code, field name and reason a gRPC client
+// gets.
+//
+// Every status an API returns carries a google.rpc.ErrorInfo (domain Domain) whose reason is a
+// stable UPPER_SNAKE word that clients branch on: a specific one where the error says which
+// (JOB_NOT_FOUND, VERSION_CONFLICT, TOKEN_MISSING, …), else the name of its gRPC code
+// (NOT_FOUND, UNAVAILABLE, …). ToStatus adds it; the servers' interceptors (internal/grpcserver)
+// and the gateway's error handler run every error through ToStatus, so none leaves without one.
 package apierr
 
 import (
@@ -14,6 +21,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Sentinels for the errors callers act on; wrap them with context (fmt.Errorf("job 7: %w", ErrNotFound)).
@@ -29,6 +37,181 @@ var (
 	// ErrFailedPrecondition: the resource is not in a state that allows the operation.
 	ErrFailedPrecondition = errors.New("failed precondition")
 )
+
+// Domain is the ErrorInfo domain of every jobmesh error.
+const Domain = "jobmesh.dev"
+
+// Reasons: the ErrorInfo reasons that say more than the gRPC code. docs/auth.md lists them
+// (TestReasonsAreDocumented keeps the list complete).
+const (
+	// ReasonTokenMissing: the call carries no bearer token (401).
+	ReasonTokenMissing = "TOKEN_MISSING"
+	// ReasonTokenInvalid: the bearer token is unknown, expired or revoked, or its user is gone (401).
+	ReasonTokenInvalid = "TOKEN_INVALID"
+	// ReasonLoginFailed: wrong user name or password (401).
+	ReasonLoginFailed = "LOGIN_FAILED"
+	// ReasonExecutorTokenInvalid: an executor's credential is not its group's access token (401).
+	ReasonExecutorTokenInvalid = "EXECUTOR_TOKEN_INVALID"
+	// ReasonRoleRequired: the caller's role or kind of credential does not allow the call (403).
+	ReasonRoleRequired = "ROLE_REQUIRED"
+	// ReasonGroupNotAllowed: the call touches an executor group the caller was not given (403).
+	ReasonGroupNotAllowed = "GROUP_NOT_ALLOWED"
+	// ReasonNotTokenOwner: the API token belongs to another user (403).
+	ReasonNotTokenOwner = "NOT_TOKEN_OWNER"
+	// ReasonInvalidArgument: a field of the request is invalid; the ErrorInfo's metadata
+	// "field" names the first one and a google.rpc.BadRequest lists them all (400).
+	ReasonInvalidArgument = "INVALID_ARGUMENT"
+	// ReasonRequestTooLarge: the request body is larger than the gateway accepts (413).
+	ReasonRequestTooLarge = "REQUEST_TOO_LARGE"
+	// ReasonJobNotFound: no job has the id (404).
+	ReasonJobNotFound = "JOB_NOT_FOUND"
+	// ReasonGlueVersionNotFound: the job has no GLUE version of that number (404).
+	ReasonGlueVersionNotFound = "GLUE_VERSION_NOT_FOUND"
+	// ReasonRunNotFound: no run has the id (404).
+	ReasonRunNotFound = "RUN_NOT_FOUND"
+	// ReasonExecutorGroupNotFound: no executor group has the id (404).
+	ReasonExecutorGroupNotFound = "EXECUTOR_GROUP_NOT_FOUND"
+	// ReasonUserNotFound: no user has the id or name (404).
+	ReasonUserNotFound = "USER_NOT_FOUND"
+	// ReasonAPITokenNotFound: no API token has the id (404).
+	ReasonAPITokenNotFound = "API_TOKEN_NOT_FOUND"
+	// ReasonVersionConflict: the job changed since the version the update was based on (409).
+	ReasonVersionConflict = "VERSION_CONFLICT"
+	// ReasonExecutorGroupExists: another executor group has the app name (409).
+	ReasonExecutorGroupExists = "EXECUTOR_GROUP_EXISTS"
+	// ReasonLastAdmin: the change would leave no admin (400).
+	ReasonLastAdmin = "LAST_ADMIN"
+	// ReasonRunEnded: the run has already ended (400).
+	ReasonRunEnded = "RUN_ENDED"
+	// ReasonLoginThrottled: too many failed password attempts; retry after the lockout (429).
+	ReasonLoginThrottled = "LOGIN_THROTTLED"
+	// ReasonServerBusy: too many password checks or clients at once; retry shortly (429).
+	ReasonServerBusy = "SERVER_BUSY"
+)
+
+// Reasons lists every specific reason above, for documentation and tests.
+var Reasons = []string{
+	ReasonTokenMissing, ReasonTokenInvalid, ReasonLoginFailed, ReasonExecutorTokenInvalid,
+	ReasonRoleRequired, ReasonGroupNotAllowed, ReasonNotTokenOwner,
+	ReasonInvalidArgument, ReasonRequestTooLarge,
+	ReasonJobNotFound, ReasonGlueVersionNotFound, ReasonRunNotFound, ReasonExecutorGroupNotFound,
+	ReasonUserNotFound, ReasonAPITokenNotFound,
+	ReasonVersionConflict, ReasonExecutorGroupExists,
+	ReasonLastAdmin, ReasonRunEnded,
+	ReasonLoginThrottled, ReasonServerBusy,
+}
+
+// CodeReason is the reason of an error that has no more specific one: its gRPC code's name in
+// UPPER_SNAKE (NOT_FOUND, UNAVAILABLE, …).
+func CodeReason(c codes.Code) string {
+	if r, ok := codeReasons[c]; ok {
+		return r
+	}
+	return "UNKNOWN"
+}
+
+var codeReasons = map[codes.Code]string{
+	codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: ReasonInvalidArgument,
+	codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
+	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
+	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+}
+
+// Error is a sentinel made specific by a reason. Wrap it as the sentinel it refines:
+// fmt.Errorf("job %d: %w", id, ErrJobNotFound); errors.Is(err, ErrNotFound) still holds.
+type Error struct {
+	// Kind is the sentinel refined (ErrNotFound, ErrConflict, …).
+	Kind error
+	// Reason is the ErrorInfo reason.
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Kind.Error() }
+
+// Unwrap returns Kind.
+func (e *Error) Unwrap() error { return e.Kind }
+
+// The sentinels with their reasons.
+var (
+	ErrJobNotFound           = &Error{ErrNotFound, ReasonJobNotFound}
+	ErrGlueVersionNotFound   = &Error{ErrNotFound, ReasonGlueVersionNotFound}
+	ErrRunNotFound           = &Error{ErrNotFound, ReasonRunNotFound}
+	ErrExecutorGroupNotFound = &Error{ErrNotFound, ReasonExecutorGroupNotFound}
+	ErrUserNotFound          = &Error{ErrNotFound, ReasonUserNotFound}
+	ErrAPITokenNotFound      = &Error{ErrNotFound, ReasonAPITokenNotFound}
+	ErrVersionConflict       = &Error{ErrConflict, ReasonVersionConflict}
+	ErrExecutorGroupExists   = &Error{ErrAlreadyExists, ReasonExecutorGroupExists}
+	ErrLastAdmin             = &Error{ErrFailedPrecondition, ReasonLastAdmin}
+	ErrRunEnded              = &Error{ErrFailedPrecondition, ReasonRunEnded}
+)
+
+// Status returns a status error with code, msg and an ErrorInfo of reason; kv are metadata
+// pairs (key, value, …).
+func Status(code codes.Code, reason, msg string, kv ...string) error {
+	return withInfo(status.New(code, msg), reason, kv...).Err()
+}
+
+// Statusf is Status with a formatted message.
+func Statusf(code codes.Code, reason, format string, args ...any) error {
+	return Status(code, reason, fmt.Sprintf(format, args...))
+}
+
+// Info returns the ErrorInfo of err's status; nil when it has none.
+func Info(err error) *errdetails.ErrorInfo {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// withInfo returns st with an ErrorInfo of reason (CodeReason when empty) added, unless it has
+// one.
+func withInfo(st *status.Status, reason string, kv ...string) *status.Status {
+	if st.Code() == codes.OK || hasInfo(st) {
+		return st
+	}
+	if reason == "" {
+		reason = CodeReason(st.Code())
+	}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: Domain}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if info.Metadata == nil {
+			info.Metadata = map[string]string{}
+		}
+		info.Metadata[kv[i]] = kv[i+1]
+	}
+	a, err := anypb.New(info)
+	if err != nil {
+		return st
+	}
+	// st.Proto is a copy; the ErrorInfo goes first, where clients look.
+	p := st.Proto()
+	p.Details = append([]*anypb.Any{a}, p.Details...)
+	return status.FromProto(p)
+}
+
+// Type URLs of the details looked at.
+var (
+	errorInfoURL  = "type.googleapis.com/" + string((&errdetails.ErrorInfo{}).ProtoReflect().Descriptor().FullName())
+	badRequestURL = "type.googleapis.com/" + string((&errdetails.BadRequest{}).ProtoReflect().Descriptor().FullName())
+)
+
+func hasInfo(st *status.Status) bool {
+	for _, d := range st.Proto().GetDetails() {
+		if d.GetTypeUrl() == errorInfoURL {
+			return true
+		}
+	}
+	return false
+}
 
 // FieldError is invalid input in one named field. Field uses the proto field path
 // ("schedule.expression", "timeout_seconds").
@@ -68,8 +251,9 @@ func (fs Fields) Error() string {
 	return strings.Join(parts, "; ")
 }
 
-// ToStatus turns an error into a gRPC status error; errors already carrying a status pass
-// through. Unknown errors become Internal with the error text, which never holds secrets.
+// ToStatus turns an error into a gRPC status error with an ErrorInfo; errors already carrying a
+// status keep their code and message (and their ErrorInfo, or get one named after the code).
+// Unknown errors become Internal with the error text, which never holds secrets.
 //
 // Messages echo request values ("got %q"); a value longer than MaxEcho bytes is cut to MaxEcho
 // and marked with its length, and a whole message to MaxMessage, so a megabyte of input never
@@ -79,8 +263,18 @@ func ToStatus(err error) error {
 		return nil
 	}
 	if st, ok := status.FromError(err); ok {
-		return boundStatus(st, err)
+		b := boundStatus(st)
+		if b == st && hasInfo(st) {
+			return err
+		}
+		return withInfo(b, "").Err()
 	}
+	reason := ""
+	var re *Error
+	if errors.As(err, &re) {
+		reason = re.Reason
+	}
+	code := codes.Internal
 	var fe *FieldError
 	var fs Fields
 	switch {
@@ -89,21 +283,21 @@ func ToStatus(err error) error {
 	case errors.As(err, &fe):
 		return badRequest(err.Error(), fe)
 	case errors.Is(err, ErrNotFound):
-		return status.Error(codes.NotFound, Bound(err.Error()))
+		code = codes.NotFound
 	case errors.Is(err, ErrConflict):
-		return status.Error(codes.Aborted, Bound(err.Error()))
+		code = codes.Aborted
 	case errors.Is(err, ErrAlreadyExists):
-		return status.Error(codes.AlreadyExists, Bound(err.Error()))
+		code = codes.AlreadyExists
 	case errors.Is(err, ErrFailedPrecondition):
-		return status.Error(codes.FailedPrecondition, Bound(err.Error()))
+		code = codes.FailedPrecondition
 	case errors.Is(err, ErrUnavailable):
-		return status.Error(codes.Unavailable, Bound(err.Error()))
+		code = codes.Unavailable
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return Status(codes.Canceled, "", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return Status(codes.DeadlineExceeded, "", err.Error())
 	}
-	return status.Error(codes.Internal, Bound(err.Error()))
+	return Status(code, reason, Bound(err.Error()))
 }
 
 func badRequest(msg string, fields ...*FieldError) error {
@@ -115,7 +309,11 @@ func badRequest(msg string, fields ...*FieldError) error {
 	if d, err := st.WithDetails(br); err == nil {
 		st = d
 	}
-	return st.Err()
+	var kv []string
+	if len(fields) > 0 {
+		kv = []string{"field", Bound(fields[0].Field)}
+	}
+	return withInfo(st, ReasonInvalidArgument, kv...).Err()
 }
 
 // Limits of what an error message echoes.
@@ -159,32 +357,31 @@ func clipTo(s string, n int) string {
 	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
-// boundStatus returns err, or a copy of its status with the message and any field violations
-// bounded when they are too long.
-func boundStatus(st *status.Status, err error) error {
+// boundStatus returns st, or a copy of it with the message and any field violations bounded
+// when they are too long.
+func boundStatus(st *status.Status) *status.Status {
 	p := st.Proto()
 	long := len(p.GetMessage()) > MaxEcho
 	for _, d := range p.GetDetails() {
 		long = long || len(d.GetValue()) > MaxEcho
 	}
 	if !long {
-		return err
+		return st
 	}
-	out := status.New(st.Code(), Bound(st.Message()))
-	for _, d := range st.Details() {
-		br, ok := d.(*errdetails.BadRequest)
-		if !ok {
+	p.Message = Bound(p.GetMessage())
+	for i, d := range p.GetDetails() {
+		var br errdetails.BadRequest
+		if d.GetTypeUrl() != badRequestURL || d.UnmarshalTo(&br) != nil {
 			continue // other details are the server's own, not echoes
 		}
-		b := &errdetails.BadRequest{}
 		for _, v := range br.GetFieldViolations() {
-			b.FieldViolations = append(b.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: Bound(v.GetField()), Description: Bound(v.GetDescription())})
+			v.Field, v.Description = Bound(v.GetField()), Bound(v.GetDescription())
 		}
-		if d, err := out.WithDetails(b); err == nil {
-			out = d
+		if a, err := anypb.New(&br); err == nil {
+			p.Details[i] = a
 		}
 	}
-	return out.Err()
+	return status.FromProto(p)
 }
 
 // MaxFilter is the longest text filter a listing accepts, in characters: a filter is a search

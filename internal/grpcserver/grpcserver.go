@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	"github.com/jobmesh/jobmesh/internal/apierr"
 )
@@ -41,7 +40,7 @@ func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				log.ErrorContext(ctx, "panic in rpc", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = status.Error(codes.Internal, "internal error")
+				err = apierr.Status(codes.Internal, "", "internal error")
 			}
 		}()
 		resp, err = h(ctx, req)
@@ -54,7 +53,7 @@ func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				log.ErrorContext(ss.Context(), "panic in rpc", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = status.Error(codes.Internal, "internal error")
+				err = apierr.Status(codes.Internal, "", "internal error")
 			}
 		}()
 		return apierr.ToStatus(h(srv, ss))

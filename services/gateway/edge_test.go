@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -94,18 +95,27 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 func TestMaxBodyBytes(t *testing.T) {
 	t.Parallel()
 	base := startDown(t, gateway.Config{MaxBodyBytes: 1024})
-	post := func(n int64) int {
+	post := func(n int64) (int, []byte) {
 		resp, err := http.Post(base+"/api/v1/jobs", "application/json", io.LimitReader(&endlessJSON{n: n}, n))
 		if err != nil {
 			t.Fatalf("POST: %v", err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
 	}
-	if code := post(2048); code != http.StatusRequestEntityTooLarge {
-		t.Errorf("POST of 2 KiB with a 1 KiB limit = %d, want 413", code)
+	code, body := post(2048)
+	var e struct {
+		Details []struct {
+			Reason   string            `json:"reason"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"details"`
 	}
-	if code := post(512); code == http.StatusRequestEntityTooLarge {
+	if err := json.Unmarshal(body, &e); err != nil || code != http.StatusRequestEntityTooLarge || len(e.Details) != 1 ||
+		e.Details[0].Reason != "REQUEST_TOO_LARGE" || e.Details[0].Metadata["limit_bytes"] != "1024" {
+		t.Errorf("POST of 2 KiB with a 1 KiB limit = %d %s (%v), want 413 with reason REQUEST_TOO_LARGE and the limit", code, body, err)
+	}
+	if code, _ := post(512); code == http.StatusRequestEntityTooLarge {
 		t.Errorf("POST of 512 bytes with a 1 KiB limit = %d, want it to pass the limit", code)
 	}
 	if _, err := gateway.New(gateway.Config{ListenAddr: "127.0.0.1:0", SchedulerAddr: "a:1", RegistryAddr: "a:1", LogsAddr: "a:1", MaxBodyBytes: -1}); err == nil || !strings.Contains(err.Error(), "max body bytes") {

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -75,6 +76,9 @@ type Config struct {
 	// the auth service throttles logins by the real client rather than by the gateway
 	// (auth.Config.InternalToken).
 	InternalToken string
+	// Version is the build's version, served as the API document's info.version. Empty means
+	// the main module's version in the binary's build information, or "dev" without one.
+	Version string
 }
 
 // DefaultMaxBodyBytes is the default Config.MaxBodyBytes.
@@ -206,9 +210,13 @@ func (g *Gateway) handler() (http.Handler, error) {
 	}
 	root := http.NewServeMux()
 	root.Handle("/api/v1/", mux)
+	doc, err := openapi.Versioned(buildVersion(g.cfg.Version))
+	if err != nil {
+		return nil, err
+	}
 	root.HandleFunc("GET /api/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openapi.JSON)
+		_, _ = w.Write(doc)
 	})
 	// What the web UI needs to know of the gateway's configuration.
 	uiConfig, err := json.Marshal(map[string]string{"trace_url_template": g.cfg.TraceURLTemplate})
@@ -225,6 +233,18 @@ func (g *Gateway) handler() (http.Handler, error) {
 	})
 	root.Handle("/", http.FileServerFS(ui))
 	return root, nil
+}
+
+// buildVersion is v, else the main module's version in the build information ("v1.2.3", or a
+// pseudo-version when built from a repository), else "dev".
+func buildVersion(v string) string {
+	if v != "" {
+		return v
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
 
 // Start listens and serves until Stop.
@@ -338,7 +358,9 @@ func tooLarge(w http.ResponseWriter, limit int64) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body: larger than %d bytes","details":[]}`+"\n", codes.InvalidArgument, limit)
+	_, _ = fmt.Fprintf(w, `{"code":%d,"message":"request body: larger than %d bytes","details":[`+
+		`{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":%q,"domain":%q,"metadata":{"limit_bytes":"%d"}}]}`+"\n",
+		codes.InvalidArgument, limit, apierr.ReasonRequestTooLarge, apierr.Domain, limit)
 }
 
 // decodeField finds the field a JSON decoding error is about ("… enum field routeStrategy: …").
@@ -352,13 +374,20 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		return
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "proto:") {
+		var field []string // ErrorInfo metadata naming the field, when the error names one
 		msg := decodeField.ReplaceAllStringFunc(st.Message(), func(s string) string {
-			return "field " + snake(strings.TrimPrefix(s, "field "))
+			f := snake(strings.TrimPrefix(s, "field "))
+			if field == nil {
+				field = []string{"field", f}
+			}
+			return "field " + f
 		})
 		msg = strings.Join(strings.Fields(strings.TrimPrefix(msg, "proto:")), " ")
-		err = status.Error(codes.InvalidArgument, "request body: "+msg)
+		err = apierr.Status(codes.InvalidArgument, apierr.ReasonInvalidArgument, "request body: "+msg, field...)
 	}
-	err = apierr.ToStatus(err) // bounds echoed input (decoding errors quote it)
+	// Bounds echoed input (decoding errors quote it) and gives the gateway's own errors (a
+	// service down, an unknown path) their ErrorInfo.
+	err = apierr.ToStatus(err)
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 

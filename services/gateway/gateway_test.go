@@ -15,7 +15,7 @@ import (
 func TestServesDocsHealthAndUI(t *testing.T) {
 	t.Parallel()
 	down := "127.0.0.1:1"
-	g, err := gateway.New(gateway.Config{ListenAddr: "127.0.0.1:0", SchedulerAddr: down, RegistryAddr: down, LogsAddr: down})
+	g, err := gateway.New(gateway.Config{ListenAddr: "127.0.0.1:0", SchedulerAddr: down, RegistryAddr: down, LogsAddr: down, Version: "v9.8.7"})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -38,10 +38,17 @@ func TestServesDocsHealthAndUI(t *testing.T) {
 	}
 	code, body := get("/api/openapi.json")
 	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Info    struct {
+			Title, Version string
+		} `json:"info"`
 		Paths map[string]any `json:"paths"`
 	}
 	if code != 200 || json.Unmarshal([]byte(body), &doc) != nil {
 		t.Fatalf("GET /api/openapi.json = %d, want 200 and JSON", code)
+	}
+	if doc.OpenAPI != "3.0.3" || doc.Info.Title != "jobmesh API" || doc.Info.Version != "v9.8.7" {
+		t.Errorf("document: openapi %q, info %+v; want 3.0.3, jobmesh API at the configured version v9.8.7", doc.OpenAPI, doc.Info)
 	}
 	for _, p := range []string{"/api/v1/jobs", "/api/v1/jobs/{id}:trigger", "/api/v1/schedules:preview", "/api/v1/logs/{id}/lines", "/api/v1/executor-groups", "/api/v1/auth/login"} {
 		if _, ok := doc.Paths[p]; !ok {
@@ -51,11 +58,31 @@ func TestServesDocsHealthAndUI(t *testing.T) {
 	if code, body := get("/"); code != 200 || !strings.Contains(body, "<title>jobmesh</title>") {
 		t.Errorf("GET / = %d, want the UI", code)
 	}
-	if code, _ := get("/app.js"); code != 200 {
-		t.Errorf("GET /app.js = %d, want 200", code)
+	for _, f := range []string{"/app.js", "/js/views/apiref.js", "/apiref.css"} {
+		if code, _ := get(f); code != 200 {
+			t.Errorf("GET %s = %d, want 200", f, code)
+		}
 	}
-	if code, _ := get("/api/v1/jobs"); code != http.StatusServiceUnavailable {
-		t.Errorf("GET /api/v1/jobs with the scheduler down = %d, want 503", code)
+	// The gateway's own errors carry a reason too.
+	for path, want := range map[string]struct {
+		code   int
+		reason string
+	}{
+		"/api/v1/jobs":    {http.StatusServiceUnavailable, "UNAVAILABLE"},
+		"/api/v1/nothing": {http.StatusNotFound, "NOT_FOUND"},
+	} {
+		code, body := get(path)
+		var e struct {
+			Details []struct {
+				Type   string `json:"@type"`
+				Reason string `json:"reason"`
+				Domain string `json:"domain"`
+			} `json:"details"`
+		}
+		_ = json.Unmarshal([]byte(body), &e)
+		if code != want.code || len(e.Details) == 0 || e.Details[0].Type != "type.googleapis.com/google.rpc.ErrorInfo" || e.Details[0].Reason != want.reason || e.Details[0].Domain != "jobmesh.dev" {
+			t.Errorf("GET %s = %d %s, want %d with ErrorInfo reason %s", path, code, body, want.code, want.reason)
+		}
 	}
 }
 

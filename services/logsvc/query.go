@@ -185,7 +185,7 @@ func (s *Service) GetRun(ctx context.Context, req *logsv1.GetRunRequest) (*logsv
 func (s *Service) getRun(ctx context.Context, id string) (*logsv1.Run, error) {
 	r, err := scanRun(s.store.QueryRowContext(ctx, s.store.Q(`SELECT `+runColumns+` FROM runs WHERE trigger_id = $1`), id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("run %q: %w", id, apierr.ErrNotFound)
+		return nil, fmt.Errorf("run %q: %w", id, apierr.ErrRunNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read run %q: %w", id, err)
@@ -271,7 +271,7 @@ func (s *Service) ListRunLines(ctx context.Context, req *logsv1.ListRunLinesRequ
 		return nil, err
 	}
 	if !found && len(lines) == 0 {
-		return nil, fmt.Errorf("run %q: %w", req.GetId(), apierr.ErrNotFound)
+		return nil, fmt.Errorf("run %q: %w", req.GetId(), apierr.ErrRunNotFound)
 	}
 	next := from
 	if len(lines) > 0 {
@@ -358,7 +358,7 @@ func (s *Service) KillRun(ctx context.Context, req *logsv1.KillRunRequest) (*log
 		return nil, err
 	}
 	if final(int32(r.GetStatus())) {
-		return nil, fmt.Errorf("run %q has already ended (%s): %w", r.GetId(), r.GetStatus(), apierr.ErrFailedPrecondition)
+		return nil, fmt.Errorf("run %q has already ended (%s): %w", r.GetId(), r.GetStatus(), apierr.ErrRunEnded)
 	}
 	killed, msg, err := s.killer.KillTrigger(ctx, r.GetId(), r.GetJobId(), r.GetExecutorAddress())
 	if err != nil {

@@ -189,7 +189,7 @@ func (s *Service) TailRun(req *logsv1.TailRunRequest, stream grpc.ServerStreamin
 			return err
 		}
 		if !found {
-			return fmt.Errorf("run %q: %w", id, apierr.ErrNotFound)
+			return fmt.Errorf("run %q: %w", id, apierr.ErrRunNotFound)
 		}
 		lines, more, err := s.readLines(ctx, id, next, s.cfg.TailBatch)
 		if err != nil {

@@ -164,11 +164,11 @@ func (s *Service) stillCredited(ctx context.Context, e *registryv1.Executor) err
 	err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT access_token FROM executor_groups WHERE app_name = $1`), e.AppName).Scan(&tok)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return status.Errorf(codes.Unauthenticated, "executor group %q no longer exists", e.AppName)
+		return apierr.Statusf(codes.Unauthenticated, apierr.ReasonExecutorTokenInvalid, "executor group %q no longer exists", e.AppName)
 	case err != nil:
 		return nil // the store is away: keep the registration; the next check decides
 	case s.credential(tok) != e.Credential:
-		return status.Errorf(codes.Unauthenticated, "executor group %q has another access token now", e.AppName)
+		return apierr.Statusf(codes.Unauthenticated, apierr.ReasonExecutorTokenInvalid, "executor group %q has another access token now", e.AppName)
 	}
 	return nil
 }
@@ -250,12 +250,12 @@ func (s *Service) checkRegistration(ctx context.Context, e *registryv1.Executor)
 	}
 	if _, app, ok := s.executor(ctx); ok {
 		if app != e.AppName {
-			return status.Errorf(codes.PermissionDenied, "executor.app_name %q: your credential is executor group %q's", e.AppName, app)
+			return apierr.Statusf(codes.PermissionDenied, apierr.ReasonGroupNotAllowed, "executor.app_name %q: your credential is executor group %q's", e.AppName, app)
 		}
 		return nil
 	}
 	if !s.reveal(ctx) {
-		return status.Error(codes.PermissionDenied, "only executors (with their group's access token) and services register executors")
+		return apierr.Status(codes.PermissionDenied, apierr.ReasonRoleRequired, "only executors (with their group's access token) and services register executors")
 	}
 	return nil
 }

@@ -272,7 +272,7 @@ func (s *Service) CreateExecutorGroup(ctx context.Context, req *registryv1.Creat
 		g.AppName, g.Title, int32(g.AddressType), strings.Join(g.ManualAddresses, ","), g.AccessToken, time.Now().UnixMilli()).Scan(&id)
 	if err != nil {
 		if db.IsUniqueViolation(err) {
-			return nil, fmt.Errorf("executor group with app_name %q: %w", g.AppName, apierr.ErrAlreadyExists)
+			return nil, fmt.Errorf("executor group with app_name %q: %w", g.AppName, apierr.ErrExecutorGroupExists)
 		}
 		return nil, fmt.Errorf("create executor group: %w", err)
 	}
@@ -323,7 +323,7 @@ func (s *Service) UpdateExecutorGroup(ctx context.Context, req *registryv1.Updat
 		cur.Id, cur.AppName, cur.Title, int32(cur.AddressType), strings.Join(cur.ManualAddresses, ","), cur.AccessToken, time.Now().UnixMilli())
 	if err != nil {
 		if db.IsUniqueViolation(err) {
-			return nil, fmt.Errorf("executor group with app_name %q: %w", cur.AppName, apierr.ErrAlreadyExists)
+			return nil, fmt.Errorf("executor group with app_name %q: %w", cur.AppName, apierr.ErrExecutorGroupExists)
 		}
 		return nil, fmt.Errorf("update executor group %d: %w", cur.Id, err)
 	}
@@ -341,7 +341,7 @@ func (s *Service) DeleteExecutorGroup(ctx context.Context, req *registryv1.Delet
 		return nil, fmt.Errorf("delete executor group %d: %w", req.GetId(), err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, fmt.Errorf("executor group %d: %w", req.GetId(), apierr.ErrNotFound)
+		return nil, fmt.Errorf("executor group %d: %w", req.GetId(), apierr.ErrExecutorGroupNotFound)
 	}
 	return &registryv1.DeleteExecutorGroupResponse{}, nil
 }
@@ -350,7 +350,7 @@ func (s *Service) getGroup(ctx context.Context, id int64) (*registryv1.ExecutorG
 	row := s.store.QueryRowContext(ctx, s.store.Q(`SELECT `+groupColumns+` FROM executor_groups WHERE id = $1`), id)
 	g, err := scanGroup(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("executor group %d: %w", id, apierr.ErrNotFound)
+		return nil, fmt.Errorf("executor group %d: %w", id, apierr.ErrExecutorGroupNotFound)
 	}
 	return g, err
 }

@@ -129,7 +129,7 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 		return nil, err
 	}
 	if in.GetVersion() != 0 && in.GetVersion() != cur.Version {
-		return nil, fmt.Errorf("job %d is at version %d, the update was based on %d: %w", cur.ID, cur.Version, in.GetVersion(), apierr.ErrConflict)
+		return nil, fmt.Errorf("job %d is at version %d, the update was based on %d: %w", cur.ID, cur.Version, in.GetVersion(), apierr.ErrVersionConflict)
 	}
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
@@ -327,7 +327,7 @@ func (s *Service) RestoreGlueVersion(ctx context.Context, req *schedulerv1.Resto
 	}
 	i := slices.IndexFunc(vs.Versions, func(v *schedulerv1.GlueVersion) bool { return v.Version == req.GetVersion() })
 	if i < 0 {
-		return nil, fmt.Errorf("glue version %d of job %d: %w", req.GetVersion(), req.GetJobId(), apierr.ErrNotFound)
+		return nil, fmt.Errorf("glue version %d of job %d: %w", req.GetVersion(), req.GetJobId(), apierr.ErrGlueVersionNotFound)
 	}
 	v := vs.Versions[i]
 	resp, err := s.UpdateJob(ctx, &schedulerv1.UpdateJobRequest{

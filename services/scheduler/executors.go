@@ -397,7 +397,7 @@ func (v *routeView) group(ctx context.Context, id int64) (*registryv1.ExecutorGr
 	}
 	resp, err := v.reg.GetExecutorGroup(ctx, &registryv1.GetExecutorGroupRequest{Id: id})
 	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("executor group %d: %w", id, apierr.ErrNotFound)
+		return nil, fmt.Errorf("executor group %d: %w", id, apierr.ErrExecutorGroupNotFound)
 	}
 	if err != nil {
 		if ok { // the registry is briefly away: route on what we knew

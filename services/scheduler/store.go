@@ -96,7 +96,7 @@ func (s store) get(ctx context.Context, q interface {
 }, id int64) (*jobRow, error) {
 	j, err := scanJob(q.QueryRowContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id = $1`), id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("job %d: %w", id, apierr.ErrNotFound)
+		return nil, fmt.Errorf("job %d: %w", id, apierr.ErrJobNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read job %d: %w", id, err)
@@ -208,7 +208,7 @@ func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) er
 		if _, err := s.get(ctx, tx, j.ID); err != nil {
 			return err
 		}
-		return fmt.Errorf("job %d changed since version %d was read: %w", j.ID, j.Version, apierr.ErrConflict)
+		return fmt.Errorf("job %d changed since version %d was read: %w", j.ID, j.Version, apierr.ErrVersionConflict)
 	}
 	if setNext {
 		if err := s.setNextFire(ctx, tx, j.ID, j.NextFireMs); err != nil {
@@ -261,7 +261,7 @@ func (s store) delete(ctx context.Context, id, nowMs int64) error {
 		return fmt.Errorf("delete job %d: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("job %d: %w", id, apierr.ErrNotFound)
+		return fmt.Errorf("job %d: %w", id, apierr.ErrJobNotFound)
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM glue_versions WHERE job_id = $1`), id); err != nil {
 		return fmt.Errorf("delete glue versions of job %d: %w", id, err)

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
@@ -84,7 +83,7 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *authv1.ListAuditEven
 // RecordAuditEvent implements AuthService (internal token only).
 func (s *Service) RecordAuditEvent(ctx context.Context, req *authv1.RecordAuditEventRequest) (*authv1.RecordAuditEventResponse, error) {
 	if c, ok := CallerFrom(ctx); !ok || c.Kind != KindInternal {
-		return nil, status.Error(codes.PermissionDenied, "internal callers only")
+		return nil, apierr.Status(codes.PermissionDenied, apierr.ReasonRoleRequired, "internal callers only")
 	}
 	e := req.GetEvent()
 	if e.GetAction() == "" {

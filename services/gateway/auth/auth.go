@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
@@ -178,7 +177,7 @@ func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.
 		return nil, apierr.Field("password", "required")
 	}
 	if len(req.GetUsername()) > maxUsernameBytes {
-		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
+		return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonLoginFailed, "wrong user name or password")
 	}
 	client := s.clientAddr(ctx)
 	now := s.now()
@@ -199,7 +198,7 @@ func (s *Service) Login(ctx context.Context, req *authv1.LoginRequest) (*authv1.
 		return nil, err
 	}
 	if hash == "" || !verifyPassword(req.GetPassword(), hash) {
-		return nil, status.Error(codes.Unauthenticated, "wrong user name or password")
+		return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonLoginFailed, "wrong user name or password")
 	}
 	r.succeed()
 	token := sessionPrefix + randomToken(32)
@@ -296,7 +295,7 @@ func (s *Service) AuthenticateToken(ctx context.Context, tok string) (*authv1.Us
 		var id int64
 		err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, user_id, expire_ms FROM api_tokens WHERE token_hash = $1`), h).Scan(&id, &uid, &exp)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && exp != 0 && exp <= now) {
-			return nil, status.Error(codes.Unauthenticated, "invalid, expired or revoked token")
+			return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonTokenInvalid, "invalid, expired or revoked token")
 		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: read api token: %w", err)
@@ -307,7 +306,7 @@ func (s *Service) AuthenticateToken(ctx context.Context, tok string) (*authv1.Us
 	} else {
 		err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT user_id, expire_ms FROM sessions WHERE token_hash = $1`), h).Scan(&uid, &exp)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && exp <= now) {
-			return nil, status.Error(codes.Unauthenticated, "invalid or expired token")
+			return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonTokenInvalid, "invalid or expired token")
 		}
 		if err != nil {
 			return nil, fmt.Errorf("auth: read session: %w", err)
@@ -315,7 +314,7 @@ func (s *Service) AuthenticateToken(ctx context.Context, tok string) (*authv1.Us
 	}
 	u, err := s.userByID(ctx, uid)
 	if errors.Is(err, apierr.ErrNotFound) {
-		return nil, status.Error(codes.Unauthenticated, "the token's user no longer exists")
+		return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonTokenInvalid, "the token's user no longer exists")
 	}
 	return u, err
 }
@@ -323,7 +322,7 @@ func (s *Service) AuthenticateToken(ctx context.Context, tok string) (*authv1.Us
 func (s *Service) userByID(ctx context.Context, id int64) (*authv1.User, error) {
 	u, err := scanUser(s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms, password_hash FROM users WHERE id = $1`), id), nil)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("user %d: %w", id, apierr.ErrNotFound)
+		return nil, fmt.Errorf("user %d: %w", id, apierr.ErrUserNotFound)
 	}
 	return u, err
 }
@@ -332,7 +331,7 @@ func (s *Service) userByName(ctx context.Context, name string) (*authv1.User, st
 	var hash string
 	u, err := scanUser(s.store.QueryRowContext(ctx, s.store.Q(`SELECT id, username, role, group_ids, create_ms, password_hash FROM users WHERE username = $1`), name), &hash)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, "", fmt.Errorf("user %q: %w", name, apierr.ErrNotFound)
+		return nil, "", fmt.Errorf("user %q: %w", name, apierr.ErrUserNotFound)
 	}
 	return u, hash, err
 }
@@ -381,14 +380,14 @@ func bearer(ctx context.Context) (string, error) {
 			return tok, nil
 		}
 	}
-	return "", status.Error(codes.Unauthenticated, "missing bearer token")
+	return "", apierr.Status(codes.Unauthenticated, apierr.ReasonTokenMissing, "missing bearer token")
 }
 
 // maxUsernameBytes bounds the user names a login looks up (usernameRE allows 50 characters).
 const maxUsernameBytes = 200
 
 // errBusy is the answer when MaxConcurrentHashes password checks are running.
-var errBusy = status.Error(codes.ResourceExhausted, "too many password checks in progress; retry shortly")
+var errBusy = apierr.Status(codes.ResourceExhausted, apierr.ReasonServerBusy, "too many password checks in progress; retry shortly")
 
 // acquireHash takes a slot for an argon2id computation, or fails at once with ResourceExhausted
 // when every slot is taken. The caller calls release when its hashing is done.
@@ -408,11 +407,11 @@ func (s *Service) reserveGuess(ctx context.Context, what, user, client string, n
 	wait, r, err := s.throttle.reserve(user, client, now)
 	if err != nil {
 		s.log.WarnContext(ctx, what+" refused: throttle full", "username", user, "client", client)
-		return nil, status.Error(codes.ResourceExhausted, "too many clients; retry later")
+		return nil, apierr.Status(codes.ResourceExhausted, apierr.ReasonServerBusy, "too many clients; retry later")
 	}
 	if wait > 0 {
 		s.log.WarnContext(ctx, what+" refused: locked out", "username", user, "client", client, "retry_after", wait.Round(time.Second).String())
-		return nil, status.Errorf(codes.ResourceExhausted, "too many failed attempts; retry in %s", wait.Round(time.Second))
+		return nil, apierr.Statusf(codes.ResourceExhausted, apierr.ReasonLoginThrottled, "too many failed attempts; retry in %s", wait.Round(time.Second))
 	}
 	if r.lock > 0 {
 		s.log.WarnContext(ctx, what+" locked out", "username", user, "client", client, "failures", r.n, "lockout", r.lock.String())

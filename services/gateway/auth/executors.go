@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 )
 
 // ExecutorGroupCredential is what the guard checks an executor's credential against: a group's
@@ -127,11 +128,11 @@ func validAppName(app string) bool {
 // identify checks that sum is the SHA-256 of app's group's access token.
 func (c *execCache) identify(ctx context.Context, app string, sum [32]byte) (*Caller, error) {
 	if c.creds == nil {
-		return nil, status.Error(codes.Unauthenticated, "executors are not accepted here")
+		return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonExecutorTokenInvalid, "executors are not accepted here")
 	}
 	if !validAppName(app) {
 		// No group has such a name; asking the registry would only cost it.
-		return nil, status.Error(codes.Unauthenticated, ExecutorAppHeader+": want 1-64 of [A-Za-z0-9_.-]")
+		return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonExecutorTokenInvalid, ExecutorAppHeader+": want 1-64 of [A-Za-z0-9_.-]")
 	}
 	e, err := c.lookup(ctx, strings.ToLower(app))
 	if err != nil {
@@ -146,7 +147,7 @@ func (c *execCache) identify(ctx context.Context, app string, sum [32]byte) (*Ca
 		}
 	}
 	// One answer for an unknown app, a group without a token and a wrong token.
-	return nil, status.Errorf(codes.Unauthenticated, "executor %q: not the access token of its executor group (a group must have one)", app)
+	return nil, apierr.Statusf(codes.Unauthenticated, apierr.ReasonExecutorTokenInvalid, "executor %q: not the access token of its executor group (a group must have one)", app)
 }
 
 // lookup returns what is known of the groups named key (a lower-cased app name), asking the

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
 )
 
@@ -159,7 +160,7 @@ func (g *Guard) identify(ctx context.Context, tok string) (*Caller, error) {
 		return &Caller{Kind: KindInternal}, nil
 	}
 	if g.cfg.Users == nil {
-		return nil, status.Error(codes.Unauthenticated, "invalid token")
+		return nil, apierr.Status(codes.Unauthenticated, apierr.ReasonTokenInvalid, "invalid token")
 	}
 	u, err := g.cfg.Users.AuthenticateToken(ctx, tok)
 	if err != nil {
@@ -209,7 +210,7 @@ func (g *Guard) Authorize(ctx context.Context, method string, req any) (context.
 
 func (g *Guard) deny(ctx context.Context, c *Caller, method, why string) error {
 	g.log.InfoContext(ctx, "call denied", "method", method, "username", c.name(), "reason", why)
-	return status.Errorf(codes.PermissionDenied, "%s: %s", method, why)
+	return apierr.Statusf(codes.PermissionDenied, apierr.ReasonRoleRequired, "%s: %s", method, why)
 }
 
 // allowed fails unless the caller may act on group id.
@@ -217,7 +218,7 @@ func allowed(c *Caller, id int64) error {
 	if slices.Contains(c.User.GetGroupIds(), id) {
 		return nil
 	}
-	return status.Errorf(codes.PermissionDenied, "executor group %d is not among your groups %v", id, c.User.GetGroupIds())
+	return apierr.Statusf(codes.PermissionDenied, apierr.ReasonGroupNotAllowed, "executor group %d is not among your groups %v", id, c.User.GetGroupIds())
 }
 
 // scope fills an unset group filter for a caller limited to groups: with one group it becomes
@@ -228,12 +229,12 @@ func scope(c *Caller, p *int64, field string) error {
 	}
 	switch gs := c.User.GetGroupIds(); len(gs) {
 	case 0:
-		return status.Error(codes.PermissionDenied, "you may act on no executor group")
+		return apierr.Status(codes.PermissionDenied, apierr.ReasonGroupNotAllowed, "you may act on no executor group")
 	case 1:
 		*p = gs[0]
 		return nil
 	default:
-		return status.Errorf(codes.InvalidArgument, "%s: required, one of your executor groups %v", field, gs)
+		return apierr.ToStatus(apierr.Field(field, "required, one of your executor groups %v", gs))
 	}
 }
 
@@ -244,7 +245,7 @@ func scopeAll(c *Caller, p *[]int64) error {
 	if len(*p) == 0 {
 		gs := c.User.GetGroupIds()
 		if len(gs) == 0 {
-			return status.Error(codes.PermissionDenied, "you may act on no executor group")
+			return apierr.Status(codes.PermissionDenied, apierr.ReasonGroupNotAllowed, "you may act on no executor group")
 		}
 		*p = slices.Clone(gs)
 		return nil

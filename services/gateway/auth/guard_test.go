@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
@@ -133,6 +134,14 @@ func wantCode(t *testing.T, what string, err error, want codes.Code) {
 	}
 }
 
+// wantReason checks the reason of err's ErrorInfo.
+func wantReason(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if info := apierr.Info(err); info.GetReason() != want || info.GetDomain() != apierr.Domain {
+		t.Errorf("%s: ErrorInfo %v, want reason %s in %s", what, info, want, apierr.Domain)
+	}
+}
+
 func TestGuardedAuthService(t *testing.T) {
 	t.Parallel()
 	for _, st := range dbtest.Stores(t) {
@@ -144,8 +153,10 @@ func TestGuardedAuthService(t *testing.T) {
 			t.Run("no token, a bad token", func(t *testing.T) {
 				_, err := e.c.GetCurrentUser(ctx, &authv1.GetCurrentUserRequest{})
 				wantCode(t, "GetCurrentUser without a token", err, codes.Unauthenticated)
+				wantReason(t, "GetCurrentUser without a token", err, apierr.ReasonTokenMissing)
 				_, err = e.c.ListUsers(e.as("jms_made-up"), &authv1.ListUsersRequest{})
 				wantCode(t, "ListUsers with a made-up token", err, codes.Unauthenticated)
+				wantReason(t, "ListUsers with a made-up token", err, apierr.ReasonTokenInvalid)
 			})
 
 			t.Run("users are the admin's", func(t *testing.T) {
@@ -156,21 +167,24 @@ func TestGuardedAuthService(t *testing.T) {
 				}
 				_, err = e.c.CreateUser(viewer, &authv1.CreateUserRequest{Password: "whatever-pw", User: &authv1.User{Username: "x", Role: authv1.Role_ROLE_ADMIN}})
 				wantCode(t, "CreateUser as a viewer", err, codes.PermissionDenied)
+				wantReason(t, "CreateUser as a viewer", err, apierr.ReasonRoleRequired)
 				_, err = e.c.ListAuditEvents(viewer, &authv1.ListAuditEventsRequest{})
 				wantCode(t, "ListAuditEvents as a viewer", err, codes.PermissionDenied)
 				// An executor's credential is checked (identified: refused for want of the
 				// right, not of a credential) and allows nothing a person's does.
 				_, err = e.c.ListUsers(e.asExecutor("app-seven", groupSevenToken), &authv1.ListUsersRequest{})
 				wantCode(t, "ListUsers as group 7's executor", err, codes.PermissionDenied)
-				for _, bad := range []struct{ what, app, tok string }{
-					{"wrong token", "app-seven", groupSevenToken + "x"},
-					{"another group's token", "app-three", groupSevenToken},
-					{"a group without a token", "app-three", ""},
-					{"unknown app", "app-none", groupSevenToken},
-					{"the internal token as an executor", "app-seven", internalToken},
+				invalid := apierr.ReasonExecutorTokenInvalid
+				for _, bad := range []struct{ what, app, tok, reason string }{
+					{"wrong token", "app-seven", groupSevenToken + "x", invalid},
+					{"another group's token", "app-three", groupSevenToken, invalid},
+					{"a group without a token", "app-three", "", apierr.ReasonTokenMissing},
+					{"unknown app", "app-none", groupSevenToken, invalid},
+					{"the internal token as an executor", "app-seven", internalToken, invalid},
 				} {
 					_, err = e.c.ListUsers(e.asExecutor(bad.app, bad.tok), &authv1.ListUsersRequest{})
 					wantCode(t, "ListUsers as an executor with a "+bad.what, err, codes.Unauthenticated)
+					wantReason(t, "ListUsers as an executor with a "+bad.what, err, bad.reason)
 				}
 				if _, err := e.c.ListUsers(e.as(internalToken), &authv1.ListUsersRequest{}); err != nil {
 					t.Errorf("ListUsers with the internal token: %v", err)
@@ -222,6 +236,7 @@ func TestGuardedAuthService(t *testing.T) {
 				}
 				_, err = e.c.DeleteUser(e.admin, &authv1.DeleteUserRequest{Id: me.GetUser().GetId()})
 				wantCode(t, "deleting the last admin", err, codes.FailedPrecondition)
+				wantReason(t, "deleting the last admin", err, apierr.ReasonLastAdmin)
 				_, err = e.c.UpdateUser(e.admin, &authv1.UpdateUserRequest{User: &authv1.User{Id: me.GetUser().GetId(), Role: authv1.Role_ROLE_VIEWER}})
 				wantCode(t, "demoting the last admin", err, codes.FailedPrecondition)
 			})
@@ -247,6 +262,7 @@ func TestGuardedAuthService(t *testing.T) {
 				}
 				_, err = e.c.Login(ctx, &authv1.LoginRequest{Username: "cora", Password: "cora-pass-phrase"})
 				wantCode(t, "login with the old password", err, codes.Unauthenticated)
+				wantReason(t, "login with the old password", err, apierr.ReasonLoginFailed)
 			})
 
 			t.Run("api tokens", func(t *testing.T) {
@@ -271,6 +287,7 @@ func TestGuardedAuthService(t *testing.T) {
 				other := e.createUser("olga", authv1.Role_ROLE_OPERATOR, 1)
 				_, err = e.c.RevokeApiToken(other, &authv1.RevokeApiTokenRequest{Id: ct.GetToken().GetId()})
 				wantCode(t, "revoking another user's token", err, codes.PermissionDenied)
+				wantReason(t, "revoking another user's token", err, apierr.ReasonNotTokenOwner)
 				if _, err := e.c.RevokeApiToken(op, &authv1.RevokeApiTokenRequest{Id: ct.GetToken().GetId()}); err != nil {
 					t.Fatalf("RevokeApiToken: %v", err)
 				}
@@ -363,7 +380,9 @@ func TestLoginThrottling(t *testing.T) {
 			for i := range 5 {
 				wantCode(t, "wrong password "+string(rune('1'+i)), try(ctx, "wrong-guess"), codes.Unauthenticated)
 			}
-			wantCode(t, "the right password while locked out", try(ctx, "tom-pass-phrase"), codes.ResourceExhausted)
+			err := try(ctx, "tom-pass-phrase")
+			wantCode(t, "the right password while locked out", err, codes.ResourceExhausted)
+			wantReason(t, "the right password while locked out", err, apierr.ReasonLoginThrottled)
 			// Another client address is not locked out (the gateway reports its HTTP client's
 			// address, proving itself with the internal token).
 			if err := try(metadata.AppendToOutgoingContext(ctx, auth.GatewayTokenKey, internalToken, auth.ClientAddrKey, "10.1.2.3"), "tom-pass-phrase"); err != nil {

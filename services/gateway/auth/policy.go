@@ -16,6 +16,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 )
 
 // access is the least a caller needs to make a call.
@@ -231,7 +232,7 @@ func (g *Guard) checkGroups(ctx context.Context, c *Caller, req any) error {
 			return err
 		}
 		if !slices.Contains(apps, r.GetAppName()) {
-			return status.Errorf(codes.PermissionDenied, "app_name: want the app of one of your executor groups %v", c.User.GetGroupIds())
+			return apierr.Statusf(codes.PermissionDenied, apierr.ReasonGroupNotAllowed, "app_name: want the app of one of your executor groups %v", c.User.GetGroupIds())
 		}
 		return nil
 	}

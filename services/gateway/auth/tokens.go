@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
@@ -92,10 +91,10 @@ func (s *Service) RevokeApiToken(ctx context.Context, req *authv1.RevokeApiToken
 	}
 	var owner int64
 	if err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT user_id FROM api_tokens WHERE id = $1`), req.GetId()).Scan(&owner); err != nil {
-		return nil, fmt.Errorf("api token %d: %w", req.GetId(), apierr.ErrNotFound)
+		return nil, fmt.Errorf("api token %d: %w", req.GetId(), apierr.ErrAPITokenNotFound)
 	}
 	if owner != u.Id && u.Role != authv1.Role_ROLE_ADMIN {
-		return nil, status.Error(codes.PermissionDenied, "not your token")
+		return nil, apierr.Status(codes.PermissionDenied, apierr.ReasonNotTokenOwner, "not your token")
 	}
 	if _, err := s.store.ExecContext(ctx, s.store.Q(`DELETE FROM api_tokens WHERE id = $1`), req.GetId()); err != nil {
 		return nil, fmt.Errorf("auth: revoke api token: %w", err)

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
@@ -31,7 +30,7 @@ func (s *Service) requireAdmin(ctx context.Context) (*Caller, error) {
 		return nil, err
 	}
 	if u.Role != authv1.Role_ROLE_ADMIN {
-		return nil, status.Error(codes.PermissionDenied, "admins only")
+		return nil, apierr.Status(codes.PermissionDenied, apierr.ReasonRoleRequired, "admins only")
 	}
 	return &Caller{Kind: KindUser, User: u}, nil
 }
@@ -171,7 +170,7 @@ func (s *Service) UpdateUser(ctx context.Context, req *authv1.UpdateUserRequest)
 	if p := req.GetPassword(); p != "" {
 		var name string
 		if err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT username FROM users WHERE id = $1`), u.GetId()).Scan(&name); err != nil {
-			return nil, fmt.Errorf("user %d: %w", u.GetId(), apierr.ErrNotFound)
+			return nil, fmt.Errorf("user %d: %w", u.GetId(), apierr.ErrUserNotFound)
 		}
 		if err := checkPassword("password", name, p); err != nil {
 			return nil, err
@@ -190,7 +189,7 @@ func (s *Service) UpdateUser(ctx context.Context, req *authv1.UpdateUserRequest)
 	defer tx.Rollback()
 	var role int32
 	if err := tx.QueryRowContext(ctx, s.store.Q(`SELECT role FROM users WHERE id = $1`), u.GetId()).Scan(&role); err != nil {
-		return nil, fmt.Errorf("user %d: %w", u.GetId(), apierr.ErrNotFound)
+		return nil, fmt.Errorf("user %d: %w", u.GetId(), apierr.ErrUserNotFound)
 	}
 	if authv1.Role(role) == authv1.Role_ROLE_ADMIN && u.GetRole() != authv1.Role_ROLE_ADMIN {
 		if err := s.keepAnAdmin(ctx, tx, u.GetId()); err != nil {
@@ -235,7 +234,7 @@ func (s *Service) DeleteUser(ctx context.Context, req *authv1.DeleteUserRequest)
 	defer tx.Rollback()
 	var role int32
 	if err := tx.QueryRowContext(ctx, s.store.Q(`SELECT role FROM users WHERE id = $1`), req.GetId()).Scan(&role); err != nil {
-		return nil, fmt.Errorf("user %d: %w", req.GetId(), apierr.ErrNotFound)
+		return nil, fmt.Errorf("user %d: %w", req.GetId(), apierr.ErrUserNotFound)
 	}
 	if authv1.Role(role) == authv1.Role_ROLE_ADMIN {
 		if err := s.keepAnAdmin(ctx, tx, req.GetId()); err != nil {
@@ -262,7 +261,7 @@ func (s *Service) keepAnAdmin(ctx context.Context, tx interface {
 		return fmt.Errorf("auth: count admins: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("user %d is the last admin: %w", id, apierr.ErrFailedPrecondition)
+		return fmt.Errorf("user %d is the last admin: %w", id, apierr.ErrLastAdmin)
 	}
 	return nil
 }
@@ -303,7 +302,7 @@ func (s *Service) ResetPassword(ctx context.Context, username, password string) 
 	var id int64
 	if err := tx.QueryRowContext(ctx, s.store.Q(`SELECT id FROM users WHERE username = $1`), username).Scan(&id); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return "", fmt.Errorf("user %q: %w", username, apierr.ErrNotFound)
+			return "", fmt.Errorf("user %q: %w", username, apierr.ErrUserNotFound)
 		}
 		return "", fmt.Errorf("auth: reset password: %w", err)
 	}

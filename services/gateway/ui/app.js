@@ -12,6 +12,7 @@ import * as executors from "./js/views/executors.js";
 import * as users from "./js/views/users.js";
 import * as tokens from "./js/views/tokens.js";
 import * as audit from "./js/views/audit.js";
+import * as apiref from "./js/views/apiref.js";
 
 const app = document.getElementById("app");
 let me = null; // the logged-in user
@@ -25,6 +26,7 @@ const NAV = [
   ["users", "Users", "admin"],
   ["tokens", "API tokens"],
   ["audit", "Audit log", "admin"],
+  ["api", "API reference"],
 ];
 
 const ROUTES = [
@@ -39,6 +41,7 @@ const ROUTES = [
   [/^users$/, users.render, "admin"],
   [/^tokens$/, tokens.render],
   [/^audit$/, audit.render, "admin"],
+  [/^api$/, apiref.render],
 ];
 
 const isAdmin = () => me && me.role === "ROLE_ADMIN";
