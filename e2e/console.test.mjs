@@ -9,6 +9,7 @@
 //   JOBMESH_OPERATOR, JOBMESH_OPERATOR_PASSWORD    an operator limited to that group
 //   JOBMESH_OTHER_GROUP, JOBMESH_OTHER_JOB, JOBMESH_OTHER_JOB_ID   a group, and a job in it, that
 //                             the operator must not see
+//   JOBMESH_OTHER_GROUP_ID    that group's id (it holds enough jobs for several pages of the job list)
 //   JOBMESH_SCREENSHOTS       where to write screenshots of the main pages (optional)
 //   CHROMIUM                  browser executable, default /usr/bin/chromium
 import { chromium } from "playwright-core";
@@ -31,6 +32,9 @@ const OPERATOR_PASSWORD = env("JOBMESH_OPERATOR_PASSWORD");
 const OTHER_GROUP = env("JOBMESH_OTHER_GROUP");
 const OTHER_JOB = env("JOBMESH_OTHER_JOB");
 const OTHER_JOB_ID = env("JOBMESH_OTHER_JOB_ID");
+const OTHER_GROUP_ID = env("JOBMESH_OTHER_GROUP_ID");
+// The browser's own zone: not UTC, so "the browser's zone" and "UTC" differ on every page.
+const BROWSER_ZONE = "America/New_York";
 const SHOTS = process.env.JOBMESH_SCREENSHOTS || "";
 const T = 30_000; // generous wait for anything the UI shows
 
@@ -43,6 +47,7 @@ const browser = await chromium.launchPersistentContext(profile, {
   headless: true,
   viewport: { width: 1360, height: 860 },
   locale: "en-US",
+  timezoneId: BROWSER_ZONE,
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync"],
 });
@@ -82,6 +87,40 @@ async function step(name, fn) {
 const go = (hash) => page.goto(`${BASE}/#/${hash}`);
 const view = () => page.locator("#view");
 const jobRow = (name) => page.locator(`#jobs-table tr[data-job="${name}"]`);
+
+// apiCall calls the REST API from the page as the logged-in user: {status, body}.
+const apiCall = (method, p, body) => page.evaluate(async ([method, p, body]) => {
+  const res = await fetch("/api/v1" + p, {
+    method, body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { Authorization: "Bearer " + localStorage.getItem("jobmesh.token"), "Content-Type": "application/json" },
+  });
+  return { status: res.status, body: await res.json().catch(() => ({})) };
+}, [method, p, body]);
+
+// zoneOffset is the "UTC+hh:mm" label of zone at instant ms, as the console writes it.
+function zoneOffset(zone, ms) {
+  if (zone === "UTC") return "UTC";
+  const parts = Object.fromEntries(new Intl.DateTimeFormat("en-US", { timeZone: zone, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric", second: "numeric" })
+    .formatToParts(new Date(ms)).map((x) => [x.type, Number(x.value)]));
+  const off = Math.round((Date.UTC(parts.year, parts.month - 1, parts.day, parts.hour % 24, parts.minute, parts.second) - Math.floor(ms / 1000) * 1000) / 60000);
+  const a = Math.abs(off);
+  return `UTC${off < 0 ? "-" : "+"}${String(Math.floor(a / 60)).padStart(2, "0")}:${String(a % 60).padStart(2, "0")}`;
+}
+
+// shownAs is how the console shows instant ms in zone: "2026-11-22 08:00:00 UTC+08:00".
+function shownAs(zone, ms) {
+  const p = Object.fromEntries(new Intl.DateTimeFormat("en-US", { timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit" })
+    .formatToParts(new Date(ms)).map((x) => [x.type, x.value]));
+  return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${zoneOffset(zone, ms)}`;
+}
+
+// pageIDs are the ids of the jobs the API lists on page n (size 10) of the other group.
+async function pageIDs(n) {
+  const r = await apiCall("GET", `/jobs?group_id=${OTHER_GROUP_ID}&page_size=10&skip=${(n - 1) * 10}`);
+  check(r.status === 200, `GET /jobs page ${n}: ${r.status}`);
+  return (r.body.jobs || []).map((j) => String(j.id));
+}
+const shownIDs = () => page.locator("#jobs-table tr[data-job] td:first-child").allTextContents().then((a) => a.map((x) => x.trim()));
 
 async function login(user, password) {
   await page.goto(BASE + "/");
@@ -133,8 +172,29 @@ try {
     await createJob({ name: "e2e-cron", type: "SCHEDULE_TYPE_CRON", expression: "0/2 * * * * ?", params: "world", source: 'echo "hello from e2e $1"\n', scheduled: true });
     await page.locator("#fire-preview li").nth(4).waitFor();
     const times = await page.locator("#fire-preview li").allTextContents();
-    const secs = times.map((x) => Number(x.slice(-2)));
-    check(secs.every((s) => s % 2 === 0), `every preview time should fall on an even second, got ${times}`);
+    // Shown in the browser's zone, with its offset.
+    const secs = times.map((x) => /:(\d\d) (UTC[+-]\d\d:\d\d)$/.exec(x));
+    check(secs.every((m) => m && Number(m[1]) % 2 === 0 && m[2] === zoneOffset(BROWSER_ZONE, Date.now())),
+      `every preview time should fall on an even second and name ${BROWSER_ZONE}'s offset, got ${times}`);
+    // The run modes offered are exactly the ones the server accepts: every GlueType of the API
+    // is tried as a stopped job, and the ones refused (naming glue_type) must not be offered.
+    const offered = (await page.locator("#job-form select[name=glue_type] option").evaluateAll((os) => os.map((o) => o.value))).sort();
+    const spec = await page.evaluate(async () => (await fetch("/api/openapi.json")).json());
+    const glueEnum = Object.entries(spec.definitions || spec.components?.schemas || {}).find(([k]) => /GlueType$/.test(k))?.[1]?.enum || [];
+    check(glueEnum.length > 5, `the OpenAPI document should list the GLUE types, got ${glueEnum}`);
+    const accepted = [];
+    for (const g of glueEnum.filter((v) => !v.endsWith("_UNSPECIFIED"))) {
+      const r = await apiCall("POST", "/jobs", { name: "e2e-glue-" + g, group_id: GROUP_ID, handler: g === "GLUE_TYPE_BEAN" ? "demo" : "",
+        glue_type: g, glue_source: g === "GLUE_TYPE_BEAN" ? "" : "echo hi\n", schedule: { type: "SCHEDULE_TYPE_NONE" } });
+      if (r.status === 200) {
+        accepted.push(g);
+        check((await apiCall("DELETE", `/jobs/${r.body.job.id}`)).status === 200, "deleting the GLUE probe job");
+      } else {
+        check(r.status === 400 && JSON.stringify(r.body).includes("glue_type"), `${g}: ${r.status} ${JSON.stringify(r.body)}, want accepted or refused naming glue_type`);
+      }
+    }
+    check(JSON.stringify(offered) === JSON.stringify(accepted.sort()), `the form offers ${offered}, the server accepts ${accepted}`);
+    check(!offered.includes("GLUE_TYPE_GLUE_GROOVY"), "Groovy should not be offered");
     await page.fill("#job-form input[name='schedule.expression']", "not a cron");
     await page.locator("#preview-error").filter({ hasText: /\S/ }).waitFor();
     await page.fill("#job-form input[name='schedule.expression']", "0/2 * * * * ?");
@@ -158,6 +218,44 @@ try {
     await shot("run-detail");
   });
 
+  await step("every time names its zone; the zone setting (browser, UTC, any IANA zone) holds across pages and reloads", async () => {
+    await go(`runs?job_id=${cronID}&auto=0`);
+    const first = page.locator("#runs-table tr[data-run]").first();
+    await first.waitFor();
+    const runID = await first.getAttribute("data-run");
+    const r = await apiCall("GET", `/logs/${encodeURIComponent(runID)}`);
+    const ms = Date.parse(r.body.run.scheduled_time);
+    const cell = page.locator(`#runs-table tr[data-run="${runID}"] td.time`);
+    const shows = async (zone) => {
+      await page.locator(`#runs-table tr[data-run="${runID}"] td.time`, { hasText: shownAs(zone, ms) }).waitFor();
+    };
+    await shows(BROWSER_ZONE);
+    await page.selectOption("#tz-switch", "UTC");
+    await shows("UTC");
+    check((await cell.textContent()).endsWith(" UTC"), `a UTC time should say so: ${await cell.textContent()}`);
+    await page.selectOption("#tz-switch", "Asia/Kolkata");
+    await shows("Asia/Kolkata");
+    // Kept in this browser: a reload shows the same zone, and so do other pages.
+    await page.reload();
+    await shows("Asia/Kolkata");
+    check(await page.inputValue("#tz-switch") === "Asia/Kolkata", "the zone setting should survive a reload");
+    // Time filters are read in the chosen zone too: from the run's own minute it is listed, from
+    // the next minute it is not.
+    const minute = shownAs("Asia/Kolkata", ms).slice(0, 16).replace(" ", "T");
+    const next = shownAs("Asia/Kolkata", Math.floor(ms / 60000) * 60000 + 60000).slice(0, 16).replace(" ", "T");
+    await page.fill("#view input[name=start_time]", minute);
+    await page.locator("#view input[name=start_time]").dispatchEvent("change");
+    await cell.waitFor();
+    await page.fill("#view input[name=start_time]", next);
+    await page.locator("#view input[name=start_time]").dispatchEvent("change");
+    await cell.waitFor({ state: "detached" });
+    await go(`jobs/${cronID}`);
+    await page.locator("#view .page-head .muted", { hasText: /updated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\+05:30$/ }).waitFor();
+    await page.selectOption("#tz-switch", "");
+    await go(`runs?job_id=${cronID}&auto=0`);
+    await shows(BROWSER_ZONE);
+  });
+
   await step("edit the cron job, then stop it", async () => {
     await go("jobs");
     await jobRow("e2e-cron").getByRole("link", { name: "Edit" }).click();
@@ -176,6 +274,48 @@ try {
     await go("jobs");
     await jobRow("e2e-cron").getByRole("button", { name: "Stop" }).click();
     await jobRow("e2e-cron").getByRole("button", { name: "Start" }).waitFor();
+  });
+
+  await step("lists page by number: page buttons, jump to a page, previous and next", async () => {
+    await go(`jobs?group_id=${OTHER_GROUP_ID}`);
+    await page.locator("#jobs-table").waitFor();
+    await page.selectOption("#view select[name=page_size]", "10");
+    const total = Number((await apiCall("GET", `/jobs?group_id=${OTHER_GROUP_ID}&page_size=1`)).body.total_size);
+    const last = Math.ceil(total / 10);
+    check(last >= 5, `the other group should hold five pages of jobs, it holds ${total} jobs`);
+    const pager = page.locator("#jobs .pager");
+    await pager.filter({ hasText: `Page 1 of ${last}` }).waitFor();
+    check((await pager.textContent()).includes(`${total} jobs`), `the pager should count ${total} jobs: ${await pager.textContent()}`);
+    const nums = await pager.locator("button.page-num").allTextContents();
+    check(JSON.stringify(nums) === JSON.stringify(["1", "2", "3", String(last)]), `page buttons on page 1: ${nums}`);
+    const on = async (n) => {
+      await pager.filter({ hasText: `Page ${n} of ${last}` }).waitFor();
+      const want = await pageIDs(n);
+      const got = await shownIDs();
+      check(JSON.stringify(got) === JSON.stringify(want), `page ${n} shows jobs ${got}, the API lists ${want}`);
+    };
+    await on(1);
+    await pager.locator('button.page-num[data-page="3"]').click();
+    await on(3);
+    check(await pager.locator("button.page-num.current").textContent() === "3", "page 3 should be marked current");
+    await pager.locator(`button.page-num[data-page="${last}"]`).click();
+    await on(last);
+    check(await pager.locator('button[data-page="next"]').isDisabled(), "Next should be disabled on the last page");
+    await pager.locator("input[name=page]").fill("2");
+    await pager.locator("input[name=page]").press("Enter");
+    await on(2);
+    await pager.locator('button[data-page="next"]').click();
+    await on(3);
+    await pager.locator('button[data-page="prev"]').click();
+    await on(2);
+    await pager.locator("input[name=page]").fill(String(last + 5));
+    await pager.locator('button[data-page="go"]').click();
+    await on(last);
+    // The runs list counts its runs and pages by number too.
+    await go(`runs?job_id=${cronID}&auto=0`);
+    const runsTotal = Number((await apiCall("GET", `/logs?job_id=${cronID}&page_size=1`)).body.total_size);
+    await page.locator("#runs .pager", { hasText: /\d+ runs · Page 1 of \d+/ }).waitFor();
+    check(runsTotal > 0, "the cron job should have runs");
   });
 
   await step("run a long job once with a parameter, see it on its executor, follow its live log and kill it", async () => {
@@ -200,9 +340,21 @@ try {
     await busy.click();
     await page.locator(`#runs-table tr[data-run="${longID}"][data-status=RUNNING]`).waitFor();
     check(await page.locator("#runs-table tr[data-run]").count() === 1, "the executor's running runs should be the long one only");
+    // The run's page is opened as if the run were not recorded yet (its first read answers 404):
+    // the info card must fill in from the live output, while the run is still running.
+    let hidden = 0;
+    const getRun = (u) => u.pathname === "/api/v1/logs/" + encodeURIComponent(longID);
+    await page.route(getRun, (route) => {
+      hidden++;
+      return route.fulfill({ status: 404, contentType: "application/json", body: JSON.stringify({ code: 5, message: "not found" }) });
+    }, { times: 1 });
     await running.getByRole("link", { name: "Log" }).click();
     await page.locator("#run-log", { hasText: "long job started with p1" }).waitFor();
     await page.locator("#run-status[data-status=RUNNING]").waitFor();
+    check(hidden === 1, `the run's first read should have been answered 404, ${hidden} were`);
+    await page.locator("#run-info dd[data-key=started]", { hasText: /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC[+-]\d\d:\d\d$/ }).waitFor();
+    check((await page.textContent("#run-info dd[data-key=executor]")).trim() !== "—", "the running run's card should name its executor");
+    check(await page.locator("#run-status[data-status=RUNNING]").count() === 1, "the run should still be running while its card fills in");
     await page.click("#kill-run");
     await page.locator("dialog[open]").getByRole("button", { name: "Kill" }).click();
     await page.locator("#run-status[data-status=KILLED]").waitFor();
@@ -309,6 +461,81 @@ try {
     await go("audit");
     await page.locator("#audit-table td", { hasText: "jobs/" + cronID }).first().waitFor();
     await shot("audit");
+    // Actions read as words, not RPC names.
+    const createJob = "/jobmesh.scheduler.v1.JobService/CreateJob";
+    const actions = await page.locator("#audit-table td.action").allTextContents();
+    check(actions.length > 0 && actions.every((a) => a && !a.includes("/") && !a.includes("jobmesh")), `audit actions should be readable: ${actions}`);
+    check((await page.locator(`#audit-table tr[data-action="${createJob}"] td.action`).first().textContent()) === "Create job", "CreateJob should read Create job");
+    // Filters go to the server: by action (with pages of the matches), object, user and time.
+    const filters = page.locator("#audit-filters");
+    await filters.locator("select[name=action]").selectOption(createJob);
+    const created = Number((await apiCall("GET", "/audit-events?page_size=1&action=" + encodeURIComponent(createJob))).body.total_size);
+    check(created > 50, `more than 50 jobs should have been created, the API counts ${created}`);
+    const pager = page.locator("#audit .pager");
+    await pager.filter({ hasText: `${created} events · Page 1 of ${Math.ceil(created / 50)}` }).waitFor();
+    const acts = await page.locator("#audit-table tr[data-action]").evaluateAll((rs) => rs.map((r) => r.dataset.action));
+    check(acts.length === 50 && acts.every((a) => a === createJob), `filtered by action, got ${acts.length} rows: ${[...new Set(acts)]}`);
+    await pager.locator('button.page-num[data-page="2"]').click();
+    await pager.filter({ hasText: "Page 2 of" }).waitFor();
+    check(await page.locator("#audit-table tr[data-action]").count() === Math.min(50, created - 50), "page 2 should hold the rest");
+    await filters.locator("select[name=action]").selectOption("");
+    await filters.locator("input[name=resource]").fill("jobs/" + cronID);
+    await filters.locator("input[name=resource]").press("Enter");
+    await pager.filter({ hasText: "Page 1 of 1" }).waitFor();
+    const objects = await page.locator("#audit-table tr[data-action] td.object").allTextContents();
+    check(objects.length > 0 && objects.every((o) => o.includes("jobs/" + cronID)), `filtered by object: ${objects}`);
+    await filters.locator("input[name=username]").fill("nobody-by-that-name");
+    await filters.locator("input[name=username]").press("Enter");
+    await page.locator("#audit-table td.empty", { hasText: "No events match." }).waitFor();
+    await filters.locator("input[name=username]").fill("adm");
+    await filters.locator("input[name=username]").press("Enter");
+    await page.locator("#audit-table tr[data-action]").first().waitFor();
+    const tomorrow = shownAs(BROWSER_ZONE, Date.now() + 864e5).slice(0, 16).replace(" ", "T");
+    await filters.locator("input[name=start_time]").fill(tomorrow);
+    await filters.locator("input[name=start_time]").dispatchEvent("change");
+    await page.locator("#audit-table td.empty").waitFor();
+    // A range that ends before it starts is refused by the server, which names the field.
+    await filters.locator("input[name=end_time]").fill(shownAs(BROWSER_ZONE, Date.now() - 864e5).slice(0, 16).replace(" ", "T"));
+    await filters.locator("input[name=end_time]").dispatchEvent("change");
+    await page.locator("#audit .error", { hasText: "end_time" }).waitFor();
+  });
+
+  await step("at 800 px the jobs table's actions are in view and work", async () => {
+    await page.setViewportSize({ width: 800, height: 900 });
+    try {
+      await go("jobs");
+      const row = jobRow("e2e-long");
+      await row.waitFor();
+      await page.evaluate(() => window.scrollTo(0, 0));
+      check(await page.evaluate(() => document.documentElement.scrollWidth) <= 800, "the page should not scroll sideways at 800 px");
+      check(await page.locator("#jobs").evaluate((el) => el.scrollLeft) === 0, "the job table should not be scrolled");
+      const controls = row.locator(".actions > a, .actions > button, .actions summary");
+      const n = await controls.count();
+      check(n >= 5, `the row should have its actions, found ${n}`);
+      for (let i = 0; i < n; i++) {
+        const c = controls.nth(i);
+        const name = (await c.textContent()).trim();
+        const box = await c.boundingBox();
+        check(box && box.x >= 0 && box.x + box.width <= 800 && box.y >= 0 && box.y + box.height <= 900,
+          `action ${name} should be inside the 800 px window, it is at ${JSON.stringify(box)}`);
+        const onTop = await c.evaluate((el) => {
+          const r = el.getBoundingClientRect();
+          const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+          return el === hit || el.contains(hit);
+        });
+        check(onTop, `action ${name} should not be covered`);
+      }
+      await row.getByRole("button", { name: "Run once" }).click();
+      const dlg = page.locator("dialog[open]");
+      await dlg.waitFor();
+      await dlg.getByRole("button", { name: "Cancel" }).click();
+      await dlg.waitFor({ state: "detached" });
+      await row.locator("details.more summary").click();
+      await row.getByRole("button", { name: "Copy" }).waitFor();
+      await row.locator("details.more summary").click();
+    } finally {
+      await page.setViewportSize({ width: 1360, height: 860 });
+    }
   });
 
   await step("switch to Chinese and back", async () => {
@@ -318,6 +545,32 @@ try {
     await page.locator("nav.side a[data-nav=jobs]", { hasText: "任务管理" }).waitFor();
     await page.locator("#jobs-table th", { hasText: "操作" }).waitFor();
     await shot("jobs-zh");
+    // Server errors in Chinese: each field the server names, in words, with the server's English.
+    await go("jobs/new");
+    await page.locator("#job-form").waitFor();
+    await page.fill("#job-form input[name=name]", "");
+    await page.fill("#job-form input[name=timeout_seconds]", "999999");
+    await page.click("#save-job");
+    const err = page.locator("#job-form-error");
+    await err.filter({ hasText: "服务器原文" }).waitFor();
+    const text = await err.textContent();
+    check(text.includes("名称无效") && text.includes("任务超时时间无效") && text.includes("timeout_seconds"),
+      `the error should name the fields in Chinese and keep the server's text: ${text}`);
+    check((await page.textContent("#job-form .field-error[data-field=name]")) === "名称无效", "the name field should say what is wrong with it");
+    check(await page.locator("#job-form input[name=timeout_seconds].invalid").count() === 1, "the timeout field should be marked");
+    // A stable reason, when the server gives one, is worded too.
+    const worded = await page.evaluate(async () => {
+      const { ApiError } = await import("/js/api.js");
+      return new ApiError(400, { code: 3, message: "name: required", details: [
+        { "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "REQUIRED", domain: "jobmesh", metadata: { field: "name" } },
+        { "@type": "type.googleapis.com/google.rpc.BadRequest", field_violations: [{ field: "job.name", description: "required" }] }] }).message;
+    });
+    check(worded.includes("名称为必填项") && worded.includes("name: required"), `a REQUIRED error should read 名称为必填项: ${worded}`);
+    const notFound = await page.evaluate(async () => new (await import("/js/api.js")).ApiError(404, { code: 5, message: "job 9: not found" }).message);
+    check(notFound.startsWith("未找到。") && notFound.includes("job 9: not found"), `a NotFound error: ${notFound}`);
+    await go("audit");
+    await page.locator("#audit-table td.action", { hasText: "新增任务" }).first().waitFor();
+    await go("jobs");
     await page.selectOption("#lang-switch", "en");
     await page.locator("nav.side a[data-nav=jobs]", { hasText: "Jobs" }).waitFor();
     await jobRow("e2e-cron").waitFor();

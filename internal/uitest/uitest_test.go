@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,8 +19,13 @@ import (
 
 const adminPassword = "e2e-admin-password"
 
+// bulkJobs is how many jobs the test adds to the other group, so that lists have pages.
+const bulkJobs = 55
+
 // TestConsole runs e2e/console.test.mjs against a fresh stack: log in, create a cron job and watch
-// it run, read its log, kill a long run, use the GLUE editor, switch language, and check that a
+// it run, read its log (the run's card filling in while it runs), kill a long run, use the GLUE
+// editor, pick the time zone times are shown in, page through lists by number, filter the audit
+// trail, use the jobs page at 800 px, switch language (server errors included), and check that a
 // viewer cannot edit and an operator limited to one group cannot see another.
 func TestConsole(t *testing.T) {
 	t.Parallel()
@@ -71,6 +77,11 @@ func TestConsole(t *testing.T) {
 	}
 	c.do("POST", "/jobs", map[string]any{"name": "elsewhere-nightly", "group_id": grp.Group.ID, "handler": "demo",
 		"schedule": map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 0 3 * * ?"}}, &job)
+	// Enough jobs for the job list to have three pages of ten, and the audit trail two of fifty.
+	for i := range bulkJobs {
+		c.do("POST", "/jobs", map[string]any{"name": fmt.Sprintf("report-%02d", i+1), "group_id": grp.Group.ID, "handler": "demo",
+			"schedule": map[string]any{"type": "SCHEDULE_TYPE_NONE"}}, nil)
+	}
 	mine := strconv.FormatInt(st.GroupID, 10)
 	for _, u := range []struct{ name, role string }{{"vera", "ROLE_VIEWER"}, {"otto", "ROLE_OPERATOR"}} {
 		c.do("POST", "/users", map[string]any{"password": u.name + "-pass-phrase",
@@ -97,6 +108,7 @@ func TestConsole(t *testing.T) {
 		"JOBMESH_VIEWER=vera", "JOBMESH_VIEWER_PASSWORD=vera-pass-phrase",
 		"JOBMESH_OPERATOR=otto", "JOBMESH_OPERATOR_PASSWORD=otto-pass-phrase",
 		"JOBMESH_OTHER_GROUP=elsewhere", "JOBMESH_OTHER_JOB=elsewhere-nightly", "JOBMESH_OTHER_JOB_ID="+job.Job.ID,
+		"JOBMESH_OTHER_GROUP_ID="+grp.Group.ID,
 		"JOBMESH_SCREENSHOTS="+shots,
 		"CHROMIUM="+chromium,
 	)

@@ -73,14 +73,30 @@ func TestListRunsUsesIndexes(t *testing.T) {
 		{"time range", &logsv1.ListRunsRequest{StartTime: timestamppb.New(from), EndTime: timestamppb.New(from.Add(time.Hour))}, ""},
 		{"job and time", &logsv1.ListRunsRequest{JobId: 7, StartTime: timestamppb.New(from), EndTime: timestamppb.New(from.Add(24 * time.Hour))}, ""},
 	} {
-		q, args, _, err := e.svc.listRunsQuery(c.req)
+		q, err := e.svc.listRunsQuery(c.req)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		plan := explain(t, e.db, q, args...)
+		plan := explain(t, e.db, q.page, q.pageArgs...)
 		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") || (c.index != "" && !strings.Contains(plan, c.index)) {
 			t.Errorf("list runs by %s: plan\n%s\nwant an index scan (%s) and no sequential scan", c.name, plan, c.index)
 		}
+	}
+	// The count of matching runs stops at its cap, and a filtered count reads an index too.
+	all, err := e.svc.ListRuns(t.Context(), &logsv1.ListRunsRequest{PageSize: 1})
+	if err != nil || all.GetTotalSize() != runCountCap || !all.GetTotalSizeCapped() {
+		t.Errorf("ListRuns of every run: total %d (capped %v), %v; want %d, capped", all.GetTotalSize(), all.GetTotalSizeCapped(), err, runCountCap)
+	}
+	one, err := e.svc.ListRuns(t.Context(), &logsv1.ListRunsRequest{JobId: 7, PageSize: 1})
+	if err != nil || one.GetTotalSize() != 200 || one.GetTotalSizeCapped() {
+		t.Errorf("ListRuns of job 7: total %d (capped %v), %v; want 200, not capped", one.GetTotalSize(), one.GetTotalSizeCapped(), err)
+	}
+	q, err := e.svc.listRunsQuery(&logsv1.ListRunsRequest{JobId: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := explain(t, e.db, q.count, q.countArgs...); strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "runs_job_seq") {
+		t.Errorf("count runs of a job: plan\n%s\nwant runs_job_seq and no sequential scan", plan)
 	}
 	lost := explain(t, e.db, fmt.Sprintf(`SELECT scheduled_ms, seq, trigger_id, executor_address, trigger_ms
 		FROM runs WHERE status = %d AND scheduled_ms <= $1 AND (scheduled_ms, seq) > ($2, $3)

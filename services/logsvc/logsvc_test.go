@@ -547,6 +547,37 @@ func testListRuns(t *testing.T, e *env) {
 	if got, want := fmt.Sprint(pages), "[[6 5 4] [3 2 1] [0]]"; got != want {
 		t.Errorf("pages: got %s, want %s", got, want)
 	}
+	// Jumping to a page by number skips the runs before it; every page tells how many match.
+	first, err := e.logs.ListRuns(ctx, &logsv1.ListRunsRequest{JobId: job, PageSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		req   *logsv1.ListRunsRequest
+		want  string
+		total int64
+		next  bool
+	}{
+		{"page 2", &logsv1.ListRunsRequest{JobId: job, PageSize: 3, Skip: 3}, "[3 2 1]", 7, true},
+		{"page 3", &logsv1.ListRunsRequest{JobId: job, PageSize: 3, Skip: 6}, "[0]", 7, false},
+		{"past the end", &logsv1.ListRunsRequest{JobId: job, PageSize: 3, Skip: 9}, "[]", 7, false},
+		{"skip after a token", &logsv1.ListRunsRequest{JobId: job, PageSize: 3, Skip: 1, PageToken: first.GetNextPageToken()}, "[2 1 0]", 7, false},
+		{"filtered", &logsv1.ListRunsRequest{JobId: job, PageSize: 3, Status: logsv1.RunStatus_RUN_STATUS_FAIL}, "[1]", 1, false},
+	} {
+		resp, err := e.logs.ListRuns(ctx, c.req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var page []string
+		for _, r := range resp.GetRuns() {
+			page = append(page, strings.TrimPrefix(r.GetId(), "106-"))
+		}
+		if got := fmt.Sprint(page); got != c.want || resp.GetTotalSize() != c.total || resp.GetTotalSizeCapped() || (resp.GetNextPageToken() != "") != c.next {
+			t.Errorf("%s: got %s of %d (capped %v, next %q), want %s of %d (next page: %v)", c.name, got, resp.GetTotalSize(),
+				resp.GetTotalSizeCapped(), resp.GetNextPageToken(), c.want, c.total, c.next)
+		}
+	}
 }
 
 func testWatch(t *testing.T, e *env) {
@@ -741,6 +772,11 @@ func testInvalid(t *testing.T, e *env) {
 		{"line zero", func() error { return e.lines(t, line("113-a", 1, "x"), line("113-a", 0, "y")) }, "lines[1].line_no"},
 		{"page size", func() error { _, err := e.logs.ListRuns(ctx, &logsv1.ListRunsRequest{PageSize: 1001}); return err }, "page_size"},
 		{"page token", func() error { _, err := e.logs.ListRuns(ctx, &logsv1.ListRunsRequest{PageToken: "nope"}); return err }, "page_token"},
+		{"negative skip", func() error { _, err := e.logs.ListRuns(ctx, &logsv1.ListRunsRequest{Skip: -1}); return err }, "skip"},
+		{"skip too far", func() error {
+			_, err := e.logs.ListRuns(ctx, &logsv1.ListRunsRequest{Skip: 1_000_001})
+			return err
+		}, "skip"},
 		{"line limit", func() error {
 			_, err := e.logs.ListRunLines(ctx, &logsv1.ListRunLinesRequest{Id: "x", Limit: 10001})
 			return err

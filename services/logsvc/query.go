@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,18 +51,25 @@ func scanRun(sc scanner, extra ...any) (*logsv1.Run, error) {
 	return r, nil
 }
 
-// ListRuns implements LogService: newest first by arrival, paged by the last seq seen.
+// ListRuns implements LogService: newest first by arrival, paged by the last seq seen or by a
+// number of runs to skip, with how many runs match (counted up to runCountCap).
 func (s *Service) ListRuns(ctx context.Context, req *logsv1.ListRunsRequest) (*logsv1.ListRunsResponse, error) {
-	q, args, size, err := s.listRunsQuery(req)
+	q, err := s.listRunsQuery(req)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.store.QueryContext(ctx, q, args...)
+	resp := &logsv1.ListRunsResponse{}
+	if err := s.store.QueryRowContext(ctx, q.count, q.countArgs...).Scan(&resp.TotalSize); err != nil {
+		return nil, fmt.Errorf("count runs: %w", err)
+	}
+	if resp.TotalSize > runCountCap {
+		resp.TotalSize, resp.TotalSizeCapped = runCountCap, true
+	}
+	rows, err := s.store.QueryContext(ctx, q.page, q.pageArgs...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	defer rows.Close()
-	resp := &logsv1.ListRunsResponse{}
 	var seqs []int64
 	for rows.Next() {
 		var seq int64
@@ -75,25 +83,44 @@ func (s *Service) ListRuns(ctx context.Context, req *logsv1.ListRunsRequest) (*l
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	if len(resp.Runs) > size {
-		resp.Runs = resp.Runs[:size]
-		resp.NextPageToken = encodePageToken(seqs[size-1])
+	if len(resp.Runs) > q.size {
+		resp.Runs = resp.Runs[:q.size]
+		resp.NextPageToken = encodePageToken(seqs[q.size-1])
 	}
 	return resp, nil
 }
 
-// listRunsQuery builds ListRuns' statement: the filters, the keyset condition and a LIMIT of
-// one more than the page size (to know whether a next page exists).
-func (s *Service) listRunsQuery(req *logsv1.ListRunsRequest) (q string, args []any, size int, err error) {
+// runCountCap is where ListRuns stops counting: the runs table is the big one, and a page
+// number past ten thousand runs is not what anyone reads.
+const runCountCap = 10_000
+
+// runsQuery is ListRuns' two statements.
+type runsQuery struct {
+	// page reads the page: the filters, the keyset condition, a LIMIT of one more than the page
+	// size (to know whether a next page exists) and the OFFSET of skip.
+	page     string
+	pageArgs []any
+	// count counts the runs the filters match, up to runCountCap+1.
+	count     string
+	countArgs []any
+	size      int
+}
+
+// listRunsQuery builds ListRuns' statements from the request, or the request's field errors.
+func (s *Service) listRunsQuery(req *logsv1.ListRunsRequest) (runsQuery, error) {
 	var bad apierr.Fields
-	size = int(req.GetPageSize())
+	size := int(req.GetPageSize())
 	switch {
 	case size == 0:
 		size = defaultPageSize
 	case size < 0 || size > maxPageSize:
 		bad.Add("page_size", "want 1 to %d, got %d", maxPageSize, size)
 	}
-	var where []string
+	bad.Skip("skip", req.GetSkip())
+	var (
+		where []string
+		args  []any
+	)
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, strings.ReplaceAll(cond, "@", s.ph(len(args))))
@@ -131,6 +158,7 @@ func (s *Service) listRunsQuery(req *logsv1.ListRunsRequest) (q string, args []a
 	if v := req.GetExecutorAddress(); v != "" {
 		add("executor_address = @", v)
 	}
+	filters, filterArgs := slices.Clone(where), slices.Clone(args)
 	if tok := req.GetPageToken(); tok != "" {
 		seq, err := decodePageToken(tok)
 		if err != nil {
@@ -139,14 +167,22 @@ func (s *Service) listRunsQuery(req *logsv1.ListRunsRequest) (q string, args []a
 		add("seq < @", seq)
 	}
 	if err := bad.Err(); err != nil {
-		return "", nil, 0, err
+		return runsQuery{}, err
 	}
-	q = `SELECT seq, ` + runColumns + ` FROM runs`
+	q := runsQuery{size: size}
+	q.page = `SELECT seq, ` + runColumns + ` FROM runs`
 	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
+		q.page += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	q += ` ORDER BY seq DESC LIMIT ` + s.ph(len(args)+1)
-	return q, append(args, size+1), size, nil
+	q.page += ` ORDER BY seq DESC LIMIT ` + s.ph(len(args)+1) + ` OFFSET ` + s.ph(len(args)+2)
+	q.pageArgs = append(args, size+1, req.GetSkip())
+	q.count = `SELECT COUNT(*) FROM (SELECT 1 FROM runs`
+	if len(filters) > 0 {
+		q.count += ` WHERE ` + strings.Join(filters, " AND ")
+	}
+	q.count += ` LIMIT ` + s.ph(len(filterArgs)+1) + `) m`
+	q.countArgs = append(filterArgs, runCountCap+1)
+	return q, nil
 }
 
 // Page tokens are opaque to clients; they carry the seq of the last run returned.

@@ -86,6 +86,7 @@ func (s *Service) ListJobs(ctx context.Context, req *schedulerv1.ListJobsRequest
 	fs.Filter("name", req.GetName())
 	fs.Filter("handler", req.GetHandler())
 	fs.Filter("author", req.GetAuthor())
+	fs.Skip("skip", req.GetSkip())
 	if err := fs.Err(); err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func (s *Service) ListJobs(ctx context.Context, req *schedulerv1.ListJobsRequest
 	}
 	rows, total, err := s.jobs.list(ctx, jobFilter{
 		GroupID: req.GetGroupId(), Status: req.GetStatus(), Name: req.GetName(), Handler: req.GetHandler(),
-		Author: req.GetAuthor(), Limit: size + 1, BeforeID: before,
+		Author: req.GetAuthor(), Limit: size + 1, Skip: int(req.GetSkip()), BeforeID: before,
 	})
 	if err != nil {
 		return nil, err

@@ -282,6 +282,7 @@ type jobFilter struct {
 	Status                schedulerv1.JobStatus
 	Name, Handler, Author string
 	Limit                 int
+	Skip                  int   // rows passed over before the page (jump to a page by number)
 	BeforeID              int64 // keyset cursor: ids below it; 0 means from the newest
 }
 
@@ -296,7 +297,7 @@ func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) 
 		return nil, 0, fmt.Errorf("count jobs: %w", err)
 	}
 	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE `+where+`
-		AND ($6 = 0 OR id < $6) ORDER BY id DESC LIMIT $7`), append(args, f.BeforeID, f.Limit)...)
+		AND ($6 = 0 OR id < $6) ORDER BY id DESC LIMIT $7 OFFSET $8`), append(args, f.BeforeID, f.Limit, f.Skip)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list jobs: %w", err)
 	}

@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
@@ -395,5 +400,60 @@ func TestListFiltersMatchWhatIsTyped(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestListSkipsToAPage: on both stores a job list jumps to a page by skipping the jobs before
+// it, alone or after a cursor, and the total stays the count of every matching job.
+func TestListSkipsToAPage(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			s := store{dbtest.Open(t, st.Config, "scheduler", MigrationsFS())}
+			var ids []int64 // newest first
+			for i := range 7 {
+				id, err := s.insert(t.Context(), &jobRow{Name: "job-" + strconv.Itoa(i), GroupID: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append([]int64{id}, ids...)
+			}
+			for _, tt := range []struct {
+				f    jobFilter
+				want []int64
+			}{
+				{jobFilter{Limit: 3}, ids[0:3]},
+				{jobFilter{Limit: 3, Skip: 3}, ids[3:6]},
+				{jobFilter{Limit: 3, Skip: 6}, ids[6:]},
+				{jobFilter{Limit: 3, Skip: 7}, nil},
+				{jobFilter{Limit: 3, Skip: 2, BeforeID: ids[1]}, ids[4:7]},
+			} {
+				rows, total, err := s.list(t.Context(), tt.f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []int64
+				for _, r := range rows {
+					got = append(got, r.ID)
+				}
+				if !slices.Equal(got, tt.want) || total != 7 {
+					t.Errorf("list %+v = %v of %d, want %v of 7", tt.f, got, total, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestListJobsRefusesABadSkip: a skip below 0 or above apierr.MaxSkip is InvalidArgument naming
+// skip, before the store is asked.
+func TestListJobsRefusesABadSkip(t *testing.T) {
+	t.Parallel()
+	s := &Service{}
+	for _, skip := range []int32{-1, apierr.MaxSkip + 1} {
+		_, err := s.ListJobs(t.Context(), &schedulerv1.ListJobsRequest{Skip: skip})
+		if st := status.Convert(apierr.ToStatus(err)); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "skip") {
+			t.Errorf("ListJobs with skip %d: %v, want InvalidArgument naming skip", skip, err)
+		}
 	}
 }

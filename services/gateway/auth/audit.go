@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/db"
 )
 
 // AuditSink stores audit events. The guard writes one for every change a person makes.
@@ -32,33 +34,65 @@ func (s *Service) RecordAudit(ctx context.Context, e *authv1.AuditEvent) error {
 	return nil
 }
 
-// ListAuditEvents implements AuthService (admin only): newest first, paged by id.
+// ListAuditEvents implements AuthService (admin only): newest first, filtered by user, action,
+// resource and time, paged by id or by a number of events to skip, with how many match.
 func (s *Service) ListAuditEvents(ctx context.Context, req *authv1.ListAuditEventsRequest) (*authv1.ListAuditEventsResponse, error) {
 	if _, err := s.requireAdmin(ctx); err != nil {
 		return nil, err
 	}
+	var bad apierr.Fields
 	size := req.GetPageSize()
 	switch {
 	case size == 0:
 		size = 50
 	case size < 1 || size > 1000:
-		return nil, apierr.Field("page_size", "want 1-1000, got %d", size)
+		bad.Add("page_size", "want 1-1000, got %d", size)
 	}
-	before := int64(1<<63 - 1)
+	bad.Filter("username", req.GetUsername())
+	bad.Filter("action", req.GetAction())
+	bad.Filter("resource", req.GetResource())
+	bad.Skip("skip", req.GetSkip())
+	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	if t := req.GetStartTime(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			bad.Add("start_time", "%v", err)
+		}
+		from = t.AsTime().UnixMilli()
+	}
+	if t := req.GetEndTime(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			bad.Add("end_time", "%v", err)
+		} else if to = t.AsTime().UnixMilli(); to <= from {
+			bad.Add("end_time", "must be after start_time")
+		}
+	}
+	before := int64(math.MaxInt64)
 	if pt := req.GetPageToken(); pt != "" {
 		v, err := strconv.ParseInt(pt, 10, 64)
 		if err != nil || v <= 0 {
-			return nil, apierr.Field("page_token", "not a token this API issued")
+			bad.Add("page_token", "not a token this API issued")
 		}
 		before = v
 	}
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	// Text filters match what is typed: db.Contains escapes LIKE's wildcards.
+	const where = `($1 = '' OR lower(username) LIKE lower($1) ESCAPE '\')
+		AND ($2 = '' OR action = $2)
+		AND ($3 = '' OR lower(resource) LIKE lower($3) ESCAPE '\')
+		AND time_ms >= $4 AND time_ms < $5`
+	args := []any{db.Contains(req.GetUsername()), req.GetAction(), db.Contains(req.GetResource()), from, to}
+	resp := &authv1.ListAuditEventsResponse{}
+	if err := s.store.QueryRowContext(ctx, s.store.Q(`SELECT COUNT(*) FROM audit_events WHERE `+where), args...).Scan(&resp.TotalSize); err != nil {
+		return nil, fmt.Errorf("auth: count audit events: %w", err)
+	}
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT id, time_ms, username, action, resource, detail FROM audit_events
-		WHERE id < $1 ORDER BY id DESC LIMIT $2`), before, size+1)
+		WHERE `+where+` AND id < $6 ORDER BY id DESC LIMIT $7 OFFSET $8`), append(args, before, size+1, req.GetSkip())...)
 	if err != nil {
 		return nil, fmt.Errorf("auth: list audit events: %w", err)
 	}
 	defer rows.Close()
-	resp := &authv1.ListAuditEventsResponse{}
 	for rows.Next() {
 		var (
 			e  authv1.AuditEvent

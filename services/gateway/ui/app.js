@@ -4,6 +4,7 @@
 import { api, session, ApiError } from "./js/api.js";
 import { h, $, modal, field, toast, forbidden } from "./js/dom.js";
 import { t, lang, setLang, LANGS } from "./js/i18n.js";
+import { zoneSetting, setZoneSetting, zoneNames, browserZone } from "./js/tz.js";
 import * as dashboard from "./js/views/dashboard.js";
 import * as jobs from "./js/views/jobs.js";
 import * as glue from "./js/views/glue.js";
@@ -46,6 +47,17 @@ const ROUTES = [
 
 const isAdmin = () => me && me.role === "ROLE_ADMIN";
 const canWrite = () => me && (me.role === "ROLE_ADMIN" || me.role === "ROLE_OPERATOR");
+
+// zoneSwitch picks the time zone every page shows times in (tz.js): the browser's, UTC, or any
+// IANA zone; kept in this browser.
+function zoneSwitch(onChange) {
+  const cur = zoneSetting();
+  return h("select", {
+    class: "zone", "aria-label": t("Time zone"), title: t("Time zone of the times shown"), id: "tz-switch",
+    onchange: (e) => { setZoneSetting(e.target.value); onChange(); },
+  }, h("option", { value: "", selected: cur === "" }, t("Browser time ({zone})", { zone: browserZone() })),
+  zoneNames().map((z) => h("option", { value: z, selected: z === cur }, z)));
+}
 
 function langSwitch(onChange) {
   return h("select", {
@@ -94,6 +106,7 @@ function renderShell() {
     h("a", { class: "logo", href: "#/dashboard", text: "jobmesh" }),
     h("span", { id: "sched-status", class: "muted small" }),
     h("span", { class: "spacer" }),
+    zoneSwitch(() => renderShell()),
     langSwitch(() => renderShell()),
     h("span", { class: "who", id: "who" }, me.username, " ", h("span", { class: "badge role", text: roleName })),
     h("button", { type: "button", id: "change-password", onclick: changePassword }, t("Change password")),

@@ -261,7 +261,7 @@ type AuditEvent struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// Who.
 	Username string `protobuf:"bytes,3,opt,name=username,proto3" json:"username,omitempty"`
-	// What: the RPC, e.g. "jobmesh.scheduler.v1.JobService/UpdateJob".
+	// What: the RPC, e.g. "/jobmesh.scheduler.v1.JobService/UpdateJob".
 	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
 	// The resource, e.g. "jobs/42".
 	Resource string `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -1355,13 +1355,29 @@ func (*RevokeApiTokenResponse) Descriptor() ([]byte, []int) {
 	return file_jobmesh_auth_v1_auth_proto_rawDescGZIP(), []int{24}
 }
 
-// ListAuditEventsRequest pages events.
+// ListAuditEventsRequest filters and pages events. Filters combine with AND; an empty one
+// matches everything.
 type ListAuditEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Page size, 1–1000; 0 means 50.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Cursor from a previous response.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only events by users whose name contains this (case-insensitive), at most 256 characters.
+	Username string `protobuf:"bytes,3,opt,name=username,proto3" json:"username,omitempty"`
+	// Only events of this action, the whole RPC name as stored
+	// (e.g. "/jobmesh.scheduler.v1.JobService/CreateJob"), at most 256 characters.
+	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// Only events whose resource contains this (case-insensitive; e.g. "jobs/42"), at most 256
+	// characters.
+	Resource string `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Only events at or after this time.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Only events before this time; must be after start_time when both are set.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Skip this many matching events (after page_token's position, if any) before the page:
+	// page n of size s is skip (n-1)*s. 0–1,000,000.
+	Skip          int32 `protobuf:"varint,8,opt,name=skip,proto3" json:"skip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1410,6 +1426,48 @@ func (x *ListAuditEventsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListAuditEventsRequest) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListAuditEventsRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ListAuditEventsRequest) GetSkip() int32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
 // ListAuditEventsResponse is one page of events.
 type ListAuditEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1417,6 +1475,8 @@ type ListAuditEventsResponse struct {
 	Events []*AuditEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// Cursor of the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many events match the filters, on every page.
+	TotalSize     int64 `protobuf:"varint,3,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1463,6 +1523,13 @@ func (x *ListAuditEventsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListAuditEventsResponse) GetTotalSize() int64 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
 }
 
 // RecordAuditEventRequest carries one event.
@@ -1621,14 +1688,23 @@ const file_jobmesh_auth_v1_auth_proto_rawDesc = "" +
 	"\x06tokens\x18\x01 \x03(\v2\x19.jobmesh.auth.v1.ApiTokenR\x06tokens\"'\n" +
 	"\x15RevokeApiTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\"\x18\n" +
-	"\x16RevokeApiTokenResponse\"T\n" +
+	"\x16RevokeApiTokenResponse\"\xaa\x02\n" +
 	"\x16ListAuditEventsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"v\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\busername\x18\x03 \x01(\tR\busername\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x1a\n" +
+	"\bresource\x18\x05 \x01(\tR\bresource\x129\n" +
+	"\n" +
+	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x12\n" +
+	"\x04skip\x18\b \x01(\x05R\x04skip\"\x95\x01\n" +
 	"\x17ListAuditEventsResponse\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.jobmesh.auth.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"L\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x03 \x01(\x03R\ttotalSize\"L\n" +
 	"\x17RecordAuditEventRequest\x121\n" +
 	"\x05event\x18\x01 \x01(\v2\x1b.jobmesh.auth.v1.AuditEventR\x05event\"\x1a\n" +
 	"\x18RecordAuditEventResponse*P\n" +
@@ -1721,39 +1797,41 @@ var file_jobmesh_auth_v1_auth_proto_depIdxs = []int32{
 	2,  // 14: jobmesh.auth.v1.CreateApiTokenRequest.token:type_name -> jobmesh.auth.v1.ApiToken
 	2,  // 15: jobmesh.auth.v1.CreateApiTokenResponse.token:type_name -> jobmesh.auth.v1.ApiToken
 	2,  // 16: jobmesh.auth.v1.ListApiTokensResponse.tokens:type_name -> jobmesh.auth.v1.ApiToken
-	3,  // 17: jobmesh.auth.v1.ListAuditEventsResponse.events:type_name -> jobmesh.auth.v1.AuditEvent
-	3,  // 18: jobmesh.auth.v1.RecordAuditEventRequest.event:type_name -> jobmesh.auth.v1.AuditEvent
-	4,  // 19: jobmesh.auth.v1.AuthService.Login:input_type -> jobmesh.auth.v1.LoginRequest
-	6,  // 20: jobmesh.auth.v1.AuthService.Logout:input_type -> jobmesh.auth.v1.LogoutRequest
-	8,  // 21: jobmesh.auth.v1.AuthService.GetCurrentUser:input_type -> jobmesh.auth.v1.GetCurrentUserRequest
-	10, // 22: jobmesh.auth.v1.AuthService.ChangePassword:input_type -> jobmesh.auth.v1.ChangePasswordRequest
-	12, // 23: jobmesh.auth.v1.AuthService.ListUsers:input_type -> jobmesh.auth.v1.ListUsersRequest
-	14, // 24: jobmesh.auth.v1.AuthService.CreateUser:input_type -> jobmesh.auth.v1.CreateUserRequest
-	16, // 25: jobmesh.auth.v1.AuthService.UpdateUser:input_type -> jobmesh.auth.v1.UpdateUserRequest
-	18, // 26: jobmesh.auth.v1.AuthService.DeleteUser:input_type -> jobmesh.auth.v1.DeleteUserRequest
-	20, // 27: jobmesh.auth.v1.AuthService.CreateApiToken:input_type -> jobmesh.auth.v1.CreateApiTokenRequest
-	22, // 28: jobmesh.auth.v1.AuthService.ListApiTokens:input_type -> jobmesh.auth.v1.ListApiTokensRequest
-	24, // 29: jobmesh.auth.v1.AuthService.RevokeApiToken:input_type -> jobmesh.auth.v1.RevokeApiTokenRequest
-	26, // 30: jobmesh.auth.v1.AuthService.ListAuditEvents:input_type -> jobmesh.auth.v1.ListAuditEventsRequest
-	28, // 31: jobmesh.auth.v1.AuthService.RecordAuditEvent:input_type -> jobmesh.auth.v1.RecordAuditEventRequest
-	5,  // 32: jobmesh.auth.v1.AuthService.Login:output_type -> jobmesh.auth.v1.LoginResponse
-	7,  // 33: jobmesh.auth.v1.AuthService.Logout:output_type -> jobmesh.auth.v1.LogoutResponse
-	9,  // 34: jobmesh.auth.v1.AuthService.GetCurrentUser:output_type -> jobmesh.auth.v1.GetCurrentUserResponse
-	11, // 35: jobmesh.auth.v1.AuthService.ChangePassword:output_type -> jobmesh.auth.v1.ChangePasswordResponse
-	13, // 36: jobmesh.auth.v1.AuthService.ListUsers:output_type -> jobmesh.auth.v1.ListUsersResponse
-	15, // 37: jobmesh.auth.v1.AuthService.CreateUser:output_type -> jobmesh.auth.v1.CreateUserResponse
-	17, // 38: jobmesh.auth.v1.AuthService.UpdateUser:output_type -> jobmesh.auth.v1.UpdateUserResponse
-	19, // 39: jobmesh.auth.v1.AuthService.DeleteUser:output_type -> jobmesh.auth.v1.DeleteUserResponse
-	21, // 40: jobmesh.auth.v1.AuthService.CreateApiToken:output_type -> jobmesh.auth.v1.CreateApiTokenResponse
-	23, // 41: jobmesh.auth.v1.AuthService.ListApiTokens:output_type -> jobmesh.auth.v1.ListApiTokensResponse
-	25, // 42: jobmesh.auth.v1.AuthService.RevokeApiToken:output_type -> jobmesh.auth.v1.RevokeApiTokenResponse
-	27, // 43: jobmesh.auth.v1.AuthService.ListAuditEvents:output_type -> jobmesh.auth.v1.ListAuditEventsResponse
-	29, // 44: jobmesh.auth.v1.AuthService.RecordAuditEvent:output_type -> jobmesh.auth.v1.RecordAuditEventResponse
-	32, // [32:45] is the sub-list for method output_type
-	19, // [19:32] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	30, // 17: jobmesh.auth.v1.ListAuditEventsRequest.start_time:type_name -> google.protobuf.Timestamp
+	30, // 18: jobmesh.auth.v1.ListAuditEventsRequest.end_time:type_name -> google.protobuf.Timestamp
+	3,  // 19: jobmesh.auth.v1.ListAuditEventsResponse.events:type_name -> jobmesh.auth.v1.AuditEvent
+	3,  // 20: jobmesh.auth.v1.RecordAuditEventRequest.event:type_name -> jobmesh.auth.v1.AuditEvent
+	4,  // 21: jobmesh.auth.v1.AuthService.Login:input_type -> jobmesh.auth.v1.LoginRequest
+	6,  // 22: jobmesh.auth.v1.AuthService.Logout:input_type -> jobmesh.auth.v1.LogoutRequest
+	8,  // 23: jobmesh.auth.v1.AuthService.GetCurrentUser:input_type -> jobmesh.auth.v1.GetCurrentUserRequest
+	10, // 24: jobmesh.auth.v1.AuthService.ChangePassword:input_type -> jobmesh.auth.v1.ChangePasswordRequest
+	12, // 25: jobmesh.auth.v1.AuthService.ListUsers:input_type -> jobmesh.auth.v1.ListUsersRequest
+	14, // 26: jobmesh.auth.v1.AuthService.CreateUser:input_type -> jobmesh.auth.v1.CreateUserRequest
+	16, // 27: jobmesh.auth.v1.AuthService.UpdateUser:input_type -> jobmesh.auth.v1.UpdateUserRequest
+	18, // 28: jobmesh.auth.v1.AuthService.DeleteUser:input_type -> jobmesh.auth.v1.DeleteUserRequest
+	20, // 29: jobmesh.auth.v1.AuthService.CreateApiToken:input_type -> jobmesh.auth.v1.CreateApiTokenRequest
+	22, // 30: jobmesh.auth.v1.AuthService.ListApiTokens:input_type -> jobmesh.auth.v1.ListApiTokensRequest
+	24, // 31: jobmesh.auth.v1.AuthService.RevokeApiToken:input_type -> jobmesh.auth.v1.RevokeApiTokenRequest
+	26, // 32: jobmesh.auth.v1.AuthService.ListAuditEvents:input_type -> jobmesh.auth.v1.ListAuditEventsRequest
+	28, // 33: jobmesh.auth.v1.AuthService.RecordAuditEvent:input_type -> jobmesh.auth.v1.RecordAuditEventRequest
+	5,  // 34: jobmesh.auth.v1.AuthService.Login:output_type -> jobmesh.auth.v1.LoginResponse
+	7,  // 35: jobmesh.auth.v1.AuthService.Logout:output_type -> jobmesh.auth.v1.LogoutResponse
+	9,  // 36: jobmesh.auth.v1.AuthService.GetCurrentUser:output_type -> jobmesh.auth.v1.GetCurrentUserResponse
+	11, // 37: jobmesh.auth.v1.AuthService.ChangePassword:output_type -> jobmesh.auth.v1.ChangePasswordResponse
+	13, // 38: jobmesh.auth.v1.AuthService.ListUsers:output_type -> jobmesh.auth.v1.ListUsersResponse
+	15, // 39: jobmesh.auth.v1.AuthService.CreateUser:output_type -> jobmesh.auth.v1.CreateUserResponse
+	17, // 40: jobmesh.auth.v1.AuthService.UpdateUser:output_type -> jobmesh.auth.v1.UpdateUserResponse
+	19, // 41: jobmesh.auth.v1.AuthService.DeleteUser:output_type -> jobmesh.auth.v1.DeleteUserResponse
+	21, // 42: jobmesh.auth.v1.AuthService.CreateApiToken:output_type -> jobmesh.auth.v1.CreateApiTokenResponse
+	23, // 43: jobmesh.auth.v1.AuthService.ListApiTokens:output_type -> jobmesh.auth.v1.ListApiTokensResponse
+	25, // 44: jobmesh.auth.v1.AuthService.RevokeApiToken:output_type -> jobmesh.auth.v1.RevokeApiTokenResponse
+	27, // 45: jobmesh.auth.v1.AuthService.ListAuditEvents:output_type -> jobmesh.auth.v1.ListAuditEventsResponse
+	29, // 46: jobmesh.auth.v1.AuthService.RecordAuditEvent:output_type -> jobmesh.auth.v1.RecordAuditEventResponse
+	34, // [34:47] is the sub-list for method output_type
+	21, // [21:34] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_auth_v1_auth_proto_init() }

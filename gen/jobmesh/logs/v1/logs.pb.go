@@ -1181,7 +1181,10 @@ type ListRunsRequest struct {
 	// Page size, 1–1000; 0 means 50.
 	PageSize int32 `protobuf:"varint,8,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Cursor from a previous response.
-	PageToken     string `protobuf:"bytes,9,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,9,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Skip this many matching runs (after page_token's position, if any) before the page: page n
+	// of size s is skip (n-1)*s. 0–1,000,000.
+	Skip          int32 `protobuf:"varint,10,opt,name=skip,proto3" json:"skip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1279,6 +1282,13 @@ func (x *ListRunsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListRunsRequest) GetSkip() int32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
 // ListRunsResponse is one page of runs.
 type ListRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1286,8 +1296,13 @@ type ListRunsResponse struct {
 	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	// Cursor of the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How many runs match the filters, on every page, counted up to 10,000: the runs table is the
+	// big one, so the count stops there and total_size_capped says that more match.
+	TotalSize int64 `protobuf:"varint,3,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"`
+	// More runs match than total_size: the count stopped at its cap.
+	TotalSizeCapped bool `protobuf:"varint,4,opt,name=total_size_capped,json=totalSizeCapped,proto3" json:"total_size_capped,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListRunsResponse) Reset() {
@@ -1332,6 +1347,20 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListRunsResponse) GetTotalSize() int64 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
+}
+
+func (x *ListRunsResponse) GetTotalSizeCapped() bool {
+	if x != nil {
+		return x.TotalSizeCapped
+	}
+	return false
 }
 
 // GetRunRequest names a run.
@@ -2948,7 +2977,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\bend_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12?\n" +
 	"\falarm_status\x18\x14 \x01(\x0e2\x1c.jobmesh.logs.v1.AlarmStatusR\valarmStatus\x12\x19\n" +
 	"\btrace_id\x18\x15 \x01(\tR\atraceId\x12!\n" +
-	"\fretries_left\x18\x16 \x01(\x05R\vretriesLeft\"\x96\x03\n" +
+	"\fretries_left\x18\x16 \x01(\x05R\vretriesLeft\"\xaa\x03\n" +
 	"\x0fListRunsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x03R\agroupId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x122\n" +
@@ -2960,10 +2989,15 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x10executor_address\x18\a \x01(\tR\x0fexecutorAddress\x12\x1b\n" +
 	"\tpage_size\x18\b \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\t \x01(\tR\tpageToken\"d\n" +
+	"page_token\x18\t \x01(\tR\tpageToken\x12\x12\n" +
+	"\x04skip\x18\n" +
+	" \x01(\x05R\x04skip\"\xaf\x01\n" +
 	"\x10ListRunsResponse\x12(\n" +
 	"\x04runs\x18\x01 \x03(\v2\x14.jobmesh.logs.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1f\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x03 \x01(\x03R\ttotalSize\x12*\n" +
+	"\x11total_size_capped\x18\x04 \x01(\bR\x0ftotalSizeCapped\"\x1f\n" +
 	"\rGetRunRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\x0eGetRunResponse\x12&\n" +

@@ -647,7 +647,10 @@ type ListJobsRequest struct {
 	// Page size, 1–1000; 0 means 50.
 	PageSize int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Cursor from a previous response's next_page_token.
-	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Skip this many matching jobs (after page_token's position, if any) before the page: page n
+	// of size s is skip (n-1)*s. 0–1,000,000.
+	Skip          int32 `protobuf:"varint,8,opt,name=skip,proto3" json:"skip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +732,13 @@ func (x *ListJobsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetSkip() int32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
 }
 
 // ListJobsResponse is one page of jobs.
@@ -1984,7 +1994,7 @@ const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\"=\n" +
 	"\x0eGetJobResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\"\xe7\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\"\xfb\x01\n" +
 	"\x0fListJobsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x03R\agroupId\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.jobmesh.scheduler.v1.JobStatusR\x06status\x12\x12\n" +
@@ -1993,7 +2003,8 @@ const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\x1b\n" +
 	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\"\x88\x01\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\x12\x12\n" +
+	"\x04skip\x18\b \x01(\x05R\x04skip\"\x88\x01\n" +
 	"\x10ListJobsResponse\x12-\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x19.jobmesh.scheduler.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +

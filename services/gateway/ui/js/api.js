@@ -1,17 +1,21 @@
 // REST client for /api/v1: adds the session token, turns error bodies into ApiError, and reads
 // grpc-gateway's newline-delimited JSON streams.
+import { describe } from "./errors.js";
 
 const KEY = "jobmesh.token";
 
-// ApiError is a failed call: status is the HTTP status, message the server's (it names the field).
+// ApiError is a failed call: status is the HTTP status; message is in the user's language
+// (errors.js), detail the server's English text (it names the field), fields maps each field the
+// server found wrong (proto path) to why, in the user's language.
 export class ApiError extends Error {
-  constructor(status, message, code, details) {
-    super(message);
+  constructor(status, body) {
+    const d = describe(status, body || {});
+    super(d.message || `HTTP ${status}`);
     this.status = status;
-    this.code = code;
-    // fields maps each field the server found wrong (proto path) to why.
-    this.fields = {};
-    for (const d of details || []) for (const v of d.field_violations || d.fieldViolations || []) this.fields[v.field] = v.description;
+    this.code = d.code;
+    this.reason = d.reason;
+    this.detail = d.detail;
+    this.fields = d.fields;
   }
 }
 
@@ -43,7 +47,8 @@ export function query(params = {}) {
 async function failure(res) {
   const body = await res.json().catch(() => ({}));
   if (res.status === 401) window.dispatchEvent(new CustomEvent("jobmesh:unauthenticated"));
-  return new ApiError(res.status, body.message || res.statusText || `HTTP ${res.status}`, body.code, body.details);
+  if (!body.message) body.message = res.statusText || `HTTP ${res.status}`;
+  return new ApiError(res.status, body);
 }
 
 // api calls path under /api/v1 and returns the decoded JSON answer.
@@ -76,7 +81,7 @@ export async function* stream(path, signal) {
         buf = buf.slice(nl + 1);
         if (!line) continue;
         const msg = JSON.parse(line);
-        if (msg.error) throw new ApiError(500, msg.error.message || "stream error", msg.error.code);
+        if (msg.error) throw new ApiError(500, { ...msg.error, message: msg.error.message || "stream error" });
         yield msg.result || msg;
       }
     }

@@ -1,5 +1,6 @@
 // Small DOM helpers: element building, dialogs, toasts and formatting. No framework.
 import { t } from "./i18n.js";
+import { formatTime } from "./tz.js";
 
 // h builds an element. attrs: class, text, html-free attributes, on<event> handlers, dataset via
 // data-*. Children may be strings, nodes, arrays, or null/false (skipped).
@@ -35,14 +36,8 @@ export const $$ = (sel, root = document) => [...root.querySelectorAll(sel)];
 // short strips an enum's prefix: short("JOB_STATUS_RUNNING", "JOB_STATUS_") is "RUNNING".
 export const short = (v, prefix) => (v || "").startsWith(prefix) ? v.slice(prefix.length) : (v || "");
 
-// fmtTime shows a timestamp in the browser's time zone, or "—".
-export function fmtTime(ts) {
-  if (!ts) return "—";
-  const d = new Date(ts);
-  if (isNaN(d) || d.getTime() <= 0) return "—";
-  const p = (n) => String(n).padStart(2, "0");
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
-}
+// fmtTime shows a timestamp in the zone the user chose (tz.js), with the zone's offset, or "—".
+export const fmtTime = formatTime;
 
 // fmtDuration shows the time between two timestamps.
 export function fmtDuration(from, to) {
@@ -135,12 +130,41 @@ export function forbidden(detail) {
     detail ? h("p", { class: "muted small", text: detail }) : null);
 }
 
-// pager shows previous/next buttons over cursor pages. state: {tokens: [], token}; load(token)
-// reloads with a page token.
-export function pager(state, next, load, extra) {
-  const prev = state.stack.length > 0;
-  return h("div", { class: "pager" },
-    h("button", { type: "button", disabled: !prev, onclick: () => { state.token = state.stack.pop() || ""; load(); } }, "‹ " + t("Previous")),
-    h("span", { class: "muted", text: t("Page {n}", { n: state.stack.length + 1 }) + (extra ? " · " + extra : "") }),
-    h("button", { type: "button", disabled: !next, onclick: () => { state.stack.push(state.token); state.token = next; load(); } }, t("Next") + " ›"));
+// pager shows the pages of a list the API pages by skip: previous and next, the page numbers
+// around the current one with the first and the last, a box to jump to a page, and a summary.
+// p: {page, size, total, capped, more, summary}: capped says more items match than total (the
+// count stopped), more that a page follows this one. go(n) shows page n.
+export function pager(p, go) {
+  const counted = Math.max(1, Math.ceil((Number(p.total) || 0) / p.size));
+  const last = p.capped ? Math.max(counted, p.page + (p.more ? 1 : 0)) : Math.max(counted, p.page);
+  const nums = new Set([1, last]);
+  for (let n = p.page - 2; n <= p.page + 2; n++) if (n >= 1 && n <= last) nums.add(n);
+  const items = [];
+  let prev = 0;
+  for (const n of [...nums].sort((a, b) => a - b)) {
+    if (n > prev + 1) items.push(h("span", { class: "gap muted", text: "…" }));
+    items.push(h("button", {
+      type: "button", class: "page-num small" + (n === p.page ? " current" : ""), "data-page": n,
+      "aria-current": n === p.page ? "page" : null, "aria-label": t("Page {n}", { n }),
+      onclick: () => { if (n !== p.page) go(n); },
+    }, String(n)));
+    prev = n;
+  }
+  if (p.capped) items.push(h("span", { class: "gap muted", text: "…" }));
+  const jump = h("input", { type: "number", name: "page", min: 1, max: p.capped ? null : last, value: p.page, class: "page-input", "aria-label": t("Go to page") });
+  const jumpTo = () => {
+    const n = Math.floor(Number(jump.value));
+    if (!(n >= 1)) { jump.value = p.page; return; }
+    go(p.capped ? n : Math.min(n, last));
+  };
+  jump.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); jumpTo(); } });
+  const of = p.capped ? `${last}+` : String(last);
+  return h("div", { class: "pager", role: "navigation", "aria-label": t("Pages") },
+    h("span", { class: "muted pager-summary", text: (p.summary ? p.summary + " · " : "") + t("Page {n} of {m}", { n: p.page, m: of }) }),
+    h("span", { class: "spacer" }),
+    h("button", { type: "button", class: "small", "data-page": "prev", disabled: p.page <= 1, onclick: () => go(p.page - 1) }, "‹ " + t("Previous")),
+    h("span", { class: "page-nums" }, items),
+    h("button", { type: "button", class: "small", "data-page": "next", disabled: !p.more, onclick: () => go(p.page + 1) }, t("Next") + " ›"),
+    h("label", { class: "page-jump" }, t("Go to page"), " ", jump,
+      h("button", { type: "button", class: "small", "data-page": "go", onclick: jumpTo }, t("Go"))));
 }

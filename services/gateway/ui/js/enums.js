@@ -10,6 +10,9 @@ export const SCHEDULE_TYPES = () => [
   ["SCHEDULE_TYPE_ONCE", t("ONCE (at one time)")],
   ["SCHEDULE_TYPE_NONE", t("NONE (manual only)")],
 ];
+// GLUE_TYPES are the run modes the scheduler accepts for a job (services/scheduler validates
+// glue_type): GLUE_GROOVY exists in the API for jobs imported from XXL-JOB, but no jobmesh
+// executor runs Groovy and the scheduler refuses it, so it is not offered.
 export const GLUE_TYPES = () => [
   ["GLUE_TYPE_BEAN", t("BEAN (handler in the executor)")],
   ["GLUE_TYPE_GLUE_SHELL", "GLUE(Shell)"],
@@ -18,8 +21,17 @@ export const GLUE_TYPES = () => [
   ["GLUE_TYPE_GLUE_NODEJS", "GLUE(Node.js)"],
   ["GLUE_TYPE_GLUE_PHP", "GLUE(PHP)"],
   ["GLUE_TYPE_GLUE_POWERSHELL", "GLUE(PowerShell)"],
-  ["GLUE_TYPE_GLUE_GROOVY", "GLUE(Java/Groovy)"],
 ];
+
+// glueOptions are the run modes a job's form offers: the accepted ones, and a job's own mode
+// when it is one no longer accepted (an imported Groovy job), so the form shows what it is.
+export function glueOptions(current, pick = () => true) {
+  const opts = GLUE_TYPES().filter(([v]) => pick(v));
+  if (current && !current.endsWith("_UNSPECIFIED") && !opts.some(([v]) => v === current)) {
+    opts.push([current, t("{mode} (not supported)", { mode: current.replace(/^GLUE_TYPE_/, "") })]);
+  }
+  return opts;
+}
 export const ROUTES = () => pairs("ROUTE_STRATEGY_", ["FIRST", "LAST", "ROUND", "RANDOM", "CONSISTENT_HASH", "LEAST_FREQUENTLY_USED", "LEAST_RECENTLY_USED", "FAILOVER", "BUSYOVER", "SHARDING_BROADCAST"]);
 export const BLOCKS = () => [
   ["BLOCK_STRATEGY_SERIAL_EXECUTION", t("Serial (queue)")],

@@ -5,6 +5,7 @@ import { h } from "../dom.js";
 import { t } from "../i18n.js";
 import { stackedBars } from "../charts.js";
 import { loadGroups, allAllowed } from "../groups.js";
+import { hourMinute } from "../tz.js";
 
 const day = (d) => d.toISOString().slice(0, 10);
 
@@ -54,10 +55,7 @@ export async function render(root, ctx) {
     perDay.replaceChildren(stackedBars(days, series(), { labelEvery: days.length > 16 ? 2 : 1, title: t("Runs per day") }));
 
     // Fires per minute: logsvc counts them by the minute of their scheduled time.
-    const minutes = (dash.minutes || []).map((m) => {
-      const at = new Date(m.start_time);
-      return { label: `${String(at.getHours()).padStart(2, "0")}:${String(at.getMinutes()).padStart(2, "0")}`, values: m };
-    });
+    const minutes = (dash.minutes || []).map((m) => ({ label: hourMinute(m.start_time), values: m }));
     perMin.replaceChildren(stackedBars(minutes, series(), { labelEvery: 10, title: t("Fires per minute, last hour") }));
 
     const jobs = (report.jobs || []).slice().sort((a, b) => (Number(b.success) + Number(b.fail)) - (Number(a.success) + Number(a.fail))).slice(0, 10);

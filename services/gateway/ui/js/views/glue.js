@@ -3,7 +3,7 @@
 import { api } from "../api.js";
 import { h, fmtTime, toast, confirmDialog, field, select } from "../dom.js";
 import { t } from "../i18n.js";
-import { GLUE_TYPES, isScript } from "../enums.js";
+import { glueOptions, isScript } from "../enums.js";
 import { codeEditor, langOf } from "../highlight.js";
 import { diffLines } from "../diff.js";
 
@@ -13,7 +13,7 @@ export async function render(root, ctx) {
   let job = (await api(`/jobs/${id}`)).job;
   const ro = !ctx.canWrite;
   const editor = codeEditor({ value: job.glue_source || "", lang: langOf(job.glue_type), readOnly: ro, label: t("Source") });
-  const type = select("glue_type", GLUE_TYPES().filter(([v]) => isScript(v)), job.glue_type, { disabled: ro, onchange: () => editor.setLang(langOf(type.value)) });
+  const type = select("glue_type", glueOptions(job.glue_type, isScript), job.glue_type, { disabled: ro, onchange: () => editor.setLang(langOf(type.value)) });
   const remark = h("input", { name: "glue_remark", placeholder: t("What changed (saved with the version)"), maxlength: 128, disabled: ro });
   const err = h("p", { class: "error", role: "alert" });
   const versionsBox = h("div", { class: "versions", id: "glue-versions" });
@@ -33,7 +33,7 @@ export async function render(root, ctx) {
       toast(t("Saved as a new GLUE version."));
       await loadVersions();
     } catch (e) {
-      err.textContent = e.status === 409 ? t("Someone changed this job meanwhile; reload to see their change.") + " (" + e.message + ")" : e.message;
+      err.textContent = e.status === 409 ? t("Someone changed this job meanwhile; reload to see their change.") + " (" + (e.detail || e.message) + ")" : e.message;
     }
   }
 

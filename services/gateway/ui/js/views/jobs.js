@@ -4,8 +4,10 @@ import { api, query } from "../api.js";
 import { h, $, short, fmtTime, toast, modal, confirmDialog, field, select, badge, debounce, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
-import { SCHEDULE_TYPES, GLUE_TYPES, ROUTES, BLOCKS, MISFIRES, BACKOFFS, JOB_STATUSES, isScript } from "../enums.js";
+import { SCHEDULE_TYPES, glueOptions, ROUTES, BLOCKS, MISFIRES, BACKOFFS, JOB_STATUSES, isScript } from "../enums.js";
 import { codeEditor, langOf, TEMPLATES } from "../highlight.js";
+import { zone, browserZone } from "../tz.js";
+import { fieldKey } from "../errors.js";
 
 // renderList shows the job table.
 export async function renderList(root, ctx) {
@@ -19,14 +21,14 @@ export async function renderList(root, ctx) {
     author: h("input", { name: "author", value: q.author || "", placeholder: t("contains…") }),
     size: select("page_size", [["10", "10"], ["20", "20"], ["50", "50"], ["100", "100"]], q.page_size || "20"),
   };
-  const state = { token: "", stack: [] };
-  const body = h("div", { class: "table-wrap" });
+  const state = { page: 1 };
+  const body = h("div", { class: "table-wrap", id: "jobs" });
   root.append(
     h("div", { class: "page-head" }, h("h1", { text: t("Jobs") }),
       ctx.canWrite ? h("a", { class: "button primary", href: "#/jobs/new" + (f.group.value ? "?group_id=" + f.group.value : ""), id: "new-job" }, "+ " + t("New job")) : null),
     h("form", {
-      class: "filters card", onsubmit: (e) => { e.preventDefault(); state.token = ""; state.stack = []; load(); },
-      onchange: () => { state.token = ""; state.stack = []; load(); },
+      class: "filters card", onsubmit: (e) => { e.preventDefault(); state.page = 1; load(); },
+      onchange: () => { state.page = 1; load(); },
     },
     field(t("Executor group"), f.group), field(t("Status"), f.status), field(t("Name"), f.name),
     field(t("Handler"), f.handler), field(t("Author"), f.author), field(t("Page size"), f.size),
@@ -34,16 +36,24 @@ export async function renderList(root, ctx) {
     body);
 
   async function load() {
+    const size = Number(f.size.value);
     const r = await api("/jobs" + query({
       group_id: f.group.value, status: f.status.value, name: f.name.value, handler: f.handler.value, author: f.author.value,
-      page_size: f.size.value, page_token: state.token,
+      page_size: size, skip: (state.page - 1) * size,
     })).catch((e) => { body.replaceChildren(h("p", { class: "error", role: "alert", text: e.message })); return null; });
     if (!r) return;
     const jobs = r.jobs || [];
+    const total = Number(r.total_size || 0);
+    // A page emptied by deletes moves to the last page there is.
+    const lastPage = Math.max(1, Math.ceil(total / size));
+    if (!jobs.length && state.page > lastPage) { state.page = lastPage; return load(); }
     const table = h("table", { class: "data", id: "jobs-table" },
-      h("thead", {}, h("tr", {}, [t("ID"), t("Name"), t("Group"), t("Schedule"), t("Run mode"), t("Author"), t("Status"), t("Next fire"), t("Actions")].map((c) => h("th", { text: c })))),
+      // Group, run mode and author give way first on a narrow screen (app.css); actions stay.
+      h("thead", {}, h("tr", {}, [[t("ID")], [t("Name")], [t("Group"), "narrow-hide"], [t("Schedule")], [t("Run mode"), "narrow-hide"],
+        [t("Author"), "narrow-hide"], [t("Status")], [t("Next fire")], [t("Actions"), "actions-col"]].map(([c, cls]) => h("th", { text: c, class: cls })))),
       h("tbody", {}, jobs.length ? jobs.map((j) => row(j)) : h("tr", {}, h("td", { colspan: 9, class: "empty", text: t("No jobs.") }))));
-    body.replaceChildren(table, pager(state, r.next_page_token, load, t("{n} jobs", { n: r.total_size ?? jobs.length })));
+    body.replaceChildren(table, pager({ page: state.page, size, total, more: !!r.next_page_token, summary: t("{n} jobs", { n: total }) },
+      (n) => { state.page = n; load(); }));
   }
 
   function row(j) {
@@ -69,13 +79,13 @@ export async function renderList(root, ctx) {
       }, t("Delete"))) : null);
     return h("tr", { "data-job": j.name },
       h("td", { text: j.id }), h("td", {}, h("a", { href: `#/jobs/${j.id}` }, j.name)),
-      h("td", { text: groupName(groups, j.group_id) }),
+      h("td", { class: "narrow-hide", text: groupName(groups, j.group_id) }),
       h("td", {}, h("span", { class: "muted", text: short(j.schedule?.type, "SCHEDULE_TYPE_") }), " ", h("code", { class: "nowrap", text: j.schedule?.expression || "" })),
-      h("td", { text: glue === "BEAN" ? `BEAN: ${j.handler}` : `GLUE(${glue.replace("GLUE_", "")})` }),
-      h("td", { text: j.author || "" }),
+      h("td", { class: "narrow-hide", text: glue === "BEAN" ? `BEAN: ${j.handler}` : `GLUE(${glue.replace("GLUE_", "")})` }),
+      h("td", { class: "narrow-hide", text: j.author || "" }),
       h("td", {}, badge(running ? t("RUNNING") : t("STOPPED"), running ? "RUNNING" : "STOPPED")),
-      h("td", { text: running ? fmtTime(j.next_fire_time) : "—" }),
-      h("td", {}, actions));
+      h("td", { class: "time", text: running ? fmtTime(j.next_fire_time) : "—" }),
+      h("td", { class: "actions-col" }, actions));
   }
   await load();
 }
@@ -127,10 +137,12 @@ async function copyJob(j, reload) {
 export async function renderForm(root, ctx) {
   const id = ctx.params[0];
   const groups = await loadGroups();
-  const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+  // A new job is scheduled in the zone the console shows times in (tz.js), so its preview and
+  // its cron read alike.
+  const viewZone = zone();
   const job = id ? (await api(`/jobs/${id}`)).job : {
     group_id: ctx.query.group_id || groups[0]?.id || "", name: "", author: ctx.me.username, alarm_emails: [],
-    schedule: { type: "SCHEDULE_TYPE_CRON", expression: "0/30 * * * * ?", time_zone: browserZone === "UTC" ? "" : browserZone },
+    schedule: { type: "SCHEDULE_TYPE_CRON", expression: "0/30 * * * * ?", time_zone: viewZone === "UTC" ? "" : viewZone },
     glue_type: "GLUE_TYPE_GLUE_SHELL", glue_source: TEMPLATES.GLUE_TYPE_GLUE_SHELL, glue_remark: "", handler: "", params: "",
     route_strategy: "ROUTE_STRATEGY_FIRST", misfire_strategy: "MISFIRE_STRATEGY_DO_NOTHING", block_strategy: "BLOCK_STRATEGY_SERIAL_EXECUTION",
     timeout_seconds: 0, retry_count: 0, retry_backoff: "RETRY_BACKOFF_NONE", retry_interval_ms: 0, child_job_ids: [], status: "JOB_STATUS_STOPPED",
@@ -146,7 +158,7 @@ export async function renderForm(root, ctx) {
     type: select("schedule.type", SCHEDULE_TYPES(), en(job.schedule?.type, "SCHEDULE_TYPE_CRON"), dis),
     expression: h("input", { name: "schedule.expression", value: job.schedule?.expression || "", class: "mono", ...dis }),
     time_zone: h("input", { name: "schedule.time_zone", value: job.schedule?.time_zone || "", placeholder: "UTC", list: "tz-list", ...dis }),
-    glue_type: select("glue_type", GLUE_TYPES(), en(job.glue_type, "GLUE_TYPE_BEAN"), dis),
+    glue_type: select("glue_type", glueOptions(job.glue_type), en(job.glue_type, "GLUE_TYPE_BEAN"), dis),
     handler: h("input", { name: "handler", value: job.handler || "", placeholder: "command, http, …", ...dis }),
     params: h("textarea", { name: "params", rows: 2, ...dis }),
     child_job_ids: h("input", { name: "child_job_ids", value: (job.child_job_ids || []).join(", "), placeholder: "12, 13", ...dis }),
@@ -165,7 +177,7 @@ export async function renderForm(root, ctx) {
   const previewBox = h("ol", { class: "preview", id: "fire-preview", "aria-live": "polite" });
   const previewErr = h("p", { class: "error small", id: "preview-error" });
   const formErr = h("p", { class: "error", role: "alert", id: "job-form-error" });
-  const tzList = h("datalist", { id: "tz-list" }, [...new Set([browserZone, "UTC", "Asia/Shanghai", "Asia/Tokyo", "Asia/Singapore", "Europe/London", "Europe/Berlin", "America/New_York", "America/Los_Angeles"])].filter(Boolean).map((z) => h("option", { value: z })));
+  const tzList = h("datalist", { id: "tz-list" }, [...new Set([viewZone, browserZone(), "UTC", "Asia/Shanghai", "Asia/Tokyo", "Asia/Singapore", "Europe/London", "Europe/Berlin", "America/New_York", "America/Los_Angeles"])].filter(Boolean).map((z) => h("option", { value: z })));
 
   const glueRows = h("div", { class: "glue-rows" });
   const syncGlue = () => {
@@ -214,6 +226,7 @@ export async function renderForm(root, ctx) {
       if (ro) return;
       formErr.textContent = "";
       for (const el of form.querySelectorAll(".invalid")) el.classList.remove("invalid");
+      for (const el of form.querySelectorAll(".field-error")) el.remove();
       const body = {
         group_id: inp.group_id.value, name: inp.name.value.trim(), author: inp.author.value.trim(),
         alarm_emails: ids(inp.alarm_emails.value), schedule: scheduleOf(),
@@ -234,10 +247,14 @@ export async function renderForm(root, ctx) {
         }
         ctx.navigate("jobs", { group_id: body.group_id });
       } catch (ex) {
-        formErr.textContent = ex.status === 409 ? t("Someone changed this job meanwhile; reload to see their change.") + " (" + ex.message + ")" : ex.message;
-        for (const name of Object.keys(ex.fields || {})) {
-          const el = form.querySelector(`[name="${CSS.escape(name)}"]`) || form.querySelector(`[name="${CSS.escape(name.split(".")[0])}"]`);
-          if (el) el.classList.add("invalid");
+        formErr.textContent = ex.status === 409 ? t("Someone changed this job meanwhile; reload to see their change.") + " (" + (ex.detail || ex.message) + ")" : ex.message;
+        // Each field the server names is marked, with why under it in the user's language.
+        for (const [name, why] of Object.entries(ex.fields || {})) {
+          const key = fieldKey(name);
+          const el = form.querySelector(`[name="${CSS.escape(key)}"]`) || form.querySelector(`[name="${CSS.escape(key.split(".")[0])}"]`);
+          if (!el) continue;
+          el.classList.add("invalid");
+          el.closest(".field")?.append(h("small", { class: "field-error", "data-field": key, text: why }));
         }
       }
     },

@@ -5,10 +5,10 @@ import { h, short, fmtTime, fmtDuration, toast, modal, confirmDialog, field, sel
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
 import { RUN_STATUSES, TRIGGER_TYPES, triggerLabel } from "../enums.js";
+import { fromInput, toInput } from "../tz.js";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const status = (r) => short(r.status, "RUN_STATUS_") || "PENDING";
-const localInput = (d) => { const z = new Date(d.getTime() - d.getTimezoneOffset() * 60000); return z.toISOString().slice(0, 16); };
 
 async function jobNames(groupID) {
   try {
@@ -38,9 +38,10 @@ export async function renderList(root, ctx) {
     if (keep && !jobs.some((j) => String(j.id) === String(keep))) f.job.append(h("option", { value: keep, selected: true }, "#" + keep));
   };
   await fillJobs(q.job_id || "");
-  const state = { token: "", stack: [] };
+  const state = { page: 1 };
+  const size = 20;
   const body = h("div", { class: "table-wrap", id: "runs" });
-  const reset = () => { state.token = ""; state.stack = []; load(); };
+  const reset = () => { state.page = 1; load(); };
   root.append(
     h("div", { class: "page-head" }, h("h1", { text: t("Runs") }),
       h("label", { class: "check" }, f.auto, " ", t("Refresh every 5 s")),
@@ -59,11 +60,14 @@ export async function renderList(root, ctx) {
     try {
       r = await api("/logs" + query({
         group_id: f.group.value, job_id: f.job.value, status: f.status.value, trigger_type: f.trigger.value,
-        start_time: f.from.value ? new Date(f.from.value).toISOString() : "", end_time: f.to.value ? new Date(f.to.value).toISOString() : "",
-        executor_address: f.addr.value.trim(), page_size: 20, page_token: state.token,
+        start_time: fromInput(f.from.value)?.toISOString(), end_time: fromInput(f.to.value)?.toISOString(),
+        executor_address: f.addr.value.trim(), page_size: size, skip: (state.page - 1) * size,
       }));
     } catch (e) { body.replaceChildren(h("p", { class: "error", role: "alert", text: e.message })); return; }
     const runs = r.runs || [];
+    // A page emptied meanwhile (runs cleared) moves to the last page there is.
+    const lastPage = Math.max(1, Math.ceil(Number(r.total_size || 0) / size));
+    if (!runs.length && state.page > lastPage) { state.page = lastPage; return load(); }
     const name = (id) => jobs.find((j) => String(j.id) === String(id))?.name || "#" + id;
     body.replaceChildren(h("table", { class: "data", id: "runs-table" },
       h("thead", {}, h("tr", {}, [t("Run"), t("Job"), t("Trigger type"), t("Scheduled"), t("Executor"), t("Trigger"), t("Status"), t("Duration"), t("Actions")].map((c) => h("th", { text: c })))),
@@ -71,7 +75,7 @@ export async function renderList(root, ctx) {
         h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(r.id)}`, class: "mono", title: r.id }, r.id.length > 18 ? r.id.slice(0, 18) + "…" : r.id)),
         h("td", {}, h("a", { href: `#/jobs/${r.job_id}` }, name(r.job_id))),
         h("td", { text: triggerLabel(r.trigger_type) + (r.attempt ? ` (${t("retry")} ${r.attempt})` : "") }),
-        h("td", { text: fmtTime(r.scheduled_time) }),
+        h("td", { class: "time", text: fmtTime(r.scheduled_time) }),
         h("td", { class: "mono", text: r.executor_address || "—" }),
         h("td", {}, r.trigger_outcome === "TRIGGER_OUTCOME_FAILED" ? badge(t("FAILED"), "FAIL") : r.trigger_outcome === "TRIGGER_OUTCOME_OK" ? badge(t("OK"), "SUCCESS") : h("span", { class: "muted", text: "…" })),
         h("td", {}, badge(t(status(r)), status(r))),
@@ -80,7 +84,10 @@ export async function renderList(root, ctx) {
           h("a", { class: "button small", href: `#/runs/${encodeURIComponent(r.id)}` }, t("Log")),
           ctx.canWrite && status(r) === "RUNNING" ? h("button", { type: "button", class: "small danger", onclick: () => kill(r.id, load) }, t("Kill")) : null))))
         : h("tr", {}, h("td", { colspan: 9, class: "empty", text: t("No runs.") })))),
-    pager(state, r.next_page_token, load));
+    pager({
+      page: state.page, size, total: Number(r.total_size || 0), capped: !!r.total_size_capped, more: !!r.next_page_token,
+      summary: t(r.total_size_capped ? "{n}+ runs" : "{n} runs", { n: Number(r.total_size || 0) }),
+    }, (n) => { state.page = n; load(); }));
   }
   await load();
   const timer = setInterval(() => { if (f.auto.checked && !document.hidden && !document.querySelector("dialog[open]")) load(); }, 5000);
@@ -99,7 +106,7 @@ async function kill(id, after) {
 
 async function clearRuns(f, jobs, groups, after) {
   const mode = select("mode", [["before", t("Runs scheduled before a time")], ["keep", t("All but the newest N per job")], ["all", t("All runs")]], "before");
-  const before = h("input", { type: "datetime-local", name: "before_time", value: localInput(new Date(Date.now() - 30 * 864e5)) });
+  const before = h("input", { type: "datetime-local", name: "before_time", value: toInput(new Date(Date.now() - 30 * 864e5)) });
   const keep = h("input", { type: "number", name: "keep_newest", min: 1, value: 100 });
   const scope = (f.job.value ? t("job {name}", { name: jobs.find((j) => String(j.id) === f.job.value)?.name || f.job.value }) : t("every job"))
     + " · " + (f.group.value ? groupName(groups, f.group.value) : t("All groups"));
@@ -112,7 +119,7 @@ async function clearRuns(f, jobs, groups, after) {
     {
       label: t("Clear"), primary: true, class: "primary danger", value: "ok", onclick: async () => {
         const req = { group_id: f.group.value || "0", job_id: f.job.value || "0" };
-        if (mode.value === "before") req.before_time = new Date(before.value).toISOString();
+        if (mode.value === "before") req.before_time = fromInput(before.value)?.toISOString();
         else if (mode.value === "keep") req.keep_newest = Number(keep.value);
         else req.before_time = new Date(Date.now() + 1000).toISOString();
         const r = await api("/logs:clear", { method: "POST", body: req });
@@ -145,33 +152,43 @@ export async function renderDetail(root, ctx) {
     killBtn.hidden = !(ctx.canWrite && v === "RUNNING");
   };
 
+  // loadSeq orders the reads of the run: only the latest one asked for fills the card.
+  let loadSeq = 0;
   async function loadRun() {
+    const seq = ++loadSeq;
+    let got;
     try {
-      run = (await api(`/logs/${encodeURIComponent(id)}`)).run;
+      got = (await api(`/logs/${encodeURIComponent(id)}`)).run;
     } catch (e) {
-      if (e.status === 404) { info.replaceChildren(h("p", { class: "muted", text: t("This run is not recorded yet; waiting…") })); return false; }
+      if (e.status === 404) {
+        if (seq === loadSeq && !run) info.replaceChildren(h("p", { class: "muted", text: t("This run is not recorded yet; waiting…") }));
+        return false;
+      }
       throw e;
     }
-    if (!job) job = await api(`/jobs/${run.job_id}`).then((r) => r.job).catch(() => null);
-    const traceHref = traceURL((await uiConfig()).trace_url_template, run.trace_id);
+    if (!job) job = await api(`/jobs/${got.job_id}`).then((r) => r.job).catch(() => null);
+    const traceHref = traceURL((await uiConfig()).trace_url_template, got.trace_id);
+    if (seq !== loadSeq) return true;
+    run = got;
     setStatus(run.status);
-    const kv = (k, v) => [h("dt", { text: k }), h("dd", {}, v ?? "—")];
+    // label is the English label: translated for the eye, kept as data-key for scripts and tests.
+    const kv = (label, v) => [h("dt", { text: t(label) }), h("dd", { "data-key": label.toLowerCase().replace(/\W+/g, "-") }, v ?? "—")];
     info.replaceChildren(h("dl", { class: "kv" },
-      kv(t("Job"), h("a", { href: `#/jobs/${run.job_id}` }, job ? `#${run.job_id} ${job.name}` : "#" + run.job_id)),
-      kv(t("Trigger type"), triggerLabel(run.trigger_type)),
-      kv(t("Attempt"), String(run.attempt || 0) + (run.retries_left ? ` · ${t("{n} retries left", { n: run.retries_left })}` : "")),
-      kv(t("Shard"), run.shard_total > 1 ? `${run.shard_index}/${run.shard_total}` : "—"),
-      kv(t("Routing"), short(run.route_strategy, "ROUTE_STRATEGY_") || "—"),
-      kv(t("Executor"), h("span", { class: "mono", text: run.executor_address || "—" })),
-      kv(t("Handler"), run.handler || "—"),
-      kv(t("Parameter"), h("span", { class: "mono", text: run.params || "—" })),
-      kv(t("Scheduled"), fmtTime(run.scheduled_time)),
-      kv(t("Triggered"), fmtTime(run.trigger_time)),
-      kv(t("Started"), fmtTime(run.start_time)),
-      kv(t("Ended"), fmtTime(run.end_time)),
-      kv(t("Duration"), fmtDuration(run.start_time, run.end_time)),
-      kv(t("Alarm"), short(run.alarm_status, "ALARM_STATUS_") || "—"),
-      kv(t("Trace id"), traceHref
+      kv("Job", h("a", { href: `#/jobs/${run.job_id}` }, job ? `#${run.job_id} ${job.name}` : "#" + run.job_id)),
+      kv("Trigger type", triggerLabel(run.trigger_type)),
+      kv("Attempt", String(run.attempt || 0) + (run.retries_left ? ` · ${t("{n} retries left", { n: run.retries_left })}` : "")),
+      kv("Shard", run.shard_total > 1 ? `${run.shard_index}/${run.shard_total}` : "—"),
+      kv("Routing", short(run.route_strategy, "ROUTE_STRATEGY_") || "—"),
+      kv("Executor", h("span", { class: "mono", text: run.executor_address || "—" })),
+      kv("Handler", run.handler || "—"),
+      kv("Parameter", h("span", { class: "mono", text: run.params || "—" })),
+      kv("Scheduled", fmtTime(run.scheduled_time)),
+      kv("Triggered", fmtTime(run.trigger_time)),
+      kv("Started", fmtTime(run.start_time)),
+      kv("Ended", fmtTime(run.end_time)),
+      kv("Duration", fmtDuration(run.start_time, run.end_time)),
+      kv("Alarm", short(run.alarm_status, "ALARM_STATUS_") || "—"),
+      kv("Trace id", traceHref
         ? h("a", { class: "mono", id: "trace-link", href: traceHref, target: "_blank", rel: "noopener", text: run.trace_id })
         : h("span", { class: "mono", text: run.trace_id || "—" }))),
     h("div", { class: "messages" },
@@ -202,14 +219,28 @@ export async function renderDetail(root, ctx) {
     logEl.append(frag);
     if (follow.checked) logEl.scrollTop = logEl.scrollHeight;
   };
+  // The info card is read again whenever the tail shows it is out of date: at the first message
+  // of a connection (the run may have been recorded since the page loaded), at the first output
+  // (the run has started), when the status moves, and when the tail ends.
+  let shownStatus = run?.status || "";
+  let sawOutput = false;
+  const refreshInfo = () => loadRun().then(() => { shownStatus = run?.status || shownStatus; }).catch(() => {});
   (async () => {
     for (let attempt = 0; !ac.signal.aborted;) {
       tailNote.textContent = t("following live…");
       try {
+        let first = true;
         for await (const msg of stream(`/logs/${encodeURIComponent(id)}/lines:tail?from_line=${next}`, ac.signal)) {
           attempt = 0;
           appendLines(msg.lines || []);
           if (msg.status) setStatus(msg.status);
+          const firstOutput = !sawOutput && (msg.lines || []).length > 0;
+          sawOutput ||= firstOutput;
+          if (first || firstOutput || (msg.status && msg.status !== shownStatus)) {
+            shownStatus = msg.status || shownStatus;
+            refreshInfo();
+          }
+          first = false;
         }
         await loadRun();
         if (run && run.status !== "RUN_STATUS_RUNNING") {
