@@ -21,7 +21,7 @@ Prints a script that completes jobmesh's commands, subcommands and flags in that
 
 // runCompletion is `jobmesh completion bash|zsh|fish`.
 func runCompletion(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "help" }) {
 		fmt.Fprint(stdout, completionUsage)
 		return nil
 	}
@@ -268,7 +268,9 @@ function __jobmesh_in
     set -e words[1]
     set -l want (string split ' ' -- $argv[1])
     test (count $words) -ge (count $want); or return 1
-    test "$words[1..(count $want)]" = "$want"
+    for i in (seq (count $want))
+        test "$words[$i]" = "$want[$i]"; or return 1
+    end
 end
 `)
 	for _, c := range tree {
