@@ -329,12 +329,17 @@ type errorBody struct {
 }
 
 // errorFromBody turns a non-2xx answer into a status error: the code and message of the
-// gateway's error body, else the gRPC code of the HTTP status (a proxy in front of the gateway
+// gateway's error body (or of the error chunk a stream answers with), else the gRPC code of the HTTP status (a proxy in front of the gateway
 // answering 502, say).
 func errorFromBody(httpStatus int, b []byte) error {
 	var e errorBody
 	if json.Unmarshal(b, &e) == nil && e.Code != nil && *e.Code != 0 {
 		return status.Error(codes.Code(*e.Code), e.Message)
+	}
+	// A stream refused before its first message answers its error as a stream chunk.
+	var c chunk
+	if json.Unmarshal(b, &c) == nil && c.Error != nil && c.Error.Code != nil && *c.Error.Code != 0 {
+		return status.Error(codes.Code(*c.Error.Code), c.Error.Message)
 	}
 	msg := strings.TrimSpace(string(b))
 	if msg == "" || !strings.ContainsFunc(msg, func(r rune) bool { return r > ' ' }) || len(msg) > 200 {

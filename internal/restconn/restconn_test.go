@@ -103,6 +103,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{404, `{"code":5,"message":"job 9: not found","details":[]}`, codes.NotFound, "job 9: not found"},
 		{400, `{"code":3,"message":"schedule.expression: bad cron"}`, codes.InvalidArgument, "schedule.expression: bad cron"},
+		{404, `{"error":{"code":5,"message":"run \"r1\": not found","details":[]}}`, codes.NotFound, `run "r1": not found`},
 		{502, `<html>bad gateway</html>`, codes.Unavailable, "HTTP 502: <html>bad gateway</html>"},
 		{401, ``, codes.Unauthenticated, "HTTP 401: Unauthorized"},
 		{409, `{}`, codes.Aborted, "HTTP 409: {}"},
