@@ -1,5 +1,5 @@
 # jobmesh: the two commands are `make dev` (run everything) and `make test` (every check CI runs).
-.PHONY: dev test gen gen-check lint build tools
+.PHONY: dev test gen gen-check lint build release tools
 
 dev: ## run every service in one process; UI and REST at http://127.0.0.1:8080
 	go build -o bin/jobmesh ./cmd/jobmesh && exec ./bin/jobmesh dev
@@ -20,6 +20,9 @@ lint: tools
 build:
 	go build -o bin/jobmesh ./cmd/jobmesh
 	go build -o bin/jobmesh-agent ./services/executor-agent/cmd/jobmesh-agent
+
+release: ## static, version-stamped jobmesh and jobmesh-agent for linux/amd64 and arm64, and SHA256SUMS, into dist/
+	bash scripts/release.sh
 
 tools:
 	bash scripts/tools.sh

@@ -43,12 +43,14 @@ source scripts/pg.sh
 pg_ensure
 echo "tests use $JOBMESH_TEST_DATABASE_URL"
 
-step "browser test dependencies (Chromium, node, e2e/ npm packages)"
+step "test dependencies (Chromium, node, e2e/ npm packages; zsh and fish for the completion tests)"
 # internal/uitest drives the web console in Debian's Chromium through playwright-core; install
 # what is missing, so a missing browser fails as a setup error here rather than being skipped.
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v zsh >/dev/null || missing+=(zsh)
+command -v fish >/dev/null || missing+=(fish)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -68,6 +70,22 @@ if docker compose version >/dev/null 2>&1; then compose=(docker compose); else
 fi
 JOBMESH_INTERNAL_TOKEN=ci-placeholder-internal-token-0000000000 JOBMESH_DEMO_GROUP_TOKEN=ci-placeholder-group-token-000000000000 \
   POSTGRES_PASSWORD=ci-placeholder "${compose[@]}" -f docker-compose.yml config -q
+
+step "Dockerfile lint (BuildKit's parser and build checks, pinned bases, exec form, non-root, compose targets)"
+go test -count=1 -run 'TestRepositoryDockerfile$' -v ./internal/dockerlint | grep -E '^(ok|FAIL|---|\s+dockerlint_test)'
+
+step "docker build of every image target"
+if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  version=$(git describe --tags --always --dirty 2>/dev/null || echo devel)
+  for target in scheduler registry logsvc gateway agent dev; do
+    echo "docker build --target $target"
+    docker build -q --target "$target" --build-arg VERSION="$version" --build-arg COMMIT="$(git rev-parse HEAD)" \
+      --build-arg DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)" -t "jobmesh/$target:test" .
+  done
+  docker run --rm jobmesh/dev:test version
+else
+  echo "docker build: NOT RUN: no Docker engine is reachable here (docker info failed); the Dockerfile was only linted above"
+fi
 
 step "go test -race"
 go test -race -count=1 -timeout 20m ./... ./services/executor-agent/...

@@ -37,9 +37,9 @@ func runAdmin(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fromStdin                  bool
 	)
 	f := newFlags("jobmesh admin reset-password", stderr)
-	f.str(&user, "user", "", "the user whose password to reset (required)")
-	f.str(&databaseURL, "database-url", "", "Postgres URL of the auth store (schema auth); empty means the SQLite store under --data-dir")
-	f.str(&dataDir, "data-dir", ".data/dev", "jobmesh dev's data directory, when --database-url is empty")
+	f.str(&user, "user", "", "`name` of the user whose password to reset (required)")
+	f.str(&databaseURL, "database-url", "", "Postgres `url` of the auth store (schema auth); empty means the SQLite store under --data-dir")
+	f.str(&dataDir, "data-dir", ".data/dev", "jobmesh dev's data `directory`, when --database-url is empty")
 	f.BoolVar(&fromStdin, "password-stdin", false, "read the new password from the first line of stdin instead of choosing a random one")
 	if err := f.parse(args[1:]); err != nil {
 		return err

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/jobmesh/jobmesh/internal/cli"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 )
 
@@ -25,11 +25,11 @@ import (
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		timeout time.Duration
-		tlsf    cli.TLSFlags
+		tlsf    meshTLSFlags
 	)
 	f := newFlags("jobmesh health", stderr)
 	f.dur(&timeout, "timeout", 3*time.Second, "how long each target may take to answer")
-	tlsf.Add(f.FlagSet)
+	tlsf.add(f)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, target := range f.Args() {
 		if !strings.HasPrefix(target, "http://") && !strings.HasPrefix(target, "https://") {
 			var err error
-			if id, err = tlsf.Identity(); err != nil {
+			if id, err = tlsf.identity(); err != nil {
 				return err
 			}
 			break
@@ -92,4 +92,41 @@ func checkHealth(ctx context.Context, target string, id *meshtls.Identity) error
 		return fmt.Errorf("status %s", s)
 	}
 	return nil
+}
+
+// defaultDevDataDir is `jobmesh dev`'s default --data-dir, where `jobmesh health` looks for dev's
+// client certificate when no TLS flag is given.
+const defaultDevDataDir = ".data/dev"
+
+// meshTLSFlags are how `jobmesh health` secures its gRPC connections: --tls-cert/--tls-key/
+// --tls-ca, else --insecure, else the client certificate `jobmesh dev` made under --data-dir.
+type meshTLSFlags struct {
+	files    meshtls.Files
+	insecure bool
+	dataDir  string
+}
+
+func (t *meshTLSFlags) add(f *flags) {
+	f.str(&t.files.Cert, "tls-cert", "", "PEM client certificate `file` (with --tls-key and --tls-ca)")
+	f.str(&t.files.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
+	f.str(&t.files.CA, "tls-ca", "", "PEM CA bundle `file` the servers' certificates must chain to")
+	f.boolean(&t.insecure, "insecure", false, "plaintext, for services started with --insecure")
+	f.str(&t.dataDir, "data-dir", defaultDevDataDir, "jobmesh dev's data `directory`, whose client certificate is used without --tls-* flags")
+}
+
+// identity resolves the flags: the files given, plaintext (nil) with --insecure, else dev's
+// client certificate under --data-dir; an error names the flags when none applies.
+func (t *meshTLSFlags) identity() (*meshtls.Identity, error) {
+	if !t.files.IsZero() || t.insecure {
+		return meshtls.Resolve(t.files, t.insecure)
+	}
+	dev := meshtls.DevFiles(t.dataDir, "client")
+	if _, err := os.Stat(dev.Cert); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no TLS: no jobmesh dev client certificate at %s (--data-dir %s); give --tls-cert, --tls-key and --tls-ca, or --insecure for plaintext", dev.Cert, t.dataDir)
+	}
+	id, err := meshtls.Load(dev)
+	if err != nil {
+		return nil, fmt.Errorf("--data-dir %s: %w", t.dataDir, err)
+	}
+	return id, nil
 }

@@ -75,28 +75,28 @@ func (m *meshConfig) addFlags(f *flags, required []peer, optional ...peer) {
 		}
 		switch p {
 		case peerScheduler:
-			f.str(&m.SchedulerAddr, "scheduler-addr", "", "scheduler gRPC address: any replica, or a load balancer in front of them"+need)
+			f.str(&m.SchedulerAddr, "scheduler-addr", "", "scheduler gRPC `address`: any replica, or a load balancer in front of them"+need)
 		case peerRegistry:
-			f.str(&m.RegistryAddr, "registry-addr", "", "registry gRPC address"+need)
+			f.str(&m.RegistryAddr, "registry-addr", "", "registry gRPC `address`"+need)
 		case peerLogs:
-			f.str(&m.LogsAddr, "logs-addr", "", "logsvc gRPC address"+need)
+			f.str(&m.LogsAddr, "logs-addr", "", "logsvc gRPC `address`"+need)
 		case peerAuth:
-			f.str(&m.AuthAddr, "auth-addr", "", "auth gRPC address (served by `jobmesh gateway`) for checking people's tokens; empty accepts internal callers only"+need)
+			f.str(&m.AuthAddr, "auth-addr", "", "auth gRPC `address` (served by jobmesh gateway) for checking people's tokens; empty accepts internal callers only"+need)
 		}
 	}
-	f.str(&m.InternalToken, "internal-token", "", "secret the services present to each other, the same in every process (required)")
+	f.str(&m.InternalToken, "internal-token", "", "`secret` the services present to each other, the same in every process (required)")
 	addTLSFlags(f, &m.TLS, &m.Insecure)
-	f.str(&m.LogLevel, "log-level", "info", "debug, info, warn or error")
-	f.str(&m.LogFormat, "log-format", "text", "text or json")
-	f.str(&m.MetricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
-	f.str(&m.PprofAddr, "pprof-addr", "", "loopback address (127.0.0.1:port) serving /debug/pprof/ to callers with the internal token as bearer token; empty serves none")
+	f.str(&m.LogLevel, "log-level", "info", "`level` of the logs: debug, info, warn or error")
+	f.str(&m.LogFormat, "log-format", "text", "`format` of the logs: text or json")
+	f.str(&m.MetricsAddr, "metrics-addr", "", "`address` of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
+	f.str(&m.PprofAddr, "pprof-addr", "", "loopback `address` (127.0.0.1:port) serving /debug/pprof/ to callers with the internal token as bearer token; empty serves none")
 }
 
 // addTLSFlags declares --tls-cert, --tls-key, --tls-ca and --insecure.
 func addTLSFlags(f *flags, files *meshtls.Files, insecure *bool) {
-	f.str(&files.Cert, "tls-cert", "", "PEM certificate of this process, for mutual TLS on every gRPC hop (with --tls-key and --tls-ca)")
-	f.str(&files.Key, "tls-key", "", "PEM private key of --tls-cert")
-	f.str(&files.CA, "tls-ca", "", "PEM CA bundle every peer's certificate must chain to")
+	f.str(&files.Cert, "tls-cert", "", "PEM certificate `file` of this process, for mutual TLS on every gRPC hop (with --tls-key and --tls-ca)")
+	f.str(&files.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
+	f.str(&files.CA, "tls-ca", "", "PEM CA bundle `file` every peer's certificate must chain to")
 	f.boolean(insecure, "insecure", false, "plaintext gRPC without certificates (warned at every start); only on a network you trust")
 }
 
@@ -104,9 +104,9 @@ func addTLSFlags(f *flags, files *meshtls.Files, insecure *bool) {
 type etcdTLSFlags struct{ files meshtls.Files }
 
 func (e *etcdTLSFlags) add(f *flags) {
-	f.str(&e.files.Cert, "etcd-cert", "", "PEM client certificate for etcd (with --etcd-key and --etcd-ca); empty connects without TLS")
-	f.str(&e.files.Key, "etcd-key", "", "PEM private key of --etcd-cert")
-	f.str(&e.files.CA, "etcd-ca", "", "PEM CA bundle etcd's server certificate must chain to")
+	f.str(&e.files.Cert, "etcd-cert", "", "PEM client certificate `file` for etcd (with --etcd-key and --etcd-ca); empty connects without TLS")
+	f.str(&e.files.Key, "etcd-key", "", "PEM private key `file` of --etcd-cert")
+	f.str(&e.files.CA, "etcd-ca", "", "PEM CA bundle `file` etcd's server certificate must chain to")
 }
 
 // tlsConfig loads the files; nil without any.

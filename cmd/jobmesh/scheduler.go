@@ -72,15 +72,15 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 		endpoints string
 	)
 	f := newFlags("jobmesh scheduler", stderr)
-	f.str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9010", "gRPC address of JobService and SchedulerService; port 0 picks one")
-	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints (required)")
+	f.str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9010", "gRPC `address` of JobService and SchedulerService; port 0 picks one")
+	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd `urls` (required)")
 	c.etcdTLS.add(f)
-	f.str(&c.DatabaseURL, "database-url", "", "Postgres URL shared by every replica (required)")
+	f.str(&c.DatabaseURL, "database-url", "", "Postgres `url` shared by every replica (required)")
 	c.addFlags(f, schedulerPeers, peerAuth)
-	f.str(&c.ReplicaID, "replica-id", "", "this replica's name in the election; empty means hostname-pid")
+	f.str(&c.ReplicaID, "replica-id", "", "this replica's `name` in the election; empty means hostname-pid")
 	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
 	f.dur(&c.DispatchLead, "dispatch-lead", scheduler.DefaultDispatchLead, "send fires this long before their time to executors that hold them until then (0: at their time)")
-	f.integer(&c.RecordQueue, "record-queue", scheduler.DefaultRecordQueue, "trigger records held for logsvc until it acknowledges them (about 320 bytes each); beyond it new ones are dropped and logged")
+	f.integer(&c.RecordQueue, "record-queue", scheduler.DefaultRecordQueue, "`count` of trigger records held for logsvc until it acknowledges them (about 320 bytes each); beyond it new ones are dropped and logged")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}

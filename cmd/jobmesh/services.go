@@ -32,9 +32,9 @@ type alarmFlags struct {
 }
 
 func (a *alarmFlags) add(f *flags) {
-	f.str(&a.smtpAddr, "alarm-smtp-addr", "", "SMTP server (host:port) for failure alarms to the jobs' alarm emails; empty sends none")
-	f.str(&a.smtpFrom, "alarm-smtp-from", "jobmesh@localhost", "sender address of alarm emails")
-	f.str(&a.webhookURL, "alarm-webhook-url", "", "URL that receives a JSON POST for every failed run; empty sends none")
+	f.str(&a.smtpAddr, "alarm-smtp-addr", "", "SMTP server `address` (host:port) for failure alarms to the jobs' alarm emails; empty sends none")
+	f.str(&a.smtpFrom, "alarm-smtp-from", "jobmesh@localhost", "sender `email` of alarm emails")
+	f.str(&a.webhookURL, "alarm-webhook-url", "", "`url` that receives a JSON POST for every failed run; empty sends none")
 }
 
 // channels checks the flags and returns the channels they configure.
@@ -63,8 +63,8 @@ type edgeFlags struct {
 }
 
 func (e *edgeFlags) add(f *flags) {
-	f.int64(&e.maxBodyBytes, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest HTTP request body the gateway reads; a larger one is answered 413")
-	f.str(&e.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For names the client (for the login throttle); empty trusts none")
+	f.int64(&e.maxBodyBytes, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest HTTP request body the gateway reads, in `bytes`; a larger one is answered 413")
+	f.str(&e.trustedProxies, "trusted-proxies", "", "comma-separated `cidrs` of reverse proxies whose X-Forwarded-For names the client (for the login throttle); empty trusts none")
 }
 
 // check checks the flags and returns the trusted proxies.
@@ -105,10 +105,10 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		etcdTLS                          etcdTLSFlags
 	)
 	f := newFlags("jobmesh registry", stderr)
-	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9011", "gRPC address of RegistryService; port 0 picks one")
-	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd endpoints, where agents register (required)")
+	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9011", "gRPC `address` of RegistryService; port 0 picks one")
+	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd `urls`, where agents register (required)")
 	etcdTLS.add(f)
-	f.str(&databaseURL, "database-url", "", "Postgres URL (schema registry) (required)")
+	f.str(&databaseURL, "database-url", "", "Postgres `url` (schema registry) (required)")
 	mesh.addFlags(f, registryPeers, peerAuth)
 	if err := f.parse(args); err != nil {
 		return err
@@ -171,8 +171,8 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		alarms                alarmFlags
 	)
 	f := newFlags("jobmesh logsvc", stderr)
-	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9012", "gRPC address of IngestService and LogService; port 0 picks one")
-	f.str(&databaseURL, "database-url", "", "Postgres URL (schema logs) (required)")
+	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9012", "gRPC `address` of IngestService and LogService; port 0 picks one")
+	f.str(&databaseURL, "database-url", "", "Postgres `url` (schema logs) (required)")
 	mesh.addFlags(f, logsPeers, peerAuth)
 	alarms.add(f)
 	if err := f.parse(args); err != nil {
@@ -250,15 +250,15 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		edge                                           edgeFlags
 	)
 	f := newFlags("jobmesh gateway", stderr)
-	f.str(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: web UI, REST under /api/v1, OpenAPI, /healthz")
-	f.str(&httpCert, "http-tls-cert", "", "PEM certificate of the HTTP listener, which then serves HTTPS (with --http-tls-key); empty serves plain HTTP")
-	f.str(&httpKey, "http-tls-key", "", "PEM private key of --http-tls-cert")
-	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9013", "gRPC address of AuthService (the other services' --auth-addr); port 0 picks one")
-	f.str(&databaseURL, "database-url", "", "Postgres URL (schema auth) (required)")
-	f.str(&adminPassword, "admin-password", "", "first admin's password on a fresh store; empty means random, printed once")
-	f.dur(&sessionTTL, "login-ttl", 12*time.Hour, "how long a login session lasts")
+	f.str(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP `address`: web UI, REST under /api/v1, OpenAPI, /healthz")
+	f.str(&httpCert, "http-tls-cert", "", "PEM certificate `file` of the HTTP listener, which then serves HTTPS (with --http-tls-key); empty serves plain HTTP")
+	f.str(&httpKey, "http-tls-key", "", "PEM private key `file` of --http-tls-cert")
+	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9013", "gRPC `address` of AuthService (the other services' --auth-addr); port 0 picks one")
+	f.str(&databaseURL, "database-url", "", "Postgres `url` (schema auth) (required)")
+	f.str(&adminPassword, "admin-password", "", "first admin's `password` on a fresh store; empty means random, printed once")
+	f.dur(&sessionTTL, "login-ttl", 12*time.Hour, "how long a login session lasts (a `duration`)")
 	var traceURL string
-	f.str(&traceURL, "trace-url-template", "", `link of a run's trace id in the web UI, "{trace_id}" replaced by it (e.g. Grafana's Tempo explorer); empty shows the id only`)
+	f.str(&traceURL, "trace-url-template", "", "link of a run's trace id in the web UI: a `url` in which {trace_id} is replaced by it (e.g. Grafana's Tempo explorer); empty shows the id only")
 	edge.add(f)
 	mesh.addFlags(f, gatewayPeers)
 	if err := f.parse(args); err != nil {

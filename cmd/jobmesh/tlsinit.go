@@ -22,10 +22,10 @@ func runTLS(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var dir, hosts, etcdHosts, owner string
 	f := newFlags("jobmesh tls init", stderr)
-	f.str(&dir, "dir", "", "directory of the CA (ca.pem, ca-key.pem) and the certificates (<host>.pem, <host>-key.pem) (required)")
-	f.str(&hosts, "hosts", "", "comma-separated host names or IPs: one certificate each, for serving and dialling, plus \"client\" for the command-line client (required)")
-	f.str(&owner, "owner", "", "UID:GID to own the certificates and keys written (e.g. the user a container runs as); empty keeps the caller's")
-	f.str(&etcdHosts, "etcd-hosts", "", "comma-separated etcd host names: a separate etcd CA under DIR/etcd, a server certificate for them and a client certificate for the services")
+	f.str(&dir, "dir", "", "`directory` of the CA (ca.pem, ca-key.pem) and the certificates (<host>.pem, <host>-key.pem) (required)")
+	f.str(&hosts, "hosts", "", "comma-separated `hosts` (names or IPs): one certificate each, for serving and dialling, plus \"client\", a client certificate (for jobmesh health, say) (required)")
+	f.str(&owner, "owner", "", "`uid:gid` to own the certificates and keys written (e.g. the user a container runs as); empty keeps the caller's")
+	f.str(&etcdHosts, "etcd-hosts", "", "comma-separated etcd `hosts`: a separate etcd CA under DIR/etcd, a server certificate for them and a client certificate for the services")
 	if err := f.parse(args[1:]); err != nil {
 		return err
 	}

@@ -1,15 +1,19 @@
 // Package cli is jobmesh's command-line client: `jobmesh login`, `jobmesh jobs …`, `jobmesh runs …`
-// and `jobmesh executors …` over the services' gRPC APIs, with tables for people and `-o json`
-// for scripts. The login token and the service addresses are kept in the user's config file.
+// and `jobmesh executors …` over the gateway's REST API (one --endpoint, the Bearer token of a
+// login), with tables for people and `-o json` for scripts. The token, and the endpoint and CA it
+// belongs to, are kept in the user's config file.
 package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +21,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -28,6 +31,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/restconn"
 )
 
 // Exit codes: what a script can tell apart.
@@ -43,9 +47,14 @@ const (
 	ExitRunFailed   = 8 // `runs tail`: the run ended other than successfully
 )
 
+// DefaultEndpoint is the gateway of `jobmesh dev` (its --http-addr), the client's endpoint when
+// neither a flag, JOBMESH_ENDPOINT nor the config file names one.
+const DefaultEndpoint = "http://127.0.0.1:8080"
+
 // Usage is the client's help text.
 const Usage = `jobmesh client commands:
-  jobmesh login --user NAME [--password-stdin]     log in; the token is kept in the config file
+  jobmesh login --user NAME [--password-stdin]     log in (prompts for the password on a terminal);
+                                                   the token, endpoint and CA are kept in the config file
   jobmesh logout                                   end the session and forget the token
   jobmesh jobs list [--group N] [--status running|stopped] [--name S] [--handler S] [--author S] [--limit N]
   jobmesh jobs get ID
@@ -53,37 +62,36 @@ const Usage = `jobmesh client commands:
   jobmesh jobs update ID -f FILE                   replaces the job's fields (version from FILE, else current)
   jobmesh jobs start|stop|delete ID
   jobmesh jobs trigger ID [--params S] [--address HOST:PORT,...]
-  jobmesh runs list [--job N] [--group N] [--status running|success|fail|timeout|killed] [--limit N]
-  jobmesh runs tail RUN_ID                         follow a run's output until it ends
+  jobmesh runs list [--job N] [--group N] [--status running|success|fail|timeout|killed] [--executor ADDR] [--limit N]
+  jobmesh runs tail RUN_ID [--from N]              follow a run's output until it ends
   jobmesh runs kill RUN_ID
   jobmesh executors list [--app NAME]
 
-Flags of every client command:
+Flags of every client command (jobmesh <command> -h lists a command's own):
   -o table|json      output (default table)
-  --scheduler-addr, --logs-addr, --registry-addr, --auth-addr
-                     service gRPC addresses (default: the config file's, else jobmesh dev's)
-  --token T          token to present (default: JOBMESH_TOKEN, else the config file's)
-  --tls-cert F, --tls-key F, --tls-ca F
-                     client certificate, key and CA for mutual TLS (JOBMESH_TLS_CERT, ...)
-  --data-dir D       without --tls-*: use jobmesh dev's client certificate under D/tls
-                     (default: JOBMESH_DATA_DIR, else .data/dev, dev's default)
-  --insecure         plaintext, for services started with --insecure (JOBMESH_INSECURE)
+  --endpoint URL     the gateway's URL (JOBMESH_ENDPOINT, else the config file's, else ` + DefaultEndpoint + `,
+                     jobmesh dev's)
+  --token TOKEN      token to present (JOBMESH_TOKEN, else the config file's)
+  --tls-ca FILE      PEM CA bundle an https endpoint's certificate must chain to (JOBMESH_TLS_CA, else
+                     the config file's, else the system's roots)
+Login password: a terminal prompt, else --password-stdin (first line of stdin), else JOBMESH_PASSWORD.
 Config file: JOBMESH_CONFIG, else $XDG_CONFIG_HOME/jobmesh/config.json (~/.config/jobmesh/config.json).
 Exit codes: 0 ok, 1 error, 2 usage, 3 auth, 4 not found, 5 invalid input, 6 unavailable, 7 conflict,
 8 tailed run did not succeed.
 `
 
-// Config is what the client keeps between invocations.
+// Config is what the client keeps between invocations: the last login's token and where it
+// belongs.
 type Config struct {
 	// Token is the login token.
 	Token string `json:"token,omitempty"`
 	// User is who logged in.
 	User string `json:"user,omitempty"`
-	// SchedulerAddr, LogsAddr, RegistryAddr and AuthAddr are the services' gRPC addresses.
-	SchedulerAddr string `json:"scheduler_addr,omitempty"`
-	LogsAddr      string `json:"logs_addr,omitempty"`
-	RegistryAddr  string `json:"registry_addr,omitempty"`
-	AuthAddr      string `json:"auth_addr,omitempty"`
+	// Endpoint is the gateway's URL the token belongs to.
+	Endpoint string `json:"endpoint,omitempty"`
+	// TLSCA is the CA bundle file the endpoint's certificate is checked against; empty means the
+	// system's roots.
+	TLSCA string `json:"tls_ca,omitempty"`
 }
 
 // ConfigPath is where the config file lives.
@@ -141,14 +149,36 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 
 // client is one invocation's state.
 type client struct {
-	cfg     Config
-	cfgPath string
-	output  string
-	token   string
-	tls     TLSFlags
-	stdin   io.Reader
-	stdout  io.Writer
-	conns   []*grpc.ClientConn
+	cfg      Config
+	cfgPath  string
+	output   string
+	endpoint string
+	token    string
+	tlsCA    string
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
+	conn     *restconn.Conn
+}
+
+// Commands lists the client's commands ("login", "jobs list", …) in the order of Usage.
+func Commands() []string {
+	return []string{"login", "logout", "jobs list", "jobs get", "jobs create", "jobs update", "jobs start", "jobs stop",
+		"jobs delete", "jobs trigger", "runs list", "runs tail", "runs kill", "executors list"}
+}
+
+// Groups are the first words of the client's two-word commands.
+var Groups = []string{"jobs", "runs", "executors"}
+
+// FlagSet returns the flags of a client command as Run declares them (for help, shell
+// completion and tests); nil for an unknown command.
+func FlagSet(command string) *flag.FlagSet {
+	c := &client{}
+	fs, _, err := c.flagSet(command, io.Discard)
+	if err != nil {
+		return nil
+	}
+	return fs
 }
 
 // Run runs one client command (args start with the command's name) and returns its exit code;
@@ -173,30 +203,28 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	c := &client{cfg: cfg, cfgPath: path, stdin: stdin, stdout: stdout}
-	defer c.close()
+	c := &client{cfg: cfg, cfgPath: path, stdin: stdin, stdout: stdout, stderr: stderr}
 	cmd, rest := args[0], args[1:]
-	if cmd == "jobs" || cmd == "runs" || cmd == "executors" {
-		if len(rest) == 0 {
-			return usagef("%s: which subcommand?", cmd)
+	for _, g := range Groups {
+		if cmd != g {
+			continue
+		}
+		if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help") {
+			fmt.Fprint(stdout, Usage)
+			return flag.ErrHelp
+		}
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
+			return usagef("%s: which subcommand? (%s)", cmd, strings.Join(subcommands(cmd), ", "))
 		}
 		cmd, rest = cmd+" "+rest[0], rest[1:]
 	}
-	fs := flag.NewFlagSet("jobmesh "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, Usage) }
-	fs.StringVar(&c.output, "o", "table", "output: table or json")
-	fs.StringVar(&c.cfg.SchedulerAddr, "scheduler-addr", or(cfg.SchedulerAddr, "127.0.0.1:9010"), "scheduler gRPC address")
-	fs.StringVar(&c.cfg.LogsAddr, "logs-addr", or(cfg.LogsAddr, "127.0.0.1:9012"), "logsvc gRPC address")
-	fs.StringVar(&c.cfg.RegistryAddr, "registry-addr", or(cfg.RegistryAddr, "127.0.0.1:9011"), "registry gRPC address")
-	fs.StringVar(&c.cfg.AuthAddr, "auth-addr", or(cfg.AuthAddr, "127.0.0.1:9013"), "auth gRPC address")
-	fs.StringVar(&c.token, "token", or(os.Getenv("JOBMESH_TOKEN"), cfg.Token), "token to present")
-	c.tls.Add(fs)
-	setup, ok := commands[cmd]
-	if !ok {
-		return usagef("unknown command %q", strings.Join(args[:min(2, len(args))], " "))
+	if _, ok := commands[cmd]; !ok {
+		return usagef("unknown command %q", cmd)
 	}
-	do := setup(fs)
+	fs, do, err := c.flagSet(cmd, stderr)
+	if err != nil {
+		return err
+	}
 	pos, err := parseInterleaved(fs, rest)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -208,6 +236,37 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return usagef("-o %q: want table or json", c.output)
 	}
 	return do(ctx, c, pos)
+}
+
+// subcommands are the second words of a group's commands.
+func subcommands(group string) []string {
+	var out []string
+	for _, c := range Commands() {
+		if g, sub, ok := strings.Cut(c, " "); ok && g == group {
+			out = append(out, sub)
+		}
+	}
+	return out
+}
+
+// flagSet declares the flags of cmd, the common ones first, with defaults from the environment
+// and the config file.
+func (c *client) flagSet(cmd string, stderr io.Writer) (*flag.FlagSet, func(context.Context, *client, []string) error, error) {
+	setup, ok := commands[cmd]
+	if !ok {
+		return nil, nil, usagef("unknown command %q", cmd)
+	}
+	fs := flag.NewFlagSet("jobmesh "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: jobmesh %s [flags] (jobmesh help lists every command)\n\nFlags:\n", cmd)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.output, "o", "table", "`format` of the output: table or json")
+	fs.StringVar(&c.endpoint, "endpoint", or(os.Getenv("JOBMESH_ENDPOINT"), c.cfg.Endpoint, DefaultEndpoint), "the gateway's `url` (JOBMESH_ENDPOINT)")
+	fs.StringVar(&c.token, "token", or(os.Getenv("JOBMESH_TOKEN"), c.cfg.Token), "`token` to present (JOBMESH_TOKEN; default: the config file's)")
+	fs.StringVar(&c.tlsCA, "tls-ca", or(os.Getenv("JOBMESH_TLS_CA"), c.cfg.TLSCA), "PEM CA bundle `file` an https endpoint's certificate must chain to; empty means the system's roots (JOBMESH_TLS_CA)")
+	return fs, setup(fs), nil
 }
 
 // parseInterleaved lets flags follow positional arguments (`jobs get 7 -o json`).
@@ -225,47 +284,48 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func or(a, b string) string {
-	if a != "" {
-		return a
+// or returns the first non-empty string.
+func or(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
 	}
-	return b
+	return ""
 }
 
-func (c *client) close() {
-	for _, cc := range c.conns {
-		cc.Close()
+// rest returns the connection to the gateway, made on first use.
+func (c *client) rest() (*restconn.Conn, error) {
+	if c.conn != nil {
+		return c.conn, nil
 	}
-}
-
-// dial connects to one service over mutual TLS (TLSFlags), presenting the token when there is one.
-func (c *client) dial(addr string) (*grpc.ClientConn, error) {
-	id, err := c.tls.Identity()
+	if _, err := restconn.ParseEndpoint(c.endpoint); err != nil {
+		return nil, usageError{"--endpoint: " + err.Error()}
+	}
+	hc := http.DefaultClient
+	if c.tlsCA != "" {
+		pem, err := os.ReadFile(c.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", c.tlsCA)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc = &http.Client{Transport: tr}
+	}
+	conn, err := restconn.New(c.endpoint, hc, c.token)
 	if err != nil {
-		return nil, err
+		return nil, usageError{"--endpoint: " + err.Error()}
 	}
-	opts := []grpc.DialOption{id.DialOption()}
-	if c.token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(c.token)))
-	}
-	cc, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, err
-	}
-	c.conns = append(c.conns, cc)
-	return cc, nil
+	c.conn = conn
+	return conn, nil
 }
-
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return false }
 
 func (c *client) jobs() (schedulerv1.JobServiceClient, error) {
-	cc, err := c.dial(c.cfg.SchedulerAddr)
+	cc, err := c.rest()
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +333,7 @@ func (c *client) jobs() (schedulerv1.JobServiceClient, error) {
 }
 
 func (c *client) logs() (logsv1.LogServiceClient, error) {
-	cc, err := c.dial(c.cfg.LogsAddr)
+	cc, err := c.rest()
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +341,7 @@ func (c *client) logs() (logsv1.LogServiceClient, error) {
 }
 
 func (c *client) auth() (authv1.AuthServiceClient, error) {
-	cc, err := c.dial(c.cfg.AuthAddr)
+	cc, err := c.rest()
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +349,7 @@ func (c *client) auth() (authv1.AuthServiceClient, error) {
 }
 
 func (c *client) registry() (registryv1.RegistryServiceClient, error) {
-	cc, err := c.dial(c.cfg.RegistryAddr)
+	cc, err := c.rest()
 	if err != nil {
 		return nil, err
 	}
@@ -377,17 +437,32 @@ func exitCode(err error) int {
 	return ExitError
 }
 
-// describe turns gRPC errors into one readable line.
+// describe turns an error into one readable line: a status error's message, said once ("job 9
+// not found", not "not found: job 9: not found"), with a hint where one helps.
 func describe(err error) string {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err.Error()
 	}
-	msg := st.Message()
-	if st.Code() == codes.Unauthenticated {
+	msg, code := st.Message(), st.Code()
+	what := words(code.String())
+	if code == codes.Unavailable && strings.Contains(msg, "cannot reach") {
+		return msg
+	}
+	// The services say "<thing>: not found" (the domain's sentinel after its subject).
+	for _, w := range []string{what, "conflict"} {
+		if subject, ok := strings.CutSuffix(msg, ": "+w); ok {
+			msg = subject + " " + w
+		}
+	}
+	if !strings.Contains(strings.ToLower(msg), what) {
+		msg = what + ": " + msg
+	}
+	switch code {
+	case codes.Unauthenticated:
 		msg += " (log in with `jobmesh login`, or pass --token)"
 	}
-	return words(st.Code().String()) + ": " + msg
+	return msg
 }
 
 // words turns a code name like "NotFound" into "not found".

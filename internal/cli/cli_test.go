@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/jobmesh/jobmesh/internal/cli"
 	"github.com/jobmesh/jobmesh/internal/devstack"
@@ -30,7 +33,7 @@ type session struct {
 func (s *session) run(stdin string, args ...string) (int, string, string) {
 	s.t.Helper()
 	var out, errOut bytes.Buffer
-	all := append(append([]string{}, args...), s.addr...)
+	all := append(slices.Clone(args), s.addr...)
 	code := cli.Run(s.t.Context(), all, strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
@@ -49,6 +52,9 @@ func (s *session) ok(stdin string, args ...string) string {
 func TestClient(t *testing.T) {
 	t.Setenv("JOBMESH_CONFIG", filepath.Join(t.TempDir(), "config.json"))
 	t.Setenv("JOBMESH_TOKEN", "")
+	t.Setenv("JOBMESH_ENDPOINT", "")
+	t.Setenv("JOBMESH_TLS_CA", "")
+	t.Setenv("JOBMESH_PASSWORD", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	any0 := "127.0.0.1:0"
@@ -61,21 +67,16 @@ func TestClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Stop)
-	addrs := []string{"--scheduler-addr", st.SchedulerAddr, "--logs-addr", st.LogsAddr, "--registry-addr", st.RegistryAddr, "--auth-addr", st.AuthAddr}
-	// The client finds dev's client certificate under the dev data directory.
-	s := &session{t: t, st: st, addr: append(slices.Clone(addrs), "--data-dir", dataDir)}
+	s := &session{t: t, st: st, addr: []string{"--endpoint", "http://" + st.HTTPAddr}}
 
-	// Elsewhere it needs --tls-* flags; plaintext (--insecure) is refused by the services.
-	elsewhere := &session{t: t, st: st, addr: append(slices.Clone(addrs), "--data-dir", t.TempDir())}
-	if code, _, errOut := elsewhere.run("", "jobs", "list"); code == cli.ExitOK || !strings.Contains(errOut, "--tls-cert") {
-		t.Errorf("jobs list without a certificate = exit %d (%q), want an error naming --tls-cert", code, errOut)
+	// A gateway that does not answer, and an endpoint that is no URL.
+	nowhere := &session{t: t, st: st, addr: []string{"--endpoint", "http://" + closedAddr(t)}}
+	if code, _, errOut := nowhere.run("", "jobs", "list"); code != cli.ExitUnavailable || !strings.Contains(errOut, "cannot reach the gateway") {
+		t.Errorf("jobs list against nothing = exit %d (%q), want %d saying the gateway cannot be reached", code, errOut, cli.ExitUnavailable)
 	}
-	if code, _, _ := elsewhere.run("", "jobs", "list", "--insecure"); code != cli.ExitUnavailable {
-		t.Errorf("jobs list in plaintext = exit %d, want %d (unavailable)", code, cli.ExitUnavailable)
-	}
-	f := st.ClientTLSFiles
-	if code, _, errOut := elsewhere.run("", "jobs", "list", "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA); code != cli.ExitAuth {
-		t.Errorf("jobs list with --tls-* before login = exit %d (%q), want %d", code, errOut, cli.ExitAuth)
+	bad := &session{t: t, st: st, addr: []string{"--endpoint", st.HTTPAddr}}
+	if code, _, errOut := bad.run("", "jobs", "list"); code != cli.ExitUsage || !strings.Contains(errOut, "--endpoint") {
+		t.Errorf("jobs list with a bare host:port endpoint = exit %d (%q), want %d naming --endpoint", code, errOut, cli.ExitUsage)
 	}
 
 	if code, _, errOut := s.run("", "jobs", "list"); code != cli.ExitAuth || !strings.Contains(errOut, "jobmesh login") {
@@ -84,9 +85,14 @@ func TestClient(t *testing.T) {
 	if code, _, _ := s.run("wrong\n", "login", "--user", "admin", "--password-stdin"); code != cli.ExitAuth {
 		t.Errorf("login with a wrong password = exit %d, want %d", code, cli.ExitAuth)
 	}
-	if out := s.ok("correct horse battery staple\n", "login", "--user", "admin", "--password-stdin"); !strings.Contains(out, "logged in as admin") {
+	if code, _, errOut := s.run("", "login", "--user", "admin"); code != cli.ExitUsage || !strings.Contains(errOut, "not a terminal") || !strings.Contains(errOut, "--password-stdin") {
+		t.Errorf("login with no terminal and no password = exit %d (%q), want %d naming --password-stdin", code, errOut, cli.ExitUsage)
+	}
+	if out := s.ok("correct horse battery staple\n", "login", "--user", "admin", "--password-stdin"); !strings.Contains(out, "logged in to http://"+st.HTTPAddr+" as admin") {
 		t.Errorf("login said %q", out)
 	}
+	// The config file keeps the endpoint with the token: later commands need no --endpoint.
+	s.addr = nil
 
 	jobFile := filepath.Join(t.TempDir(), "job.json")
 	job := fmt.Sprintf(`{"group_id": "%d", "name": "cli-hello", "glue_type": "GLUE_TYPE_GLUE_SHELL",
@@ -134,6 +140,11 @@ func TestClient(t *testing.T) {
 		t.Errorf("jobs stop -o json:\n%s", out)
 	}
 
+	code, _, errOut := s.run("", "jobs", "get", "999999")
+	if code != cli.ExitNotFound || strings.TrimSpace(errOut) != "jobmesh: job 999999 not found" {
+		t.Errorf("jobs get 999999 = exit %d, %q; want %d, \"jobmesh: job 999999 not found\"", code, errOut, cli.ExitNotFound)
+	}
+
 	// Exit codes that mean something.
 	for _, c := range []struct {
 		args []string
@@ -161,4 +172,36 @@ func TestClient(t *testing.T) {
 	if code, _, _ := s.run("", "jobs", "list"); code != cli.ExitAuth {
 		t.Errorf("jobs list after logout = exit %d, want %d", code, cli.ExitAuth)
 	}
+
+	// On a terminal, login prompts for the password (read without echo).
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	// The terminal holds the typed line until the prompt reads it.
+	if _, err := ptmx.Write([]byte("correct horse battery staple\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out, prompt bytes.Buffer
+	if code := cli.Run(t.Context(), []string{"login", "--user", "admin"}, tty, &out, &prompt); code != cli.ExitOK {
+		t.Fatalf("login on a terminal = exit %d: %s%s", code, out.String(), prompt.String())
+	}
+	if want := "Password for admin at http://" + st.HTTPAddr + ": "; !strings.HasPrefix(prompt.String(), want) || !strings.Contains(out.String(), "logged in") {
+		t.Errorf("login on a terminal: prompt %q (want %q), output %q", prompt.String(), want, out.String())
+	}
+	s.ok("", "jobs", "list")
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

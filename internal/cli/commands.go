@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/term"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	authv1 "github.com/jobmesh/jobmesh/gen/jobmesh/auth/v1"
@@ -38,8 +39,8 @@ var commands = map[string]command{
 }
 
 func login(fs *flag.FlagSet) func(context.Context, *client, []string) error {
-	user := fs.String("user", "", "user name (required)")
-	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin (else JOBMESH_PASSWORD)")
+	user := fs.String("user", "", "user `name` (required)")
+	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin (without it: a prompt on a terminal, else JOBMESH_PASSWORD)")
 	return func(ctx context.Context, c *client, args []string) error {
 		if len(args) > 0 {
 			return usagef("login takes no arguments")
@@ -47,16 +48,9 @@ func login(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 		if *user == "" {
 			return usagef("--user: required")
 		}
-		pw := os.Getenv("JOBMESH_PASSWORD")
-		if *fromStdin {
-			line, err := bufio.NewReader(c.stdin).ReadString('\n')
-			if err != nil && !errors.Is(err, io.EOF) {
-				return fmt.Errorf("read the password: %w", err)
-			}
-			pw = strings.TrimRight(line, "\r\n")
-		}
-		if pw == "" {
-			return usagef("no password: use --password-stdin or JOBMESH_PASSWORD")
+		pw, err := c.password(*user, *fromStdin)
+		if err != nil {
+			return err
 		}
 		c.token = "" // a login presents none
 		a, err := c.auth()
@@ -69,17 +63,48 @@ func login(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 		if err != nil {
 			return err
 		}
-		c.cfg.Token, c.cfg.User = resp.GetToken(), *user
+		c.cfg = Config{Token: resp.GetToken(), User: *user, Endpoint: c.endpoint, TLSCA: c.tlsCA}
 		if err := saveConfig(c.cfgPath, c.cfg); err != nil {
 			return fmt.Errorf("keep the token: %w", err)
 		}
 		if c.output == "json" {
 			return c.printJSON(resp.GetUser())
 		}
-		fmt.Fprintf(c.stdout, "logged in as %s (%s) until %s; token kept in %s\n", *user,
+		fmt.Fprintf(c.stdout, "logged in to %s as %s (%s) until %s; token kept in %s\n", c.endpoint, *user,
 			trimEnum(resp.GetUser().GetRole().String(), "ROLE_"), ts(resp.GetExpireTime()), c.cfgPath)
 		return nil
 	}
+}
+
+// password reads the login password: the first line of stdin with --password-stdin, else a
+// prompt without echo when stdin is a terminal, else JOBMESH_PASSWORD.
+func (c *client) password(user string, fromStdin bool) (string, error) {
+	if fromStdin {
+		line, err := bufio.NewReader(c.stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("--password-stdin: %w", err)
+		}
+		if pw := strings.TrimRight(line, "\r\n"); pw != "" {
+			return pw, nil
+		}
+		return "", usagef("--password-stdin: stdin holds no password")
+	}
+	if f, ok := c.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintf(c.stderr, "Password for %s at %s: ", user, c.endpoint)
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(c.stderr)
+		if err != nil {
+			return "", fmt.Errorf("read the password: %w", err)
+		}
+		if len(b) == 0 {
+			return "", usagef("no password given")
+		}
+		return string(b), nil
+	}
+	if pw := os.Getenv("JOBMESH_PASSWORD"); pw != "" {
+		return pw, nil
+	}
+	return "", usagef("no password: stdin is not a terminal to prompt on; pipe the password with --password-stdin, or set JOBMESH_PASSWORD")
 }
 
 func logout(*flag.FlagSet) func(context.Context, *client, []string) error {
@@ -117,12 +142,12 @@ var jobStatuses = map[string]schedulerv1.JobStatus{
 
 func jobsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 	var req schedulerv1.ListJobsRequest
-	fs.Int64Var(&req.GroupId, "group", 0, "executor group id")
-	st := fs.String("status", "", "running or stopped")
-	fs.StringVar(&req.Name, "name", "", "name contains")
-	fs.StringVar(&req.Handler, "handler", "", "handler contains")
-	fs.StringVar(&req.Author, "author", "", "author contains")
-	limit := fs.Int("limit", 50, "at most this many jobs (all pages up to it)")
+	fs.Int64Var(&req.GroupId, "group", 0, "only jobs of the executor group with this `id`")
+	st := fs.String("status", "", "only jobs in this `status`: running or stopped")
+	fs.StringVar(&req.Name, "name", "", "only jobs whose name contains `text`")
+	fs.StringVar(&req.Handler, "handler", "", "only jobs whose handler contains `text`")
+	fs.StringVar(&req.Author, "author", "", "only jobs whose author contains `text`")
+	limit := fs.Int("limit", 50, "show at most `n` jobs (all pages up to it)")
 	return func(ctx context.Context, c *client, args []string) error {
 		if len(args) > 0 {
 			return usagef("jobs list takes no arguments")
@@ -284,7 +309,7 @@ func (c *client) readJob(path string) (*schedulerv1.Job, error) {
 
 func jobsWrite(update bool) command {
 	return func(fs *flag.FlagSet) func(context.Context, *client, []string) error {
-		file := fs.String("f", "", "the job as JSON (- for stdin); required")
+		file := fs.String("f", "", "`file` holding the job as JSON (- for stdin); required")
 		return func(ctx context.Context, c *client, args []string) error {
 			var id int64
 			var err error
@@ -333,8 +358,8 @@ func jobsWrite(update bool) command {
 }
 
 func jobsTrigger(fs *flag.FlagSet) func(context.Context, *client, []string) error {
-	params := fs.String("params", "", "parameter for this fire (default: the job's)")
-	addrs := fs.String("address", "", "comma-separated executor addresses to run on (default: routing)")
+	params := fs.String("params", "", "`params` of this fire (default: the job's)")
+	addrs := fs.String("address", "", "comma-separated executor `addresses` to run on (default: the job's routing)")
 	return func(ctx context.Context, c *client, args []string) error {
 		id, err := oneID(args, "job")
 		if err != nil {
@@ -377,11 +402,11 @@ var runStatuses = map[string]logsv1.RunStatus{
 
 func runsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 	var req logsv1.ListRunsRequest
-	fs.Int64Var(&req.JobId, "job", 0, "job id")
-	fs.Int64Var(&req.GroupId, "group", 0, "executor group id")
-	st := fs.String("status", "", "running, success, fail, timeout or killed")
-	fs.StringVar(&req.ExecutorAddress, "executor", "", "executor address")
-	limit := fs.Int("limit", 50, "at most this many runs, newest first")
+	fs.Int64Var(&req.JobId, "job", 0, "only runs of the job with this `id`")
+	fs.Int64Var(&req.GroupId, "group", 0, "only runs of the executor group with this `id`")
+	st := fs.String("status", "", "only runs in this `status`: running, success, fail, timeout or killed")
+	fs.StringVar(&req.ExecutorAddress, "executor", "", "only runs on the executor at this `address`")
+	limit := fs.Int("limit", 50, "show at most `n` runs, newest first")
 	return func(ctx context.Context, c *client, args []string) error {
 		if len(args) > 0 {
 			return usagef("runs list takes no arguments")
@@ -428,7 +453,7 @@ func oneLine(s string) string {
 }
 
 func runsTail(fs *flag.FlagSet) func(context.Context, *client, []string) error {
-	from := fs.Int64("from", 0, "first line number to show")
+	from := fs.Int64("from", 0, "first line `number` to show")
 	return func(ctx context.Context, c *client, args []string) error {
 		id, err := oneArg(args, "run id")
 		if err != nil {
@@ -509,7 +534,7 @@ func runsKill(*flag.FlagSet) func(context.Context, *client, []string) error {
 }
 
 func executorsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
-	app := fs.String("app", "", "only executors of this app (executor group app name)")
+	app := fs.String("app", "", "only executors of this `app` (an executor group's app name)")
 	return func(ctx context.Context, c *client, args []string) error {
 		if len(args) > 0 {
 			return usagef("executors list takes no arguments")

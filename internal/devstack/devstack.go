@@ -84,6 +84,9 @@ type Config struct {
 	Auth auth.Config
 	// EtcdAddr is the embedded etcd's client address. Default 127.0.0.1:2379.
 	EtcdAddr string
+	// EtcdPeerAddr is the embedded etcd's peer address, which it listens on but, as a single
+	// member, never dials. Default: a free loopback port.
+	EtcdPeerAddr string
 	// Scheduler tunes the scheduler (clock, windows); its Logger is set here.
 	Scheduler scheduler.Config
 	// Logger receives every service's logs.
@@ -203,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := st.ensureTLS(cfg); err != nil {
 		return nil, err
 	}
-	ecfg := etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, Unsafe: cfg.UnsafeEtcd}
+	ecfg := etcdembed.Config{Dir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdAddr, PeerAddr: cfg.EtcdPeerAddr, Unsafe: cfg.UnsafeEtcd}
 	server, client, err := etcdCerts(cfg)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,9 @@ type Config struct {
 	Dir string
 	// ClientAddr is the client listen address, "127.0.0.1:0" (the default) picks a free port.
 	ClientAddr string
+	// PeerAddr is the peer listen address (the member's raft port, which a single member uses
+	// for nothing else); "127.0.0.1:0" (the default) picks a free port.
+	PeerAddr string
 	// Unsafe skips fsync: for tests only.
 	Unsafe bool
 	// TLS, when set, makes the server serve its clients over TLS with TLS.Cert and TLS.Key and
@@ -74,7 +77,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: client addr %q: %w", addr, err)
 	}
-	pu, _ := url.Parse("http://127.0.0.1:0")
+	peer := cfg.PeerAddr
+	if peer == "" {
+		peer = "127.0.0.1:0"
+	}
+	pu, err := url.Parse("http://" + peer)
+	if err != nil || pu.Port() == "" {
+		return nil, fmt.Errorf("etcdembed: peer addr %q: want host:port", peer)
+	}
 	c.ListenClientUrls, c.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	c.ListenPeerUrls, c.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	c.InitialCluster = c.Name + "=" + pu.String()

@@ -21,7 +21,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -30,20 +29,15 @@ import (
 	"google.golang.org/grpc"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/buildinfo"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 )
 
-// version is set at build time with -ldflags "-X main.version=..."; otherwise it is the agent
-// module's version when installed with `go install …/cmd/jobmesh-agent@vX.Y.Z`, else "dev".
-var version = "dev"
-
-func init() {
-	if bi, ok := debug.ReadBuildInfo(); ok && version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		version = bi.Main.Version
-	}
-}
+// Stamped by the release build (scripts/release.sh): -ldflags "-X main.version=… -X main.commit=…
+// -X main.date=…". Empty ones are read from the build information Go records.
+var version, commit, date string
 
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
@@ -53,6 +47,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "jobmesh-agent:", err)
 		os.Exit(2)
+	}
+	if cfg.showVersion {
+		fmt.Print(buildinfo.Read(version, commit, date).Format("jobmesh-agent"))
+		return
 	}
 	log, err := telemetry.NewLogger(telemetry.Config{Service: "jobmesh-agent", Level: cfg.logLevel, Format: cfg.logFormat})
 	if err != nil {
@@ -109,7 +107,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	agent, err := sdk.New(sdk.Config{
 		AppName: cfg.appName, InstanceID: cfg.instanceID, ListenAddr: cfg.listenAddr, AdvertiseAddr: cfg.advertiseAddr,
 		RegistryAddr: cfg.registryAddr, LogsvcAddr: cfg.logsvcAddr, LogDir: cfg.logDir,
-		AccessToken: cfg.accessToken, Version: version, Capacity: cfg.capacity, Labels: cfg.labels,
+		AccessToken: cfg.accessToken, Version: buildinfo.Read(version, commit, date).Version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, Logger: log,
 		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, MaxRunOutputBytes: cfg.maxRunOutputBytes, LogRetentionDays: cfg.logRetentionDays,
 		HTTPAllowHosts: cfg.httpAllowHosts, TLS: tlsID, Insecure: cfg.insecure,
@@ -167,6 +165,44 @@ type config struct {
 	metricsAddr                                    string
 	tls                                            meshtls.Files
 	insecure                                       bool
+	showVersion                                    bool
+}
+
+// newFlagSet declares the agent's flags on c (--labels and --http-allow-hosts as text, parsed
+// after).
+func newFlagSet(c *config, labels, allowHosts *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("jobmesh-agent", flag.ContinueOnError)
+	fs.StringVar(&c.appName, "app-name", "", "executor group app `name` to register under (required)")
+	fs.StringVar(&c.instanceID, "instance-id", "", "instance `id` within the app (default hostname-pid)")
+	fs.StringVar(&c.listenAddr, "listen-addr", "127.0.0.1:9999", "gRPC listen `address` of ExecutorService")
+	fs.StringVar(&c.advertiseAddr, "advertise-addr", "", "`address` registered for the scheduler to dial (default: the listen address)")
+	fs.StringVar(&c.registryAddr, "registry-addr", "", "gRPC `address` of the registry to register with; empty does not register")
+	fs.StringVar(&c.logsvcAddr, "logsvc-addr", "", "gRPC `address` of logsvc; empty keeps results local")
+	fs.StringVar(&c.logDir, "log-dir", "", "`directory` for run logs and GLUE scripts (required)")
+	fs.StringVar(&c.spoolDir, "spool-dir", "", "`directory` of the durable spool of results and lines logsvc has not acknowledged (default <log-dir>/spool)")
+	fs.Int64Var(&c.spoolMaxBytes, "spool-max-bytes", 128<<20, "size cap of the spool in `bytes`; beyond it lines, then results, are dropped and logged")
+	fs.Int64Var(&c.maxRunOutputBytes, "max-run-output-bytes", sdk.DefaultMaxRunOutputBytes, "`bytes` of output one fire keeps; the rest is dropped after a line saying so (negative keeps everything)")
+	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "`days` local run log files are kept; negative keeps them forever")
+	fs.StringVar(allowHosts, "http-allow-hosts", "", "comma-separated `hosts` the http handler may call (host, host:port, *.domain); empty allows none")
+	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC `address` of an application's HandlerService whose handlers the agent serves (sidecar)")
+	fs.StringVar(&c.accessToken, "access-token", "", "the executor group's access `token`: the scheduler must present it, and the agent presents it to the registry and logsvc (prefer the environment variable)")
+	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts (a `duration`)")
+	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long stopping waits for running handlers (a `duration`)")
+	fs.IntVar(&c.capacity, "capacity", 100, "`count` of fires the executor advertises it runs at once")
+	fs.StringVar(labels, "labels", "", "comma-separated key=value `labels` to register")
+	fs.StringVar(&c.logLevel, "log-level", "info", "`level` of the logs: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "`format` of the logs: text or json")
+	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate `file` of the agent, for mutual TLS on every gRPC hop (with --tls-key and --tls-ca)")
+	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
+	fs.StringVar(&c.tls.CA, "tls-ca", "", "PEM CA bundle `file` the scheduler's, logsvc's and the handler's certificates must chain to")
+	fs.BoolVar(&c.insecure, "insecure", false, "plaintext gRPC without certificates (warned at every start); without an --access-token anyone who reaches the agent runs code on it")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "`address` of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
+	fs.BoolVar(&c.showVersion, "version", false, "print the version, commit, build date and Go version, and exit")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y (but --version).")
+		fs.PrintDefaults()
+	}
+	return fs
 }
 
 // envName is a flag's environment twin: --log-dir → JOBMESH_LOG_DIR.
@@ -175,42 +211,21 @@ func envName(flagName string) string {
 }
 
 // parseConfig reads flags, then fills every flag not given from its environment twin, then
-// checks the result; errors name the flag and its variable.
+// checks the result; errors name the flag and its variable. With --version (or `version`) it
+// only sets showVersion.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	var labels, allowHosts string
-	fs := flag.NewFlagSet("jobmesh-agent", flag.ContinueOnError)
-	fs.StringVar(&c.appName, "app-name", "", "executor group app name to register under (required)")
-	fs.StringVar(&c.instanceID, "instance-id", "", "instance id within the app (default hostname-pid)")
-	fs.StringVar(&c.listenAddr, "listen-addr", "127.0.0.1:9999", "gRPC listen address of ExecutorService")
-	fs.StringVar(&c.advertiseAddr, "advertise-addr", "", "address registered for the scheduler to dial (default: the listen address)")
-	fs.StringVar(&c.registryAddr, "registry-addr", "", "gRPC address of the registry to register with; empty does not register")
-	fs.StringVar(&c.logsvcAddr, "logsvc-addr", "", "gRPC address of logsvc; empty keeps results local")
-	fs.StringVar(&c.logDir, "log-dir", "", "directory for run logs and GLUE scripts (required)")
-	fs.StringVar(&c.spoolDir, "spool-dir", "", "durable spool of results and lines logsvc has not acknowledged (default <log-dir>/spool)")
-	fs.Int64Var(&c.spoolMaxBytes, "spool-max-bytes", 128<<20, "size cap of the spool; beyond it lines, then results, are dropped and logged")
-	fs.Int64Var(&c.maxRunOutputBytes, "max-run-output-bytes", sdk.DefaultMaxRunOutputBytes, "output one fire keeps; the rest is dropped after a line saying so (negative keeps everything)")
-	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "days of local run log files kept; negative keeps them forever")
-	fs.StringVar(&allowHosts, "http-allow-hosts", "", "comma-separated hosts the http handler may call (host, host:port, *.domain); empty allows none")
-	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC address of an application's HandlerService whose handlers the agent serves (sidecar)")
-	fs.StringVar(&c.accessToken, "access-token", "", "the executor group's access token: the scheduler must present it, and the agent presents it to the registry and logsvc (prefer the environment variable)")
-	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts")
-	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long stopping waits for running handlers")
-	fs.IntVar(&c.capacity, "capacity", 100, "fires the executor advertises it runs at once")
-	fs.StringVar(&labels, "labels", "", "comma-separated key=value labels to register")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
-	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate of the agent, for mutual TLS on every gRPC hop (with --tls-key and --tls-ca)")
-	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&c.tls.CA, "tls-ca", "", "PEM CA bundle the scheduler's, logsvc's and the handler's certificates must chain to")
-	fs.BoolVar(&c.insecure, "insecure", false, "plaintext gRPC without certificates (warned at every start); without an --access-token anyone who reaches the agent runs code on it")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y.")
-		fs.PrintDefaults()
+	if len(args) == 1 && args[0] == "version" {
+		c.showVersion = true
+		return c, nil
 	}
+	var labels, allowHosts string
+	fs := newFlagSet(&c, &labels, &allowHosts)
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.showVersion {
+		return c, nil
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -219,7 +234,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
+		if given[f.Name] || f.Name == "version" {
 			return
 		}
 		if v := getenv(envName(f.Name)); v != "" {

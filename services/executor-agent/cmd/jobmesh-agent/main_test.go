@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +162,44 @@ func TestRunWithoutTLSOrInsecureNamesTheFlags(t *testing.T) {
 		if !strings.Contains(err.Error(), flag) {
 			t.Errorf("error %q does not name %s", err, flag)
 		}
+	}
+}
+
+// TestFlagValueNames: every flag that takes a value shows a proper name for it in -h
+// ("-log-dir directory", not "-log-dir string"), and no back quote is left in any help text.
+func TestFlagValueNames(t *testing.T) {
+	t.Parallel()
+	var c config
+	var labels, hosts string
+	fs := newFlagSet(&c, &labels, &hosts)
+	valueName := regexp.MustCompile(`^[a-z][a-z0-9:-]*$`)
+	generic := map[string]bool{"string": true, "value": true, "int": true, "uint": true, "float": true}
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if name != "" {
+				t.Errorf("-%s: a switch shows the value name %q", f.Name, name)
+			}
+		} else if !valueName.MatchString(name) || generic[name] {
+			t.Errorf("-%s: value name %q; put the name of what to give in back quotes in its help", f.Name, name)
+		}
+		if strings.Contains(usage, "`") {
+			t.Errorf("-%s: a back quote is left in its help: %q", f.Name, usage)
+		}
+	})
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--version"}, {"version"}, {"-version"}} {
+		// The version asks for nothing else, and the environment does not turn it on.
+		c, err := parseConfig(args, func(string) string { return "" })
+		if err != nil || !c.showVersion {
+			t.Errorf("parseConfig(%q) = %+v, %v; want showVersion", args, c.showVersion, err)
+		}
+	}
+	c, _ := parseConfig([]string{"--app-name", "a"}, func(k string) string { return map[string]string{"JOBMESH_VERSION": "true"}[k] })
+	if c.showVersion {
+		t.Error("JOBMESH_VERSION=true turned --version on")
 	}
 }
