@@ -279,6 +279,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	cfg.Scheduler = scheduler.Config{SessionTTL: sessionTTL}
+	cfg.Version = buildinfo.Read(version, commit, date).Version
 	st, err := devstack.Start(ctx, cfg)
 	if err != nil {
 		return err

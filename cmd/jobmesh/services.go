@@ -14,6 +14,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/services/executor-agent/buildinfo"
 	"github.com/jobmesh/jobmesh/services/gateway"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/logsvc"
@@ -321,6 +322,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,
 		AuthAddr: selfAddr(ln), Logger: p.log, TraceURLTemplate: traceURL, TLS: p.tls, HTTPTLS: httpTLS,
 		MaxBodyBytes: edge.maxBodyBytes, TrustedProxies: trusted, InternalToken: mesh.InternalToken,
+		Version: buildinfo.Read(version, commit, date).Version,
 	})
 	if err != nil {
 		return err

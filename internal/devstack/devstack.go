@@ -27,6 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobmesh/jobmesh/services/executor-agent/buildinfo"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -62,6 +64,9 @@ const DevApp = "jobmesh-dev"
 
 // Config says where the stack keeps data and listens. Port 0 picks a free port.
 type Config struct {
+	// Version is the build's version: the dev agent registers with it and the gateway serves it as
+	// the API document's version. Empty means the binary's build information.
+	Version string
 	// DataDir holds etcd's data, the SQLite stores and the agent's logs. Required.
 	DataDir string
 	// DatabaseURL selects Postgres instead of SQLite.
@@ -437,7 +442,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	agent, err := sdk.New(sdk.Config{
 		AppName: DevApp, InstanceID: "local", ListenAddr: cfg.AgentAddr, RegistryAddr: st.RegistryAddr,
-		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: "dev",
+		LogsvcAddr: st.LogsAddr, LogDir: filepath.Join(cfg.DataDir, "agent"), Version: buildinfo.Read(cfg.Version, "", "").Version,
 		TLS: st.TLS, AccessToken: st.GroupToken,
 		DialOptions: []grpc.DialOption{
 			st.TLS.DialOption(),
@@ -470,7 +475,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		ListenAddr: cfg.HTTPAddr, SchedulerAddr: st.SchedulerAddr, RegistryAddr: st.RegistryAddr, LogsAddr: st.LogsAddr,
 		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
 		MaxBodyBytes: cfg.MaxBodyBytes, TrustedProxies: cfg.TrustedProxies, InternalToken: st.InternalToken,
-		TLS: st.TLS,
+		TLS: st.TLS, Version: cfg.Version,
 	})
 	if err != nil {
 		return nil, err

@@ -18,11 +18,12 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/jobmesh/jobmesh/services/executor-agent/buildinfo"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -235,16 +236,9 @@ func (g *Gateway) handler() (http.Handler, error) {
 	return root, nil
 }
 
-// buildVersion is v, else the main module's version in the build information ("v1.2.3", or a
-// pseudo-version when built from a repository), else "dev".
+// buildVersion is v, else the version the binary's build information gives.
 func buildVersion(v string) string {
-	if v != "" {
-		return v
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
+	return buildinfo.Read(v, "", "").Version
 }
 
 // Start listens and serves until Stop.
