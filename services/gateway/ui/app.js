@@ -87,8 +87,7 @@ function renderLogin(message) {
           if (!location.hash || location.hash === "#/" || location.hash === "#") location.hash = "#/dashboard";
           renderShell();
         } catch (ex) {
-          err.textContent = ex.status === 401 || ex.status === 403 ? t("Wrong user name or password.")
-            : ex.status === 429 ? t("Too many failed attempts; try again later.") : ex.message;
+          err.textContent = ex.message; // worded by its reason: LOGIN_FAILED, LOGIN_THROTTLED, …
         } finally { btn.disabled = false; }
       },
     },

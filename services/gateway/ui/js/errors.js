@@ -1,8 +1,11 @@
-// Server errors in the user's language. The server's messages are English; what it says in a
-// stable form is translated instead: the gRPC code, the reason of a google.rpc.ErrorInfo (and of
-// a field violation) when there is one, and the field a google.rpc.BadRequest names. The English
-// text stays as the detail, so nothing the server said is lost.
-import { t, lang } from "./i18n.js";
+// Server errors in the user's language. Every error of the API carries a google.rpc.ErrorInfo
+// whose reason is a stable word (internal/apierr): a specific one (JOB_NOT_FOUND,
+// VERSION_CONFLICT, …) or else the name of its gRPC code (NOT_FOUND, UNAVAILABLE, …). The console
+// words the error by that reason. Invalid input also names its fields (a google.rpc.BadRequest
+// and the ErrorInfo's metadata.field), shown by their labels; what is wrong with a field is the
+// server's English, which has no stable form to translate, so it is shown as it is. The server's
+// message follows as the detail, so nothing the server said is lost.
+import { t } from "./i18n.js";
 
 // FIELDS names a request field (its proto path, without the request's wrapper message) by the
 // console's label for it.
@@ -38,95 +41,94 @@ export function fieldLabel(path) {
   return FIELDS[k] ? t(FIELDS[k]) : k;
 }
 
-// FIELD_REASONS word what is wrong with a field, by the stable reason of its violation
-// (google.rpc.BadRequest.FieldViolation.reason, or a google.rpc.ErrorInfo naming the field in
-// its metadata). A reason missing here reads "is not valid".
-const FIELD_REASONS = {
-  REQUIRED: "is required",
-  FIELD_REQUIRED: "is required",
-  MISSING: "is required",
-  TOO_LONG: "is too long",
-  FIELD_TOO_LONG: "is too long",
-  TOO_MANY: "has too many values",
-  OUT_OF_RANGE: "is out of range",
-  FIELD_OUT_OF_RANGE: "is out of range",
-  INVALID_FORMAT: "is not in the expected format",
-  UNKNOWN_VALUE: "has an unknown value",
-  UNSUPPORTED: "is not supported",
-  NOT_SUPPORTED: "is not supported",
-};
-
-// REASONS word a whole error by its stable reason (google.rpc.ErrorInfo.reason). A reason
-// missing here falls back to the error's code.
-const REASONS = {
+// REASONS words an error by its reason. It holds every reason the server sends and no other:
+// the specific reasons (apierr.Reasons), then the gRPC code names (apierr.CodeReason).
+// services/gateway's TestConsoleWordsEveryReason keeps it so, and every text translated in zh.js.
+export const REASONS = {
+  TOKEN_MISSING: "Please log in.",
+  TOKEN_INVALID: "Your session has ended; please log in again.",
+  LOGIN_FAILED: "Wrong user name or password.",
+  EXECUTOR_TOKEN_INVALID: "The executor's credential is not its group's access token.",
+  ROLE_REQUIRED: "Your role does not allow this.",
+  GROUP_NOT_ALLOWED: "You were not given this executor group.",
+  NOT_TOKEN_OWNER: "The API token belongs to another user.",
+  INVALID_ARGUMENT: "Some input is not valid.",
+  REQUEST_TOO_LARGE: "The request is too large.",
+  JOB_NOT_FOUND: "The job does not exist; it may have been deleted.",
+  GLUE_VERSION_NOT_FOUND: "The job has no such GLUE version.",
+  RUN_NOT_FOUND: "The run does not exist; it may have been cleared.",
+  EXECUTOR_GROUP_NOT_FOUND: "The executor group does not exist.",
+  USER_NOT_FOUND: "The user does not exist.",
+  API_TOKEN_NOT_FOUND: "The API token does not exist.",
+  VERSION_CONFLICT: "Someone changed this job meanwhile; reload to see their change.",
+  EXECUTOR_GROUP_EXISTS: "Another executor group has this app name.",
+  LAST_ADMIN: "At least one admin must remain.",
+  RUN_ENDED: "The run has already ended.",
+  LOGIN_THROTTLED: "Too many failed attempts; try again later.",
+  SERVER_BUSY: "The server is busy; try again shortly.",
+  CANCELLED: "The request was cancelled.",
+  UNKNOWN: "The server failed.",
+  DEADLINE_EXCEEDED: "The server took too long; try again.",
   NOT_FOUND: "Not found.",
   ALREADY_EXISTS: "It exists already.",
-  CONFLICT: "Someone changed this meanwhile; reload to see their change.",
-  VERSION_CONFLICT: "Someone changed this meanwhile; reload to see their change.",
-  STALE_VERSION: "Someone changed this meanwhile; reload to see their change.",
-  FAILED_PRECONDITION: "Not possible in the current state.",
   PERMISSION_DENIED: "Your account may not do this.",
-  UNAUTHENTICATED: "Please log in again.",
-  UNAVAILABLE: "A service is not reachable now; try again shortly.",
   RESOURCE_EXHAUSTED: "Too many requests; try again later.",
-  RATE_LIMITED: "Too many requests; try again later.",
+  FAILED_PRECONDITION: "Not possible in the current state.",
+  ABORTED: "Someone changed this meanwhile; reload to see their change.",
+  OUT_OF_RANGE: "A value is out of range.",
+  UNIMPLEMENTED: "The server does not offer this.",
+  INTERNAL: "The server failed.",
+  UNAVAILABLE: "A service is not reachable now; try again shortly.",
+  DATA_LOSS: "The server lost data.",
+  UNAUTHENTICATED: "Please log in again.",
 };
 
-// CODES words an error by its gRPC code when no reason says more.
-const CODES = {
-  1: "The request was cancelled.",
-  2: "The server failed.",
-  3: "Some input is not valid.",
-  4: "The server took too long; try again.",
-  5: "Not found.",
-  6: "It exists already.",
-  7: "Your account may not do this.",
-  8: "Too many requests; try again later.",
-  9: "Not possible in the current state.",
-  10: "Someone changed this meanwhile; reload to see their change.",
-  11: "A value is out of range.",
-  12: "The server does not offer this.",
-  13: "The server failed.",
-  14: "A service is not reachable now; try again shortly.",
-  16: "Please log in again.",
-};
-const HTTP = { 400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 500: 13, 501: 12, 503: 14, 504: 4 };
+// CODE_NAMES names the gRPC codes by number, for a body without an ErrorInfo (a proxy's answer,
+// a broken connection): its code, else its HTTP status, picks the reason.
+export const CODE_NAMES = [
+  "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+  "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+];
+const HTTP = { 400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 413: 3, 429: 8, 499: 1, 500: 13, 501: 12, 502: 14, 503: 14, 504: 4 };
 
 const kind = (d) => String(d?.["@type"] || "").replace(/^.*\//, "");
-const norm = (r) => String(r || "").trim().toUpperCase();
+// same: whether two texts say the same, but for case and a final full stop.
+const same = (a, b) => a.trim().replace(/[.。]$/, "").toLowerCase() === b.trim().replace(/[.。]$/, "").toLowerCase();
 
-// describe reads a failed call's body: {code, message, details} as grpc-gateway writes it.
-// It returns {message, detail, reason, fields}: message in the user's language (in English it
-// is the server's own), detail the server's English text, fields each named field's message.
+// describe reads a failed call's body: {code, message, details} as the gateway writes it. It
+// returns {message, detail, reason, code, fields}: message is the error worded by its reason in
+// the user's language, or the fields found wrong by their labels, followed by the server's text;
+// detail is the server's text (English); fields maps each field the server names (its path) to
+// what is wrong with it, for showing beside that field.
 export function describe(httpStatus, body) {
-  const english = body?.message || "";
+  const english = String(body?.message || "");
   const code = Number(body?.code) || HTTP[httpStatus] || 2;
   let reason = "";
-  let localized = "";
+  let named = "";
   const violations = [];
-  const infos = [];
   for (const d of body?.details || []) {
     const k = kind(d);
-    if (k === "google.rpc.ErrorInfo") infos.push(d);
-    for (const v of d.field_violations || d.fieldViolations || []) {
-      violations.push({ field: v.field, reason: norm(v.reason), localized: v.localized_message?.message || v.localizedMessage?.message || "" });
+    if (k === "google.rpc.ErrorInfo" && !reason) {
+      reason = String(d.reason || "");
+      named = String(d.metadata?.field || "");
     }
-    if (k === "google.rpc.LocalizedMessage" && String(d.locale || "").toLowerCase().startsWith(lang())) localized = d.message || "";
+    if (k === "google.rpc.BadRequest") {
+      for (const v of d.field_violations || d.fieldViolations || []) violations.push({ field: String(v.field || ""), why: String(v.description || "") });
+    }
   }
-  for (const d of infos) {
-    reason ||= norm(d.reason);
-    const f = d.metadata?.field;
-    if (f && !violations.some((v) => fieldKey(v.field) === fieldKey(f))) violations.push({ field: f, reason: norm(d.reason), localized: "" });
-  }
+  // A decoding error names its field in the ErrorInfo only.
+  if (named && !violations.some((v) => fieldKey(v.field) === fieldKey(named))) violations.push({ field: named, why: "" });
   const fields = {};
+  const bad = [];
   for (const v of violations) {
-    const why = v.localized || t(FIELD_REASONS[v.reason] || FIELD_REASONS[reason] || "is not valid");
-    fields[v.field] = t("{field} {why}", { field: fieldLabel(v.field), why });
+    const label = fieldLabel(v.field);
+    bad.push(t("{field} is not valid", { field: label }));
+    if (fields[v.field]) fields[v.field] += v.why ? t("; ") + v.why : "";
+    else fields[v.field] = v.why ? t("{field} is not valid: {why}", { field: label, why: v.why }) : t("{field} is not valid", { field: label });
   }
-  const head = localized || t(REASONS[reason] || CODES[code] || CODES[2]);
-  const list = [...new Set(Object.values(fields))];
-  let message;
-  if (lang() === "en") message = english || head;
-  else message = [list.length ? list.join(t("; ")) : head, english ? t("(server: {msg})", { msg: english }) : ""].filter(Boolean).join(" ");
-  return { message, detail: english, reason, code, fields, violations };
+  const head = t(REASONS[reason] || REASONS[CODE_NAMES[code]] || REASONS.UNKNOWN);
+  const summary = bad.length ? [...new Set(bad)].join(t("; ")) : head;
+  const message = english && !same(summary, english) ? summary + " " + t("(server: {msg})", { msg: english }) : summary;
+  return { message, detail: english, reason, code, fields };
 }

@@ -33,7 +33,7 @@ export async function render(root, ctx) {
       toast(t("Saved as a new GLUE version."));
       await loadVersions();
     } catch (e) {
-      err.textContent = e.status === 409 ? t("Someone changed this job meanwhile; reload to see their change.") + " (" + (e.detail || e.message) + ")" : e.message;
+      err.textContent = e.message;
     }
   }
 

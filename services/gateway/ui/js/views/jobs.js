@@ -247,7 +247,7 @@ export async function renderForm(root, ctx) {
         }
         ctx.navigate("jobs", { group_id: body.group_id });
       } catch (ex) {
-        formErr.textContent = ex.status === 409 ? t("Someone changed this job meanwhile; reload to see their change.") + " (" + (ex.detail || ex.message) + ")" : ex.message;
+        formErr.textContent = ex.message;
         // Each field the server names is marked, with why under it in the user's language.
         for (const [name, why] of Object.entries(ex.fields || {})) {
           const key = fieldKey(name);
