@@ -545,7 +545,8 @@ try {
     await page.locator("nav.side a[data-nav=jobs]", { hasText: "任务管理" }).waitFor();
     await page.locator("#jobs-table th", { hasText: "操作" }).waitFor();
     await shot("jobs-zh");
-    // Server errors in Chinese: each field the server names, in words, with the server's English.
+    // Server errors in Chinese, worded by the reason the server gives. A bad save
+    // (INVALID_ARGUMENT) names each field by its label, with the server's English beside it.
     await go("jobs/new");
     await page.locator("#job-form").waitFor();
     await page.fill("#job-form input[name=name]", "");
@@ -554,20 +555,31 @@ try {
     const err = page.locator("#job-form-error");
     await err.filter({ hasText: "服务器原文" }).waitFor();
     const text = await err.textContent();
-    check(text.includes("名称无效") && text.includes("任务超时时间无效") && text.includes("timeout_seconds"),
+    check(text.startsWith("名称无效；任务超时时间无效") && text.includes("timeout_seconds: want"),
       `the error should name the fields in Chinese and keep the server's text: ${text}`);
-    check((await page.textContent("#job-form .field-error[data-field=name]")) === "名称无效", "the name field should say what is wrong with it");
+    const nameErr = await page.textContent("#job-form .field-error[data-field=name]");
+    check(nameErr.startsWith("名称无效：want "), `the name field should say it is not valid, and the server's why: ${nameErr}`);
     check(await page.locator("#job-form input[name=timeout_seconds].invalid").count() === 1, "the timeout field should be marked");
-    // A stable reason, when the server gives one, is worded too.
-    const worded = await page.evaluate(async () => {
-      const { ApiError } = await import("/js/api.js");
-      return new ApiError(400, { code: 3, message: "name: required", details: [
-        { "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "REQUIRED", domain: "jobmesh", metadata: { field: "name" } },
-        { "@type": "type.googleapis.com/google.rpc.BadRequest", field_violations: [{ field: "job.name", description: "required" }] }] }).message;
-    });
-    check(worded.includes("名称为必填项") && worded.includes("name: required"), `a REQUIRED error should read 名称为必填项: ${worded}`);
-    const notFound = await page.evaluate(async () => new (await import("/js/api.js")).ApiError(404, { code: 5, message: "job 9: not found" }).message);
-    check(notFound.startsWith("未找到。") && notFound.includes("job 9: not found"), `a NotFound error: ${notFound}`);
+    // A job that does not exist (JOB_NOT_FOUND).
+    const missing = await apiCall("GET", "/jobs/987654321");
+    check(missing.status === 404 && missing.body.details?.[0]?.reason === "JOB_NOT_FOUND", `a missing job: ${JSON.stringify(missing)}`);
+    await go("jobs/987654321");
+    const notFound = (await view().locator("p.error", { hasText: "任务不存在" }).textContent()).trim();
+    check(notFound.startsWith("任务不存在，可能已被删除。") && notFound.includes("服务器原文"), `a missing job's page: ${notFound}`);
+    // A save based on a version someone else changed meanwhile (VERSION_CONFLICT).
+    await go(`jobs/${cronID}`);
+    await page.locator("#job-form input[name=name]").waitFor();
+    const other = await apiCall("PATCH", `/jobs/${cronID}`, { author: "someone-else" });
+    check(other.status === 200, `changing the job behind the form: ${JSON.stringify(other)}`);
+    await page.click("#save-job");
+    await err.filter({ hasText: "服务器原文" }).waitFor();
+    const conflict = await err.textContent();
+    check(conflict.startsWith("任务已被他人修改；请刷新后查看。"), `a stale save should say someone changed the job: ${conflict}`);
+    const stale = await apiCall("PATCH", `/jobs/${cronID}`, { author: "e2e", version: 1 });
+    check(stale.status === 409 && stale.body.details?.[0]?.reason === "VERSION_CONFLICT", `a stale save: ${JSON.stringify(stale)}`);
+    // An answer with no ErrorInfo (a proxy's) is worded by its HTTP status.
+    const proxy = await page.evaluate(async () => new (await import("/js/api.js")).ApiError(502, { message: "Bad Gateway" }).message);
+    check(proxy.startsWith("服务暂不可用") && proxy.includes("Bad Gateway"), `a proxy's 502: ${proxy}`);
     await go("audit");
     await page.locator("#audit-table td.action", { hasText: "新增任务" }).first().waitFor();
     await go("jobs");
