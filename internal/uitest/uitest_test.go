@@ -19,16 +19,28 @@ import (
 
 const adminPassword = "e2e-admin-password"
 
-// bulkJobs is how many jobs the test adds to the other group, so that lists have pages.
-const bulkJobs = 55
+// startStack starts a fresh jobmesh dev stack on free ports, stopped when the test ends.
+func startStack(t *testing.T) *devstack.Stack {
+	t.Helper()
+	any0 := "127.0.0.1:0"
+	// The services live on the context Start is given: the test's, which ends with the test.
+	st, err := devstack.Start(t.Context(), devstack.Config{
+		DataDir: t.TempDir(), UnsafeEtcd: true, AdminPassword: adminPassword,
+		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
+	})
+	if err != nil {
+		t.Fatalf("devstack.Start: %v", err)
+	}
+	t.Cleanup(st.Stop)
+	return st
+}
 
-// TestConsole runs e2e/console.test.mjs against a fresh stack: log in, create a cron job and watch
-// it run, read its log (the run's card filling in while it runs), kill a long run, use the GLUE
-// editor, pick the time zone times are shown in, page through lists by number, filter the audit
-// trail, use the jobs page at 800 px, switch language (server errors included), and check that a
-// viewer cannot edit and an operator limited to one group cannot see another.
-func TestConsole(t *testing.T) {
-	t.Parallel()
+// runScript runs the e2e/ browser script with env added to the environment, in Chromium
+// (/usr/bin/chromium or JOBMESH_CHROMIUM), and fails the test if the script fails. Screenshots go
+// to a scratch directory unless JOBMESH_UI_SCREENSHOTS names one (relative to the repository
+// root, e.g. docs/screenshots).
+func runScript(t *testing.T, script string, timeout time.Duration, env ...string) {
+	t.Helper()
 	e2e, err := filepath.Abs(filepath.Join("..", "..", "e2e"))
 	if err != nil {
 		t.Fatal(err)
@@ -47,18 +59,40 @@ func TestConsole(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("Chromium is missing (apt-get install chromium; scripts/test.sh does): %v", err)
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	any0 := "127.0.0.1:0"
-	st, err := devstack.Start(ctx, devstack.Config{
-		DataDir: t.TempDir(), UnsafeEtcd: true, AdminPassword: adminPassword,
-		HTTPAddr: any0, SchedulerAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
-	})
-	if err != nil {
-		t.Fatalf("devstack.Start: %v", err)
+	shots := os.Getenv("JOBMESH_UI_SCREENSHOTS")
+	switch {
+	case shots == "":
+		shots = t.TempDir()
+	case !filepath.IsAbs(shots):
+		shots = filepath.Join(e2e, "..", shots)
 	}
-	t.Cleanup(st.Stop)
+	run, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(run, node, script)
+	cmd.Dir = e2e
+	cmd.Env = append(append(os.Environ(), env...), "JOBMESH_SCREENSHOTS="+shots, "CHROMIUM="+chromium)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.WaitDelay = 10 * time.Second
+	err = cmd.Run()
+	t.Logf("browser test output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("browser test %s: %v", script, err)
+	}
+}
+
+// bulkJobs is how many jobs the test adds to the other group, so that lists have pages.
+const bulkJobs = 55
+
+// TestConsole runs e2e/console.test.mjs against a fresh stack: log in, create a cron job and watch
+// it run, read its log (the run's card filling in while it runs), kill a long run, use the GLUE
+// editor, pick the time zone times are shown in, page through lists by number, filter the audit
+// trail, use the jobs page at 800 px, switch language (server errors included), and check that a
+// viewer cannot edit and an operator limited to one group cannot see another.
+func TestConsole(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
 	c := &client{t: t, base: "http://" + st.HTTPAddr + "/api/v1"}
 	c.token = c.login("admin", adminPassword)
 
@@ -88,20 +122,7 @@ func TestConsole(t *testing.T) {
 			"user": map[string]any{"username": u.name, "role": u.role, "group_ids": []string{mine}}}, nil)
 	}
 
-	// Screenshots go to a scratch directory unless JOBMESH_UI_SCREENSHOTS names one (relative to
-	// the repository root, e.g. docs/screenshots).
-	shots := os.Getenv("JOBMESH_UI_SCREENSHOTS")
-	switch {
-	case shots == "":
-		shots = t.TempDir()
-	case !filepath.IsAbs(shots):
-		shots = filepath.Join(e2e, "..", shots)
-	}
-	run, cancelRun := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancelRun()
-	cmd := exec.CommandContext(run, node, "console.test.mjs")
-	cmd.Dir = e2e
-	cmd.Env = append(os.Environ(),
+	runScript(t, "console.test.mjs", 4*time.Minute,
 		"JOBMESH_URL=http://"+st.HTTPAddr,
 		"JOBMESH_ADMIN_PASSWORD="+adminPassword,
 		"JOBMESH_GROUP_ID="+mine,
@@ -109,18 +130,7 @@ func TestConsole(t *testing.T) {
 		"JOBMESH_OPERATOR=otto", "JOBMESH_OPERATOR_PASSWORD=otto-pass-phrase",
 		"JOBMESH_OTHER_GROUP=elsewhere", "JOBMESH_OTHER_JOB=elsewhere-nightly", "JOBMESH_OTHER_JOB_ID="+job.Job.ID,
 		"JOBMESH_OTHER_GROUP_ID="+grp.Group.ID,
-		"JOBMESH_SCREENSHOTS="+shots,
-		"CHROMIUM="+chromium,
 	)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	cmd.WaitDelay = 10 * time.Second
-	err = cmd.Run()
-	t.Logf("browser test output:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("browser test: %v", err)
-	}
 }
 
 // client makes REST calls as one user.
