@@ -403,7 +403,7 @@ func ts(t *timestamppb.Timestamp) string {
 	if t == nil {
 		return "-"
 	}
-	return t.AsTime().Local().Format("2006-01-02 15:04:05.000")
+	return t.AsTime().Local().Format("2006-01-02 15:04:05.000 MST")
 }
 
 func trimEnum(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }

@@ -533,16 +533,17 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
   local agent gRPC  %s   (app %q, executor group id %d)
   etcd              %s   %s
   TLS               mutual TLS on every gRPC hop; CA and certificates under %s
-                    (the command-line client uses them with --data-dir %s)
+                    (a gRPC client presents client.pem and client-key.pem from there)
   metrics           %s
   store             %s
   data directory    %s
 Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
-  and send the token as "Authorization: Bearer <token>" (REST and gRPC alike).
+  and send the token as "Authorization: Bearer <token>" (REST and gRPC alike),
+  or with the command-line client: jobmesh login --user admin, then jobmesh jobs list.
 Press Ctrl-C to stop.
 `, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, etcdTLS,
-		meshtls.DevDir(cfg.DataDir), cfg.DataDir, metrics, store, cfg.DataDir, login, s.HTTPAddr)
+		meshtls.DevDir(cfg.DataDir), metrics, store, cfg.DataDir, login, s.HTTPAddr)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).
