@@ -42,8 +42,8 @@ type Module struct {
 // Published returns the modules users depend on, read from the repository at root: gen at the
 // version the agent module requires, and the agent module at the version the root module
 // requires. It refuses a replace directive in either (a user's build ignores it, so a module
-// that needs one cannot be imported) and a root module that requires another gen than the
-// agent module does.
+// that needs one cannot be imported), a pseudo-version (v0.0.0-…, which no tag provides) and a
+// root module that requires another gen than the agent module does.
 func Published(root string) ([]Module, error) {
 	rootMod, err := readModFile(filepath.Join(root, "go.mod"))
 	if err != nil {
@@ -79,6 +79,11 @@ func Published(root string) ([]Module, error) {
 	}
 	if agentVersion == "" {
 		errs = append(errs, fmt.Errorf("%s/go.mod requires no %s", root, AgentPath))
+	}
+	for path, v := range map[string]string{GenPath: genVersion, AgentPath: agentVersion} {
+		if module.IsPseudoVersion(v) {
+			errs = append(errs, fmt.Errorf("%s %s: a pseudo-version names no tag, so users could never fetch it: require a release version (docs/releasing.md)", path, v))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

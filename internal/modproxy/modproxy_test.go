@@ -45,6 +45,9 @@ func TestPublished(t *testing.T) {
 			"replace github.com/jobmesh/jobmesh/gen: a published module must build without replace directives"},
 		{"another gen in the root module", strings.Replace(rootMod, "gen v0.1.0", "gen v0.1.1", 1), genMod, agentMod,
 			"go.mod requires github.com/jobmesh/jobmesh/gen v0.1.1, but the agent module requires v0.1.0"},
+		{"gen at a pseudo-version", strings.Replace(rootMod, "gen v0.1.0", "gen v0.0.0-00010101000000-000000000000", 1), genMod,
+			strings.Replace(agentMod, "gen v0.1.0", "gen v0.0.0-00010101000000-000000000000", 1),
+			"github.com/jobmesh/jobmesh/gen v0.0.0-00010101000000-000000000000: a pseudo-version names no tag"},
 		{"no gen requirement", rootMod, genMod, "module github.com/jobmesh/jobmesh/services/executor-agent\n", "requires no github.com/jobmesh/jobmesh/gen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
