@@ -200,8 +200,8 @@ func New(cfg Config) (*Executor, error) {
 const CommandHandler = "command"
 
 // Handle registers h as the BEAN handler name, replacing any handler of that name (the built-in
-// built-in "command" and "http" included). It may be called before or after Start; a bad registration (empty name,
-// nil handler) is reported by Start.
+// "command" and "http" included). It may be called before or after Start; a bad registration
+// (empty name, nil handler) is reported by Start.
 func (e *Executor) Handle(name string, h HandlerFunc, opts ...HandlerOption) {
 	e.hmu.Lock()
 	defer e.hmu.Unlock()
