@@ -212,8 +212,9 @@ func Sum(dir string, m Module) (string, error) {
 // Env returns the environment (os.Environ with overrides) of go commands that must take the
 // repository's modules from the proxy at proxyDir, as a user's go takes them from the public
 // proxy: no go.work; GOPROXY lists the proxy, then the local module cache's download directory
-// (so that other modules need no network when cached), then the GOPROXY in force; the checksum
-// database is off (the proxy's versions are not published); -mod=mod lets go.mod and go.sum be
+// (so that other modules need no network when cached), then the GOPROXY in force, and
+// GONOPROXY=none makes it apply even to modules GOPRIVATE names; the checksum database is off
+// (the proxy's versions are not published); -mod=mod lets go.mod and go.sum be
 // completed; modCache is the module cache, which must be a fresh directory: a shared one would
 // keep the first content it saw of a version that the working tree changes later. -trimpath
 // keeps the build cache's entries independent of that directory, so later runs reuse them, and
@@ -241,6 +242,7 @@ func Env(proxyDir, modCache string, goflags ...string) ([]string, error) {
 	return append(os.Environ(),
 		"GOWORK=off",
 		"GOPROXY="+strings.Join(proxies, ","),
+		"GONOPROXY=none",
 		"GOSUMDB=off",
 		"GOMODCACHE="+modCache,
 		"GOFLAGS="+strings.TrimSpace(strings.Join(append([]string{goenv.GOFLAGS, "-mod=mod -modcacherw -trimpath"}, goflags...), " ")),
