@@ -167,6 +167,10 @@ func Commands() []string {
 		"jobs delete", "jobs trigger", "runs list", "runs tail", "runs kill", "executors list"}
 }
 
+// operands name the positional arguments of the commands that take one, for their usage line.
+var operands = map[string]string{"jobs get": "ID", "jobs update": "ID", "jobs start": "ID", "jobs stop": "ID",
+	"jobs delete": "ID", "jobs trigger": "ID", "runs tail": "RUN_ID", "runs kill": "RUN_ID"}
+
 // Groups are the first words of the client's two-word commands.
 var Groups = []string{"jobs", "runs", "executors"}
 
@@ -259,7 +263,7 @@ func (c *client) flagSet(cmd string, stderr io.Writer) (*flag.FlagSet, func(cont
 	fs := flag.NewFlagSet("jobmesh "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: jobmesh %s [flags] (jobmesh help lists every command)\n\nFlags:\n", cmd)
+		fmt.Fprintf(stderr, "Usage: jobmesh %s [flags] (jobmesh help lists every command)\n\nFlags:\n", strings.TrimSpace(cmd+" "+operands[cmd]))
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.output, "o", "table", "`format` of the output: table or json")

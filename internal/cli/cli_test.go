@@ -205,3 +205,19 @@ func closedAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// TestUsageNamesOperands: a command's -h shows the argument it needs, not only its flags.
+func TestUsageNamesOperands(t *testing.T) {
+	t.Setenv("JOBMESH_CONFIG", filepath.Join(t.TempDir(), "config.json"))
+	for args, want := range map[string]string{
+		"jobs get -h":  "Usage: jobmesh jobs get ID [flags]",
+		"runs tail -h": "Usage: jobmesh runs tail RUN_ID [flags]",
+		"jobs list -h": "Usage: jobmesh jobs list [flags]",
+	} {
+		var out, errOut bytes.Buffer
+		code := cli.Run(t.Context(), strings.Fields(args), strings.NewReader(""), &out, &errOut)
+		if code != cli.ExitOK || !strings.HasPrefix(errOut.String(), want) {
+			t.Errorf("jobmesh %s = exit %d, %q; want exit 0 and a usage starting %q", args, code, errOut.String(), want)
+		}
+	}
+}
