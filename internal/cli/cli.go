@@ -195,7 +195,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "jobmesh:", describe(err))
+	fmt.Fprintln(stderr, "jobmesh:", describe(err, args))
 	return exitCode(err)
 }
 
@@ -442,8 +442,9 @@ func exitCode(err error) int {
 }
 
 // describe turns an error into one readable line: a status error's message, said once ("job 9
-// not found", not "not found: job 9: not found"), with a hint where one helps.
-func describe(err error) string {
+// not found", not "not found: job 9: not found"), with a hint where one helps. args are the
+// command's.
+func describe(err error, args []string) string {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err.Error()
@@ -464,7 +465,9 @@ func describe(err error) string {
 	}
 	switch code {
 	case codes.Unauthenticated:
-		msg += " (log in with `jobmesh login`, or pass --token)"
+		if len(args) == 0 || args[0] != "login" { // a failed login needs no advice to log in
+			msg += " (log in with `jobmesh login`, or pass --token)"
+		}
 	}
 	return msg
 }

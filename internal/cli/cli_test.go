@@ -82,8 +82,8 @@ func TestClient(t *testing.T) {
 	if code, _, errOut := s.run("", "jobs", "list"); code != cli.ExitAuth || !strings.Contains(errOut, "jobmesh login") {
 		t.Errorf("jobs list before login = exit %d (%q), want %d and a hint to log in", code, errOut, cli.ExitAuth)
 	}
-	if code, _, _ := s.run("wrong\n", "login", "--user", "admin", "--password-stdin"); code != cli.ExitAuth {
-		t.Errorf("login with a wrong password = exit %d, want %d", code, cli.ExitAuth)
+	if code, _, errOut := s.run("wrong\n", "login", "--user", "admin", "--password-stdin"); code != cli.ExitAuth || strings.Contains(errOut, "log in with") {
+		t.Errorf("login with a wrong password = exit %d (%q), want %d and no advice to log in", code, errOut, cli.ExitAuth)
 	}
 	if code, _, errOut := s.run("", "login", "--user", "admin"); code != cli.ExitUsage || !strings.Contains(errOut, "not a terminal") || !strings.Contains(errOut, "--password-stdin") {
 		t.Errorf("login with no terminal and no password = exit %d (%q), want %d naming --password-stdin", code, errOut, cli.ExitUsage)
