@@ -199,7 +199,7 @@ func newFlagSet(c *config, labels, allowHosts *string) *flag.FlagSet {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "`address` of the Prometheus /metrics endpoint (e.g. 0.0.0.0:9464); empty serves none")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version, commit, build date and Go version, and exit")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y (but --version).")
+		fmt.Fprintln(fs.Output(), "Usage: jobmesh-agent [flags]; each flag --x-y also reads JOBMESH_X_Y (except --version).")
 		fs.PrintDefaults()
 	}
 	return fs
