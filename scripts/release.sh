@@ -3,7 +3,7 @@
 # stamped with the version (git describe --tags --always --dirty), commit and build date, and a
 # SHA256SUMS file, into dist/ (git-ignored). VERSION=... overrides the version.
 #
-#   dist/jobmesh_<version>_linux_amd64/{jobmesh,jobmesh-agent}   likewise linux_arm64
+#   dist/jobmesh_<version>_linux_amd64/{jobmesh,jobmesh-agent,README.md,LICENSE}   likewise linux_arm64
 #   dist/jobmesh_<version>_linux_<arch>.tar.gz                   the same, one archive per platform
 #   dist/SHA256SUMS                                              sha256sum of the archives and binaries
 set -euo pipefail
@@ -24,7 +24,7 @@ for p in "${platforms[@]}"; do
   echo "building $name"
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out/jobmesh" ./cmd/jobmesh
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out/jobmesh-agent" ./services/executor-agent/cmd/jobmesh-agent
-  cp README.md "$out/"
+  cp README.md LICENSE "$out/"
   tar -C dist --owner=0 --group=0 --sort=name --mtime="$date" -czf "dist/$name.tar.gz" "$name"
 done
 
