@@ -454,11 +454,13 @@ func describe(err error, args []string) string {
 	if code == codes.Unavailable && strings.Contains(msg, "cannot reach") {
 		return msg
 	}
-	// The services say "<thing>: not found" (the domain's sentinel after its subject).
-	for _, w := range []string{what, "conflict"} {
-		if subject, ok := strings.CutSuffix(msg, ": "+w); ok {
-			msg = subject + " " + w
-		}
+	// The services say "<thing>: not found" (the domain's sentinel after its subject), and
+	// "<what happened>: conflict" of a stale version.
+	if subject, ok := strings.CutSuffix(msg, ": conflict"); ok {
+		return "conflict: " + subject
+	}
+	if subject, ok := strings.CutSuffix(msg, ": "+what); ok {
+		msg = subject + " " + what
 	}
 	if !strings.Contains(strings.ToLower(msg), what) {
 		msg = what + ": " + msg

@@ -144,6 +144,15 @@ func TestClient(t *testing.T) {
 	if code != cli.ExitNotFound || strings.TrimSpace(errOut) != "jobmesh: job 999999 not found" {
 		t.Errorf("jobs get 999999 = exit %d, %q; want %d, \"jobmesh: job 999999 not found\"", code, errOut, cli.ExitNotFound)
 	}
+	// An update based on a version that is no longer current says so, once.
+	stale := filepath.Join(t.TempDir(), "stale.json")
+	if err := os.WriteFile(stale, []byte(`{"version": "99", "name": "cli-stale"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = s.run("", "jobs", "update", created.ID, "-f", stale)
+	if want := "jobmesh: conflict: job " + created.ID + " is at version "; code != cli.ExitConflict || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "conflict") != 1 {
+		t.Errorf("jobs update on a stale version = exit %d, %q; want %d, %q…", code, errOut, cli.ExitConflict, want)
+	}
 
 	// Exit codes that mean something.
 	for _, c := range []struct {
