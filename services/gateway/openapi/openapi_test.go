@@ -135,7 +135,7 @@ func checkContents(t *testing.T, doc *openapi3.T) {
 	if len(doc.Security) != 1 || doc.Security[0]["bearerAuth"] == nil {
 		t.Errorf("document security = %v, want bearerAuth", doc.Security)
 	}
-	ops := 0
+	ops, streams := 0, 0
 	for path, item := range doc.Paths.Map() {
 		if dotted.MatchString(path) {
 			t.Errorf("path %s: a parameter named by a field path", path)
@@ -163,6 +163,12 @@ func checkContents(t *testing.T, doc *openapi3.T) {
 			if op.OperationID == "JobService_UpdateJob" || op.OperationID == "RegistryService_CreateExecutorGroup" {
 				want = append(want, "409")
 			}
+			// A stream's errors come wrapped as its results do: {"error": Status}.
+			errSchema := "#/components/schemas/Status"
+			if ok := op.Responses.Value("200"); ok != nil && strings.HasPrefix(ok.Value.Content.Get("application/json").Schema.Value.Title, "Stream result of") {
+				errSchema = "#/components/schemas/StreamError"
+				streams++
+			}
 			for _, code := range want {
 				r := op.Responses.Value(code)
 				if r == nil {
@@ -173,14 +179,20 @@ func checkContents(t *testing.T, doc *openapi3.T) {
 					continue
 				}
 				mt := r.Value.Content.Get("application/json")
-				if mt == nil || mt.Schema == nil || mt.Schema.Ref != "#/components/schemas/Status" {
-					t.Errorf("%s: response %s is not the error schema", name, code)
+				if mt == nil || mt.Schema == nil || mt.Schema.Ref != errSchema {
+					t.Errorf("%s: response %s is not the error schema %s", name, code, errSchema)
 				}
 			}
 		}
 	}
 	if ops < 40 {
 		t.Errorf("%d operations, want every REST route (more than 40)", ops)
+	}
+	if streams < 2 {
+		t.Errorf("%d stream operations, want the run tail and the executors' watch", streams)
+	}
+	if se := doc.Components.Schemas["StreamError"]; se == nil || se.Value.Properties["error"] == nil || se.Value.Properties["error"].Ref != "#/components/schemas/Status" {
+		t.Error(`schema StreamError: want {"error": Status}`)
 	}
 	for _, id := range []string{"AuthService_Login", "JobService_CreateJob", "JobService_TriggerJob"} {
 		op := operation(doc, id)

@@ -361,7 +361,11 @@ func completeOperation(op *openapi3.Operation, hasPathParam bool) error {
 	} else if _, ok := examples[id]; ok {
 		return errors.New("an example for a request without a body")
 	}
+	stream := isStream(op)
 	ref := func(status, name string) {
+		if stream {
+			name = "Stream" + name // its errors come wrapped as its results do
+		}
 		op.Responses.Set(status, &openapi3.ResponseRef{Ref: "#/components/responses/" + name})
 	}
 	if op.RequestBody != nil || len(op.Parameters) > 0 {
@@ -381,7 +385,7 @@ func completeOperation(op *openapi3.Operation, hasPathParam bool) error {
 		ref("429", "TooManyRequests")
 	}
 	ref("default", "Error")
-	if isStream(op) {
+	if stream {
 		op.Description = strings.TrimSpace(op.Description + "\n\nThe response is a stream: one JSON object per line, each holding a result or an error.")
 		ok := op.Responses.Value("200").Value
 		ok.Description = ptr("A stream of results, one JSON object per line.")
@@ -446,6 +450,14 @@ func oneLine(s string) string {
 // errorComponents adds the shared error responses.
 func errorComponents(doc *openapi3.T) {
 	doc.Components.Responses = openapi3.ResponseBodies{}
+	if doc.Components.Schemas == nil {
+		doc.Components.Schemas = openapi3.Schemas{}
+	}
+	doc.Components.Schemas["StreamError"] = &openapi3.SchemaRef{Value: &openapi3.Schema{
+		Type:        &openapi3.Types{"object"},
+		Description: "The error of a streamed response (grpc-gateway wraps it, as it wraps each result): a Status under `error`.",
+		Properties:  openapi3.Schemas{"error": {Ref: "#/components/schemas/Status"}},
+	}}
 	for _, e := range errorResponses {
 		desc := e.desc
 		example := map[string]any{
@@ -459,6 +471,14 @@ func errorComponents(doc *openapi3.T) {
 			Content: openapi3.Content{"application/json": &openapi3.MediaType{
 				Schema:  &openapi3.SchemaRef{Ref: "#/components/schemas/Status"},
 				Example: example,
+			}},
+		}}
+		// A stream operation answers the same errors, wrapped: {"error": Status}.
+		doc.Components.Responses["Stream"+e.name] = &openapi3.ResponseRef{Value: &openapi3.Response{
+			Description: &desc,
+			Content: openapi3.Content{"application/json": &openapi3.MediaType{
+				Schema:  &openapi3.SchemaRef{Ref: "#/components/schemas/StreamError"},
+				Example: map[string]any{"error": example},
 			}},
 		}}
 	}

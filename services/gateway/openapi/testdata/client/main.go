@@ -69,6 +69,14 @@ func main() {
 	check(err)
 	expect("getting a job that does not exist", missing.StatusCode(), missing.Body, http.StatusNotFound, missing.JSON404, "JOB_NOT_FOUND")
 
+	// A stream's error comes wrapped, as the document says: {"error": Status}.
+	tail, err := api.LogServiceTailRunWithResponse(ctx, "no-such-run", &client.LogServiceTailRunParams{})
+	check(err)
+	if tail.JSON404 == nil {
+		fail("tailing a run that does not exist: HTTP %d %s, want 404 with the stream error schema", tail.StatusCode(), tail.Body)
+	}
+	expect("tailing a run that does not exist", tail.StatusCode(), tail.Body, http.StatusNotFound, tail.JSON404.Error, "RUN_NOT_FOUND")
+
 	params, triggerType := "from the generated client", client.TriggerType("TRIGGER_TYPE_API")
 	fired, err := api.JobServiceTriggerJobWithResponse(ctx, id, client.JobServiceTriggerJobBody{Params: &params, TriggerType: &triggerType})
 	check(err)
