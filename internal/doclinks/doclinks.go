@@ -44,8 +44,9 @@ func (p Problem) String() string {
 }
 
 // Documents lists the Markdown files under root (relative, forward slashes, sorted): README.md,
-// docs/ and any other .md in the repository, leaving out hidden directories (.git, .data) and
-// node_modules, which hold no documents of the project's own.
+// docs/ and any other .md in the repository, leaving out hidden directories (.git, .data),
+// node_modules, and the build outputs bin/ and dist/ (make release copies README.md there), which
+// hold no documents of the project's own.
 func Documents(root string) ([]string, error) {
 	var docs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -55,6 +56,9 @@ func Documents(root string) ([]string, error) {
 		name := d.Name()
 		if d.IsDir() {
 			if p != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			if filepath.Dir(p) == filepath.Clean(root) && (name == "bin" || name == "dist") {
 				return filepath.SkipDir
 			}
 			return nil

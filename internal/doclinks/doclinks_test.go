@@ -101,6 +101,9 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 		}, "\n"),
 		"repo/docs/a b.md":  "# A B\n",
 		"repo/docs/pic.png": "png",
+		// Build outputs: make release copies README.md into dist/, away from docs/.
+		"repo/dist/jobmesh_v1_linux_amd64/README.md": "[broken here](docs/guide.md)\n",
+		"repo/bin/notes.md":                          "[broken](nowhere.md)\n",
 	})
 
 	docs, err := Documents(root)
