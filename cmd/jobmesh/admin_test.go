@@ -88,3 +88,19 @@ func TestIgnoredAdminPasswordIsSaid(t *testing.T) {
 		t.Errorf("jobmesh dev's banner with an ignored --admin-password:\n%s\nwant a warning pointing at reset-password", out.String())
 	}
 }
+
+// TestBannerNamesTheEndpoint: jobmesh dev's banner gives the client's login the gateway's
+// address when it is not the client's default.
+func TestBannerNamesTheEndpoint(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:8080":  "command-line client: jobmesh login --user admin, then",
+		"127.0.0.1:18080": "command-line client: jobmesh login --user admin --endpoint http://127.0.0.1:18080, then",
+	} {
+		var out bytes.Buffer
+		(&devstack.Stack{HTTPAddr: addr}).PrintWhere(&out, devstack.Config{})
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("jobmesh dev's banner on %s:\n%s\nwant %q", addr, out.String(), want)
+		}
+	}
+}

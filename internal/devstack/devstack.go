@@ -38,6 +38,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/cli"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
@@ -524,6 +525,10 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	case cfg.AdminPassword != "":
 		fmt.Fprintln(w, "warning:", IgnoredAdminPassword)
 	}
+	clientLogin := "jobmesh login --user admin" // the client's default endpoint is dev's default address
+	if ep := "http://" + s.HTTPAddr; ep != cli.DefaultEndpoint {
+		clientLogin += " --endpoint " + ep
+	}
 	fmt.Fprintf(w, `jobmesh dev is up
   web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)
   scheduler gRPC    %s
@@ -540,10 +545,10 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 Log in %s, in the web UI or with
   curl -s http://%s/api/v1/auth/login -d '{"username":"admin","password":"…"}'
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike),
-  or with the command-line client: jobmesh login --user admin, then jobmesh jobs list.
+  or with the command-line client: %s, then jobmesh jobs list.
 Press Ctrl-C to stop.
 `, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, etcdTLS,
-		meshtls.DevDir(cfg.DataDir), metrics, store, cfg.DataDir, login, s.HTTPAddr)
+		meshtls.DevDir(cfg.DataDir), metrics, store, cfg.DataDir, login, s.HTTPAddr, clientLogin)
 }
 
 // Stop shuts everything down in order. It is idempotent (every part's Stop is).
