@@ -27,7 +27,7 @@ func runCompletion(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(args) != 1 {
 		fmt.Fprint(stderr, completionUsage)
-		return errors.New("completion: name one shell: bash, zsh or fish")
+		return usageError{errors.New("completion: name one shell: bash, zsh or fish")}
 	}
 	tree := completionTree()
 	switch args[0] {
@@ -38,7 +38,7 @@ func runCompletion(args []string, stdout, stderr io.Writer) error {
 	case "fish":
 		return writeFish(stdout, tree)
 	}
-	return fmt.Errorf("completion: unknown shell %q: want bash, zsh or fish", args[0])
+	return usageError{fmt.Errorf("completion: unknown shell %q: want bash, zsh or fish", args[0])}
 }
 
 // compCommand is one command as completion sees it.

@@ -115,9 +115,11 @@ func TestCompletionFish(t *testing.T) {
 
 func TestCompletionNamesAShell(t *testing.T) {
 	t.Parallel()
-	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"completion", "tcsh"}, nil, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "want bash, zsh or fish") {
-		t.Errorf("completion tcsh = exit %d, %q; want 1 naming the shells", code, errOut.String())
+	for _, args := range [][]string{{"completion", "tcsh"}, {"completion"}} {
+		var out, errOut bytes.Buffer
+		if code := run(t.Context(), args, nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "bash, zsh or fish") {
+			t.Errorf("%q = exit %d, %q; want 2 (usage) naming the shells", args, code, errOut.String())
+		}
 	}
 }
 

@@ -94,9 +94,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "jobmesh: %v\n\n%s", err, usage)
 		return 2
 	}
+	var bad usageError
+	if errors.As(err, &bad) {
+		fmt.Fprintln(stderr, "jobmesh:", err)
+		return 2
+	}
 	fmt.Fprintln(stderr, "jobmesh:", err)
 	return 1
 }
+
+// usageError is a command line that cannot be run as given (a bad flag, a missing or extra
+// argument): exit code 2, as for the client commands.
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
 
 // unknownCommand is a first word jobmesh does not know.
 type unknownCommand string
@@ -129,7 +140,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return runCompletion(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		if len(rest) > 0 {
-			return fmt.Errorf("version takes no arguments")
+			return usageError{errors.New("version takes no arguments")}
 		}
 		fmt.Fprint(stdout, buildinfo.Read(version, commit, date).Format("jobmesh"))
 		return nil
@@ -206,9 +217,14 @@ func (f *flags) parse(args []string) error {
 		}
 	})
 	if err != nil {
+		return usageError{err}
+	}
+	if err := f.Parse(args); err != nil && !errors.Is(err, flag.ErrHelp) {
+		return usageError{err}
+	} else if err != nil {
 		return err
 	}
-	return f.Parse(args)
+	return nil
 }
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
