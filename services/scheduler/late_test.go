@@ -93,7 +93,7 @@ func TestRunAnsweredTooLateKeepsTheExecutorsResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.replicaWith(t, scheduler.Config{ReplicaID: "a", DispatchTimeout: 300 * time.Millisecond})
+	s := c.replicaWith(t, scheduler.Config{ReplicaID: "a", DispatchTimeout: time.Second})
 	waitLeader(t, s)
 	job, err := s.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
 		GroupId: busy.GetGroup().GetId(), Name: "busy", Handler: "work", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,

@@ -93,7 +93,7 @@ func TestHeldRunIsRecordedUnknown(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	d := dbtest.Open(t, db.Config{DataDir: t.TempDir()}, "scheduler", MigrationsFS())
-	s, err := New(Config{ReplicaID: "t", DispatchTimeout: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, Deps{
+	s, err := New(Config{ReplicaID: "t", DispatchTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, Deps{
 		Store: d, Etcd: &clientv3.Client{}, Registry: registryv1.NewRegistryServiceClient(nil),
 		Ingest: logsv1.NewIngestServiceClient(conn), Logs: logsv1.NewLogServiceClient(nil),
 	})
