@@ -248,6 +248,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.str(&cfg.EtcdAddr, "etcd-addr", "127.0.0.1:2379", "embedded etcd client `address`")
 	f.str(&cfg.EtcdPeerAddr, "etcd-peer-addr", "", "embedded etcd peer `address` (it listens there, a member of one); empty picks a free loopback port")
 	f.dur(&sessionTTL, "session-ttl", 2*time.Second, "scheduler leader session TTL")
+	addLostAfter(f, &cfg.LostAfter)
 	var alarms alarmFlags
 	alarms.add(f)
 	var edge edgeFlags
@@ -263,6 +264,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	trusted, err := edge.check()
 	if err != nil {
+		return err
+	}
+	if err := checkLostAfter(cfg.LostAfter); err != nil {
 		return err
 	}
 	cfg.TrustedProxies = trusted

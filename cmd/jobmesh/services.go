@@ -170,17 +170,19 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		mesh                  meshConfig
 		grpcAddr, databaseURL string
 		alarms                alarmFlags
+		lostAfter             time.Duration
 	)
 	f := newFlags("jobmesh logsvc", stderr)
 	f.str(&grpcAddr, "grpc-addr", "127.0.0.1:9012", "gRPC `address` of IngestService and LogService; port 0 picks one")
 	f.str(&databaseURL, "database-url", "", "Postgres `url` (schema logs) (required)")
+	addLostAfter(f, &lostAfter)
 	mesh.addFlags(f, logsPeers, peerAuth)
 	alarms.add(f)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	channels, err := alarms.channels()
-	errs := []error{err, checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL)}
+	errs := []error{err, checkAddr("--grpc-addr", grpcAddr), requireDatabase(databaseURL), checkLostAfter(lostAfter)}
 	if err := checkArgs(f, &mesh, logsPeers, errs...); err != nil {
 		return err
 	}
@@ -218,7 +220,7 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer view.Stop()
 	logs, err := logsvc.New(logsvc.Config{
-		Logger: p.log, Executors: view, AlarmChannels: channels,
+		Logger: p.log, Executors: view, AlarmChannels: channels, LostAfter: lostAfter,
 		Jobs:           logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)},
 		DeliverySecret: mesh.InternalToken, Executor: auth.ExecutorOf,
 	}, store, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
@@ -236,6 +238,21 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	err = wait(ctx, failed)
 	grpcserver.Stop(g, grpcserver.StopGrace, p.log)
 	return err
+}
+
+// addLostAfter adds --lost-after, logsvc's lost-run threshold (logsvc.Config.LostAfter).
+func addLostAfter(f *flags, p *time.Duration) {
+	f.dur(p, "lost-after", logsvc.DefaultLostAfter, "how long after its trigger, beyond its job's timeout, a run still running is decided without "+
+		"its executor: failed as lost when the executor has left the registry, or as not delivered when its dispatch was never answered "+
+		"and the executor never reported it (a `duration`; the executor's report, should it come later, still decides the run)")
+}
+
+// checkLostAfter checks --lost-after.
+func checkLostAfter(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--lost-after %v: want a positive duration", d)
+	}
+	return nil
 }
 
 var gatewayPeers = []peer{peerScheduler, peerRegistry, peerLogs}

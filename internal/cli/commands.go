@@ -438,10 +438,19 @@ func runsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 		rows := make([][]string, 0, len(out.Runs))
 		for _, r := range out.Runs {
 			rows = append(rows, []string{r.GetId(), strconv.FormatInt(r.GetJobId(), 10), trimEnum(r.GetTriggerType().String(), "TRIGGER_TYPE_"),
-				ts(r.GetScheduledTime()), r.GetExecutorAddress(), trimEnum(r.GetStatus().String(), "RUN_STATUS_"), oneLine(r.GetHandleMessage())})
+				ts(r.GetScheduledTime()), r.GetExecutorAddress(), runStatus(r), oneLine(r.GetHandleMessage())})
 		}
 		return c.table([]string{"RUN", "JOB", "TYPE", "SCHEDULED", "EXECUTOR", "STATUS", "MESSAGE"}, rows)
 	}
+}
+
+// runStatus is a run's status as runs list shows it: UNKNOWN for a running run whose dispatch
+// was never answered, until the executor's report or logsvc's lost-run sweep decides it.
+func runStatus(r *logsv1.Run) string {
+	if r.GetStatus() == logsv1.RunStatus_RUN_STATUS_RUNNING && r.GetTriggerOutcome() == logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN {
+		return "UNKNOWN"
+	}
+	return trimEnum(r.GetStatus().String(), "RUN_STATUS_")
 }
 
 func oneLine(s string) string {

@@ -104,6 +104,9 @@ type Config struct {
 	// not listened on: it is the address of one of those replicas, which the gateway and logsvc's
 	// kill path dial lazily; their scheduler calls fail with Unavailable while nothing serves it.
 	NoScheduler bool
+	// LostAfter is logsvc's lost-run threshold (logsvc.Config.LostAfter); 0 means
+	// logsvc.DefaultLostAfter.
+	LostAfter time.Duration
 	// AlarmChannels deliver failure alarms (logsvc.EmailChannel, logsvc.WebhookChannel); none
 	// marks failed runs' alarms NOT_NEEDED.
 	AlarmChannels []logsvc.AlarmChannel
@@ -393,7 +396,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	undo = append(undo, execView.Stop)
 	logs, err := logsvc.New(logsvc.Config{
-		Logger: log.With("service", "logsvc"), Executors: execView,
+		Logger: log.With("service", "logsvc"), Executors: execView, LostAfter: cfg.LostAfter,
 		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)}, AlarmChannels: cfg.AlarmChannels,
 		DeliverySecret: st.InternalToken, Executor: auth.ExecutorOf,
 	}, logsDB, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})

@@ -16,12 +16,17 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 )
 
-// JobInfo is what an alarm needs to know about a job.
+// JobInfo is what logsvc needs to know about a job: for its alarms, and for runs whose trigger
+// record is missing or that may be lost.
 type JobInfo struct {
 	// Name is the job's name.
 	Name string
 	// AlarmEmails get its failure alarms.
 	AlarmEmails []string
+	// GroupID is its executor group.
+	GroupID int64
+	// Timeout is how long a run of it may take (0: no limit).
+	Timeout time.Duration
 }
 
 // Jobs reads jobs from the scheduler, which owns them.
@@ -60,7 +65,9 @@ func (j SchedulerJobs) Job(ctx context.Context, id int64) (JobInfo, error) {
 	if err != nil {
 		return JobInfo{}, err
 	}
-	return JobInfo{Name: resp.GetJob().GetName(), AlarmEmails: resp.GetJob().GetAlarmEmails()}, nil
+	job := resp.GetJob()
+	return JobInfo{Name: job.GetName(), AlarmEmails: job.GetAlarmEmails(), GroupID: job.GetGroupId(),
+		Timeout: time.Duration(job.GetTimeoutSeconds()) * time.Second}, nil
 }
 
 // CountJobs implements Jobs: one ListJobs per group (one in all without groups).
@@ -295,7 +302,10 @@ func (s *Service) alarmPass(ctx context.Context) (int, error) {
 		return 0, nil // another replica took them
 	}
 	for _, id := range failed {
-		st := s.alarm(ctx, id)
+		st, ok := s.alarm(ctx, id)
+		if !ok {
+			continue
+		}
 		if err := s.setAlarm(ctx, []string{id}, st); err != nil {
 			return 0, err
 		}
@@ -336,12 +346,18 @@ func (s *Service) failedAfter(ctx context.Context, cursor int64) (failed []strin
 	return failed, to, nil
 }
 
-// alarm sends run id's alarm on every channel and returns the alarm status to keep.
-func (s *Service) alarm(ctx context.Context, id string) int32 {
+// alarm sends run id's alarm on every channel and returns the alarm status to keep. ok is false
+// when there is nothing to do: the run's alarm was dealt with already (a corrected completion
+// of a run alarmed for its first), or the run has not failed after all (the executor's report
+// reopened it since: it runs again, its alarm still PENDING, or it succeeded).
+func (s *Service) alarm(ctx context.Context, id string) (st int32, ok bool) {
 	r, err := s.getRun(ctx, id)
 	if err != nil {
 		s.log.WarnContext(ctx, "alarm: run gone", "trigger_id", id, "error", err)
-		return alarmNotNeeded
+		return alarmNotNeeded, true
+	}
+	if int32(r.GetAlarmStatus()) != alarmPending || !final(int32(r.GetStatus())) || r.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS {
+		return 0, false
 	}
 	a := Alarm{Run: r}
 	if s.cfg.Jobs != nil {
@@ -363,12 +379,12 @@ func (s *Service) alarm(ctx context.Context, id string) int32 {
 	switch {
 	case len(errs) > 0:
 		s.log.ErrorContext(ctx, "alarm not delivered", "trigger_id", id, "job_id", r.GetJobId(), "error", errors.Join(errs...))
-		return alarmFailed
+		return alarmFailed, true
 	case sentAny:
 		s.log.InfoContext(ctx, "alarm sent", "trigger_id", id, "job_id", r.GetJobId())
-		return alarmSent
+		return alarmSent, true
 	}
-	return alarmNotNeeded
+	return alarmNotNeeded, true
 }
 
 // setAlarm records the alarm status of runs still PENDING.

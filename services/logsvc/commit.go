@@ -208,7 +208,7 @@ func (s *Service) writeOps(ctx context.Context, tx *db.Tx, ops []op, lines []*lo
 		plan.ids = append(plan.ids, id)
 	}
 	slices.Sort(plan.ids)
-	inserts, updates := rs.changes()
+	inserts, updates, done := rs.changes()
 	if err := s.insertRuns(ctx, tx, inserts); err != nil {
 		return plan, err
 	}
@@ -217,10 +217,6 @@ func (s *Service) writeOps(ctx context.Context, tx *db.Tx, ops []op, lines []*lo
 	}
 	if err := s.insertLines(ctx, tx, lines); err != nil {
 		return plan, err
-	}
-	done := make([]*run, len(rs.done))
-	for i, id := range rs.done {
-		done[i] = rs.cur[id]
 	}
 	plan.completed = len(done) > 0
 	return plan, s.complete(ctx, tx, done, rs.now)
@@ -373,7 +369,7 @@ func scanIngest(row interface{ Scan(...any) error }) (run, error) {
 	var r run
 	err := row.Scan(&r.id, &r.job, &r.group, &r.triggerType, &r.schedMs, &r.trigMs, &r.address, &r.handler, &r.params,
 		&r.shardIndex, &r.shardTotal, &r.attempt, &r.retriesLeft, &r.route, &r.outcome, &r.triggerMsg, &r.status,
-		&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm)
+		&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm, &r.judged)
 	return r, err
 }
 
@@ -381,22 +377,22 @@ func scanIngest(row interface{ Scan(...any) error }) (run, error) {
 // readRuns scans them and runColumnar lists them.
 const ingestColumns = `trigger_id, job_id, group_id, trigger_type, scheduled_ms, trigger_ms, executor_address, handler, params,
 	shard_index, shard_total, attempt, retries_left, route_strategy, trigger_outcome, trigger_message, status,
-	handle_message, start_ms, end_ms, trace_id, alarm_status`
+	handle_message, start_ms, end_ms, trace_id, alarm_status, judged`
 
 // ingestTypes are ingestColumns' Postgres array types, for unnest.
 var ingestTypes = []string{"text", "bigint", "bigint", "int", "bigint", "bigint", "text", "text", "text",
-	"int", "int", "int", "int", "int", "int", "text", "int", "text", "bigint", "bigint", "text", "int"}
+	"int", "int", "int", "int", "int", "int", "text", "int", "text", "bigint", "bigint", "text", "int", "int"}
 
 // runValues lists a run's ingestColumns values.
 func runValues(r *run) []any {
 	return []any{r.id, r.job, r.group, r.triggerType, r.schedMs, r.trigMs, r.address, r.handler, r.params,
 		r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft, r.route, r.outcome, r.triggerMsg, r.status,
-		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm}
+		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm, r.judged}
 }
 
 // runCopySize is the size of a run's row in a binary COPY without its texts' bytes: the field
-// count, a length per field, six bigints and nine ints (copyRun).
-const runCopySize = 2 + 4*22 + 8*6 + 4*9
+// count, a length per field, six bigints and ten ints (copyRun).
+const runCopySize = 2 + 4*23 + 8*6 + 4*10
 
 // copyRun adds r's ingestColumns values to a COPY into runs.
 func copyRun(b *db.CopyRows, r *run) {
@@ -423,6 +419,7 @@ func copyRun(b *db.CopyRows, r *run) {
 	b.Int64(r.endMs)
 	b.Text(r.traceID)
 	b.Int32(r.alarm)
+	b.Int32(r.judged)
 }
 
 // runColumnar lists runs' ingestColumns values as one array per column (for unnest).
@@ -430,13 +427,13 @@ func runColumnar(runs []*run) []any {
 	n := len(runs)
 	ids, addrs, handlers, params, tmsgs, hmsgs, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	jobs, groups, scheds, trigs, starts, ends := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	ttypes, sidx, stot, atts, rets, routes, outs, sts, alarms := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	ttypes, sidx, stot, atts, rets, routes, outs, sts, alarms, judged := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	for i, r := range runs {
 		ids[i], jobs[i], groups[i], ttypes[i], scheds[i], trigs[i], addrs[i], handlers[i], params[i] = r.id, r.job, r.group, r.triggerType, r.schedMs, r.trigMs, r.address, r.handler, r.params
 		sidx[i], stot[i], atts[i], rets[i], routes[i], outs[i], tmsgs[i], sts[i] = r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft, r.route, r.outcome, r.triggerMsg, r.status
-		hmsgs[i], starts[i], ends[i], traces[i], alarms[i] = r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm
+		hmsgs[i], starts[i], ends[i], traces[i], alarms[i], judged[i] = r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm, r.judged
 	}
-	return []any{ids, jobs, groups, ttypes, scheds, trigs, addrs, handlers, params, sidx, stot, atts, rets, routes, outs, tmsgs, sts, hmsgs, starts, ends, traces, alarms}
+	return []any{ids, jobs, groups, ttypes, scheds, trigs, addrs, handlers, params, sidx, stot, atts, rets, routes, outs, tmsgs, sts, hmsgs, starts, ends, traces, alarms, judged}
 }
 
 // unnest is a FROM item over n array parameters of the given types, numbered from 1.
@@ -458,7 +455,7 @@ var (
 			params = u.params, shard_index = u.shard_index, shard_total = u.shard_total, attempt = u.attempt,
 			retries_left = u.retries_left, route_strategy = u.route_strategy, trigger_outcome = u.trigger_outcome,
 			trigger_message = u.trigger_message, status = u.status, handle_message = u.handle_message, start_ms = u.start_ms,
-			end_ms = u.end_ms, trace_id = u.trace_id, alarm_status = u.alarm_status
+			end_ms = u.end_ms, trace_id = u.trace_id, alarm_status = u.alarm_status, judged = u.judged
 		FROM ` + unnest(ingestTypes) + ` AS u (` + ingestColumns + `)
 		WHERE runs.trigger_id = u.trigger_id`
 	// upsertRunsSQLite's ON CONFLICT clause follows its VALUES.
@@ -468,7 +465,8 @@ var (
 			shard_index = excluded.shard_index, shard_total = excluded.shard_total, attempt = excluded.attempt,
 			retries_left = excluded.retries_left, route_strategy = excluded.route_strategy, trigger_outcome = excluded.trigger_outcome,
 			trigger_message = excluded.trigger_message, status = excluded.status, handle_message = excluded.handle_message,
-			start_ms = excluded.start_ms, end_ms = excluded.end_ms, trace_id = excluded.trace_id, alarm_status = excluded.alarm_status`
+			start_ms = excluded.start_ms, end_ms = excluded.end_ms, trace_id = excluded.trace_id, alarm_status = excluded.alarm_status,
+			judged = excluded.judged`
 )
 
 // insertRuns stores runs not stored before, in trigger id order (seq follows it).

@@ -131,7 +131,7 @@ func TestLostRuns(t *testing.T) {
 				return r
 			}
 			e.mustRecords(t, rec("130-alive", alive, base), rec("130-gone", gone, base),
-				rec("130-recent", gone, now.Add(-time.Minute).UnixMilli()), rec("130-done", gone, base))
+				rec("130-recent", gone, now.Add(-10*time.Second).UnixMilli()), rec("130-done", gone, base))
 			e.mustResults(t, result("130-done", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base),
 				running("130-norecord", job, base, gone))
 			w, cancel := watch(t, e, 0)
@@ -165,9 +165,16 @@ func TestLostRuns(t *testing.T) {
 			if msg := e.run(t, "130-gone").GetHandleMessage(); !strings.Contains(msg, "lost") || !strings.Contains(msg, gone) {
 				t.Errorf("lost run's message: got %q, want the reason and the address", msg)
 			}
-			// The executor's late result is refused, as any second result is.
-			if refused := e.mustResults(t, result("130-gone", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base)); !slices.Equal(refused, []string{"130-gone"}) {
-				t.Errorf("late result of a lost run: refused %v, want [130-gone]", refused)
+			// The executor's late result overrules the sweep's judgement, once: the run is the
+			// executor's, and a second result is refused as any is.
+			if refused := e.mustResults(t, result("130-gone", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base)); len(refused) != 0 {
+				t.Errorf("late result of a lost run: refused %v, want it taken", refused)
+			}
+			if r := e.run(t, "130-gone"); r.GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || r.GetHandleMessage() != "done: RUN_STATUS_SUCCESS" {
+				t.Errorf("lost run after its late result: got %v, want the result's SUCCESS", r)
+			}
+			if refused := e.mustResults(t, result("130-gone", job, logsv1.RunStatus_RUN_STATUS_FAIL, base)); !slices.Equal(refused, []string{"130-gone"}) {
+				t.Errorf("second late result of a lost run: refused %v, want [130-gone]", refused)
 			}
 
 			// The live executor leaves: its run is lost at the next sweep, once.
@@ -190,7 +197,7 @@ func TestLostRuns(t *testing.T) {
 			if n, err := e.svc.sweepUnrecorded(ctxFor(t)); err != nil || n != 1 {
 				t.Fatalf("missing-record sweep: got %d, %v, want 1", n, err)
 			}
-			if got, wantIDs := completionsOf(t, e, w, job), []string{"130-gone=FAIL", "130-alive=FAIL", "130-norecord=FAIL"}; !slices.Equal(got, wantIDs) {
+			if got, wantIDs := completionsOf(t, e, w, job), []string{"130-gone=FAIL", "130-gone=SUCCESS", "130-alive=FAIL", "130-norecord=FAIL"}; !slices.Equal(got, wantIDs) {
 				t.Errorf("completions: got %v, want %v", got, wantIDs)
 			}
 			if r := e.run(t, "130-recent"); r.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING {
@@ -719,7 +726,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("validate: %v", err)
 	}
-	if c.LostAfter != 10*time.Minute || c.RecordWait != 10*time.Minute || c.SweepInterval != time.Minute || c.MaxQueuedItems != 50000 {
+	if c.LostAfter != 30*time.Second || c.RecordWait != 10*time.Minute || c.SweepInterval != 10*time.Second || c.MaxQueuedItems != 50000 {
 		t.Errorf("defaults: got %+v", c)
 	}
 	for _, bad := range []Config{{LostAfter: -1}, {RecordWait: -1}, {SweepInterval: -1}, {MaxQueuedItems: -1}} {

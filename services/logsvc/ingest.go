@@ -31,12 +31,13 @@ const (
 )
 
 const (
-	statusRunning = int32(logsv1.RunStatus_RUN_STATUS_RUNNING)
-	statusSuccess = int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)
-	statusFail    = int32(logsv1.RunStatus_RUN_STATUS_FAIL)
-	outcomeNone   = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED)
-	outcomeOK     = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK)
-	outcomeFailed = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED)
+	statusRunning  = int32(logsv1.RunStatus_RUN_STATUS_RUNNING)
+	statusSuccess  = int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)
+	statusFail     = int32(logsv1.RunStatus_RUN_STATUS_FAIL)
+	outcomeNone    = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED)
+	outcomeOK      = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK)
+	outcomeFailed  = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED)
+	outcomeUnknown = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN)
 )
 
 // final reports whether a run in status st has ended.
@@ -243,8 +244,8 @@ func checkRecords(req *logsv1.IngestTriggerRecordsRequest) (*ticket, error) {
 		if err := checkTriggerID(fmt.Sprintf("records[%d].trigger_id", i), r.GetTriggerId()); err != nil {
 			return nil, err
 		}
-		if o := r.GetTriggerOutcome(); o != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK && o != logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED {
-			return nil, apierr.Field(fmt.Sprintf("records[%d].trigger_outcome", i), "want OK or FAILED, got %s", o)
+		if o := int32(r.GetTriggerOutcome()); o != outcomeOK && o != outcomeFailed && o != outcomeUnknown {
+			return nil, apierr.Field(fmt.Sprintf("records[%d].trigger_outcome", i), "want OK, FAILED or UNKNOWN, got %s", r.GetTriggerOutcome())
 		}
 	}
 	return recordsTicket(recs), nil
@@ -284,22 +285,22 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 	return linesTicket(lines), nil
 }
 
-// complete publishes runs (as the transaction wrote them) as completions and counts them in the
-// reports. A run named twice in one call is published once. The values come from the caller,
-// which has just written or read the rows: looking the runs up again by trigger id cost a cycle
-// as much as reading them.
+// complete publishes completions (runs as the transaction wrote them) and counts them in the
+// reports: a completion counts its status and takes back the one it corrects. The values come
+// from the caller, which has just written or read the rows: looking the runs up again by trigger
+// id cost a cycle as much as reading them.
 //
-// A run is published once without a key on completions: every caller passes only runs whose
-// stored row it holds locked and has just seen gain both its record and a final status (a
-// record that comes after the sweep of runs without one finds the outcome set and completes
-// nothing; see migration 00005), so every run passed is inserted and counted.
-func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int64) error {
-	if len(runs) == 0 {
+// A run is published once per change of its published state without a key on completions:
+// every caller passes only runs whose stored row it holds locked and has just seen change what
+// it published (publish; a record that comes after the sweep of runs without one finds the
+// outcome set and publishes nothing; see migration 00005), so every completion passed is
+// inserted and counted.
+func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now int64) error {
+	if len(cs) == 0 {
 		return nil
 	}
-	runs = slices.Clone(runs)
-	slices.SortFunc(runs, func(a, b *run) int { return strings.Compare(a.id, b.id) })
-	runs = slices.CompactFunc(runs, func(a, b *run) bool { return a.id == b.id })
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(a, b completion) int { return strings.Compare(a.r.id, b.r.id) })
 	if s.store.Dialect() == db.Postgres {
 		// Held to commit: completion cursors are then committed in increasing order.
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, completionsLock); err != nil {
@@ -307,11 +308,12 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int6
 		}
 		var rows db.CopyRows
 		size := 0
-		for _, r := range runs {
-			size += completionCopySize + len(r.id) + len(r.params)
+		for _, c := range cs {
+			size += completionCopySize + len(c.r.id) + len(c.r.params)
 		}
 		rows.Grow(size)
-		for _, r := range runs {
+		for _, c := range cs {
+			r := c.r
 			rows.Row(completionFields + 1)
 			rows.Text(r.id)
 			rows.Int64(r.job)
@@ -325,17 +327,19 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int6
 			rows.Int64(r.endMs)
 			rows.Int32(r.triggerType)
 			rows.Text(r.params)
+			rows.Int32(c.replaces)
 			rows.Int64(now)
 		}
 		if _, err := tx.CopyIn(ctx, "completions", completionColumns+", created_ms", &rows); err != nil {
 			return fmt.Errorf("insert completions: %w", err)
 		}
 	} else {
-		for _, chunk := range chunks(runs, rowsPerStatement) {
+		for _, chunk := range chunks(cs, rowsPerStatement) {
 			args := make([]any, 0, len(chunk)*(completionFields+1))
-			for _, r := range chunk {
+			for _, c := range chunk {
+				r := c.r
 				args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
-					r.schedMs, r.endMs, r.triggerType, r.params, now)
+					r.schedMs, r.endMs, r.triggerType, r.params, c.replaces, now)
 			}
 			q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), completionFields+1, "")
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
@@ -344,8 +348,8 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int6
 		}
 	}
 	counts := newReportCounts(now)
-	for _, r := range runs {
-		counts.add(r.schedMs, r.group, r.status)
+	for _, c := range cs {
+		counts.add(c.r.schedMs, c.r.group, c.r.status, c.replaces)
 	}
 	return s.bumpReports(ctx, tx, counts)
 }
@@ -353,10 +357,10 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, runs []*run, now int6
 // completionColumns are the completions columns taken from a run, completionFields of them, in
 // the order complete writes them.
 const completionColumns = `trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
-	scheduled_ms, end_ms, trigger_type, params`
+	scheduled_ms, end_ms, trigger_type, params, replaces_status`
 
-const completionFields = 12
+const completionFields = 13
 
 // completionCopySize is the size of a completion's row in a binary COPY without its texts'
-// bytes: the field count, a length per field (created_ms too), five bigints and six ints.
-const completionCopySize = 2 + 4*(completionFields+1) + 8*5 + 4*6
+// bytes: the field count, a length per field (created_ms too), five bigints and seven ints.
+const completionCopySize = 2 + 4*(completionFields+1) + 8*5 + 4*7

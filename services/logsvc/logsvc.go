@@ -39,6 +39,12 @@ type Killer interface {
 	KillTrigger(ctx context.Context, triggerID string, jobID int64, address string) (killed bool, msg string, err error)
 }
 
+// DefaultLostAfter is Config.LostAfter's default: the registry's default executor TTL (10 s: an
+// executor is out of the registry that long after its last heartbeat) and 20 s more for an
+// executor's spooled reports to reach logsvc. XXL-JOB waits 10 minutes; a lost run's retry
+// waits as long.
+const DefaultLostAfter = 30 * time.Second
+
 // Config tunes the service; the zero value is ready to use.
 type Config struct {
 	// Logger receives the service's logs; nil discards them.
@@ -56,14 +62,17 @@ type Config struct {
 	// Executors is the registry's live view (a RegistryView); nil turns off lost-run detection
 	// and the dashboard's executor count.
 	Executors ExecutorView
-	// LostAfter is how long after its trigger a run still RUNNING on an executor that has left
-	// the registry is marked failed as lost; 0 means 10 minutes (XXL-JOB's rule).
+	// LostAfter is how long after its trigger, beyond its job's timeout (when the job has one and
+	// Jobs can read it), a run still RUNNING is decided without the executor's word: failed as
+	// lost when its executor has left the registry, or as not delivered when its dispatch's
+	// answer never came (trigger outcome UNKNOWN) and no executor reported it. 0 means
+	// DefaultLostAfter. The executor's report, should it come later, still decides the run.
 	LostAfter time.Duration
 	// RecordWait is how long a run that ended waits for its trigger record before it is
 	// completed without it; 0 means 10 minutes.
 	RecordWait time.Duration
 	// SweepInterval is how often lost runs and runs without a record are looked for; 0 means
-	// 1 minute.
+	// 10 seconds.
 	SweepInterval time.Duration
 	// Jobs reads jobs from the scheduler (SchedulerJobs): alarm emails and names, and the
 	// dashboard's job count. nil sends alarms without them.
@@ -107,13 +116,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("logsvc: max queued items %d: must not be negative", c.MaxQueuedItems)
 	}
 	if c.LostAfter == 0 {
-		c.LostAfter = 10 * time.Minute
+		c.LostAfter = DefaultLostAfter
 	}
 	if c.RecordWait == 0 {
 		c.RecordWait = 10 * time.Minute
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = time.Minute
+		c.SweepInterval = 10 * time.Second
 	}
 	if c.MaxQueuedItems == 0 {
 		c.MaxQueuedItems = 50000

@@ -433,8 +433,21 @@ func testFailedTrigger(t *testing.T, e *env) {
 		c.GetScheduledUnixMs() != base || c.GetParams() != "p" || c.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_CRON {
 		t.Errorf("completion: got %v", c)
 	}
-	if got := e.mustResults(t, result(id, job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base)); !slices.Equal(got, []string{id}) {
-		t.Errorf("result after a failed trigger: got refused %v, want [%s]", got, id)
+	// The executor's result overrules the scheduler's account (a Run that failed after the
+	// executor had the fire): the run is the executor's, and its completion is corrected.
+	if got := e.mustResults(t, result(id, job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base)); len(got) != 0 {
+		t.Errorf("result after a failed trigger: got refused %v, want it taken", got)
+	}
+	if r := e.run(t, id); r.GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK ||
+		r.GetHandleMessage() != "done: RUN_STATUS_SUCCESS" || r.GetTriggerMessage() != "no executor in group 1" {
+		t.Errorf("run after a failed trigger and the executor's result: got %v", r)
+	}
+	cs = collect(t, w, job, id)
+	if len(cs) != 1 || cs[0].GetStatus() != logsv1.RunStatus_RUN_STATUS_SUCCESS || cs[0].GetReplacesStatus() != logsv1.RunStatus_RUN_STATUS_FAIL {
+		t.Errorf("correction: got %v, want SUCCESS replacing FAIL", cs)
+	}
+	if got := e.mustResults(t, result(id, job, logsv1.RunStatus_RUN_STATUS_FAIL, base)); !slices.Equal(got, []string{id}) {
+		t.Errorf("second result: got refused %v, want [%s]", got, id)
 	}
 }
 
@@ -1099,16 +1112,22 @@ func testFinalThenRunning(t *testing.T, e *env) {
 	if after := e.run(t, "122-a"); !sameRun(after, before) {
 		t.Errorf("late RUNNING changed the run:\ngot  %v\nwant %v", after, before)
 	}
-	// A failed trigger ends the run too: a RUNNING after it changes nothing either.
+	// A failed trigger ends the run without the executor's word: a RUNNING report after it
+	// reopens the run, once; a RUNNING resent after that changes nothing.
 	failed := record("122-b", job, base)
 	failed.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 	e.mustRecords(t, failed)
-	before = e.run(t, "122-b")
 	e.mustResults(t, running("122-b", job, base+1, "10.9.9.9:1"))
-	if after := e.run(t, "122-b"); !sameRun(after, before) {
-		t.Errorf("RUNNING after a failed trigger changed the run:\ngot  %v\nwant %v", after, before)
+	before = e.run(t, "122-b")
+	if before.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING || before.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK ||
+		before.GetExecutorAddress() != "10.9.9.9:1" || before.GetEndTime() != nil || before.GetHandleMessage() != "" {
+		t.Errorf("RUNNING after a failed trigger: got %v, want the run reopened, running at 10.9.9.9:1", before)
 	}
-	if got, want := completionsOf(t, e, w, job), []string{"122-a=KILLED", "122-b=FAIL"}; !slices.Equal(got, want) {
+	e.mustResults(t, running("122-b", job, base+2, "10.9.9.8:1"))
+	if after := e.run(t, "122-b"); !sameRun(after, before) {
+		t.Errorf("RUNNING resent changed the reopened run:\ngot  %v\nwant %v", after, before)
+	}
+	if got, want := completionsOf(t, e, w, job), []string{"122-a=KILLED", "122-b=FAIL", "122-b=RUNNING"}; !slices.Equal(got, want) {
 		t.Errorf("completions: got %v, want %v", got, want)
 	}
 }

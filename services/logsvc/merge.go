@@ -1,11 +1,14 @@
 package logsvc
 
 import (
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 )
 
 // A write cycle (see commit.go) reads the stored rows of the runs its batches name, applies the
@@ -15,10 +18,26 @@ import (
 // upserts and updates a batch at a time took: on the runs table, with its nine indexes, a row
 // version is most of what a fire costs Postgres.
 //
-// The rules are those of the upserts they replace: a run is keyed by its trigger id and filled
-// by its record and its results in either order; a record never touches the result's status
-// (except a FAILED record for a run nobody reported running); a RUNNING result only fills what
-// a running run lacks; a final result applies only to a running run and is refused otherwise.
+// The rules: a run is keyed by its trigger id and filled by its record and its results in
+// either order, and the executor's word decides it. A record never touches the result's status,
+// except to end a run nobody reported (a FAILED record, or one that decides an UNKNOWN
+// dispatch). A RUNNING result only fills what a running run lacks; a final result applies only
+// to a running run. A run ended without the executor's word (judged: a failed trigger record, an
+// unknown dispatch decided as not delivered, a lost run) is reopened by the executor's report,
+// once: a RUNNING report or a final result for a run that never reached an executor as far as
+// anyone knew, a final result for a lost one. What was published as the run's completion follows
+// from the row (published), so whatever order a fire's record and reports take, the runs row
+// comes out the same and the completions published for it end on its true outcome.
+
+// Values of runs.judged.
+const (
+	// judgedNo: the run's status is the executor's, or it is running.
+	judgedNo int32 = iota
+	// judgedByLogsvc: the run was ended without the executor's word; its report may reopen it.
+	judgedByLogsvc
+	// judgedReopened: the executor's report reopened it; it is never reopened again.
+	judgedReopened
+)
 
 // run is a runs row as ingestion reads and writes it: every column but seq (the store assigns
 // it).
@@ -27,7 +46,39 @@ type run struct {
 
 	job, group, schedMs, trigMs, startMs, endMs int64
 
-	triggerType, shardIndex, shardTotal, attempt, retriesLeft, route, outcome, status, alarm int32
+	triggerType, shardIndex, shardTotal, attempt, retriesLeft, route, outcome, status, alarm, judged int32
+}
+
+// published is the status of the last completion published for a run in this state; 0 for
+// none. A run's completion is published once it has ended and has its record (outcome set), and
+// a reopened run that runs again has had its FAIL retracted by a completion with status RUNNING.
+func (r *run) published() int32 {
+	switch {
+	case final(r.status) && r.outcome != outcomeNone:
+		return r.status
+	case r.status == statusRunning && r.judged == judgedReopened:
+		return statusRunning
+	}
+	return 0
+}
+
+// completion is a run to publish, and the status of the completion it corrects (0 for none).
+type completion struct {
+	r        *run
+	replaces int32
+}
+
+// publish returns the completion a run's change from before (nil: not stored) to after calls
+// for, if any.
+func publish(before, after *run) (completion, bool) {
+	var was int32
+	if before != nil {
+		was = before.published()
+	}
+	if now := after.published(); now == 0 || now == was {
+		return completion{}, false
+	}
+	return completion{r: after, replaces: was}, true
 }
 
 // runSet holds the runs of one write cycle by trigger id: nil for a run not stored yet, and for
@@ -36,9 +87,6 @@ type runSet struct {
 	stored map[string]run  // as read from the store
 	cur    map[string]*run // as the cycle's batches left it
 	now    int64           // the cycle's time, Unix ms: for results that carry none
-	// done lists the runs the cycle's batches ended or completed with their record, in the
-	// order they did: their completions are published after the rows are written.
-	done []string
 }
 
 func newRunSet(stored map[string]run, now int64) *runSet {
@@ -49,27 +97,28 @@ func newRunSet(stored map[string]run, now int64) *runSet {
 	return rs
 }
 
-// record applies a trigger record (the last of its trigger id in its batch). A new run takes
-// the record's outcome and stays RUNNING; a stored one gets the trigger fields, and its outcome
-// is set from the record as writeRecords always did: a FAILED record fails a run no executor
-// reported running, and gives way to the executor's word on one it did.
+// record applies a trigger record (the last of its trigger id in its batch): the trigger fields,
+// and the outcome. An outcome only ever moves towards the truth: a run an executor reported (one
+// a result made) or one with an OK record keeps OK whatever a later record says; a FAILED record
+// ends a run no executor reported; an UNKNOWN one leaves it running, for the executor's report
+// or logsvc's lost-run sweep to decide; an OK or FAILED record decides an UNKNOWN run.
 func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 	id := rec.GetTriggerId()
 	want := int32(rec.GetTriggerOutcome())
 	r := rs.cur[id]
-	if r == nil {
-		r = &run{id: id, outcome: want, status: statusRunning, alarm: alarmPending}
+	isNew := r == nil
+	if isNew {
+		r = &run{id: id, outcome: outcomeNone, status: statusRunning, alarm: alarmPending}
 		rs.cur[id] = r
 	}
-	st, outcome, startMs := r.status, r.outcome, r.startMs // before the record
 	total := rec.GetShardTotal()
 	if total < 1 {
 		total = 1
 	}
 	r.job, r.group, r.triggerType = rec.GetJobId(), rec.GetGroupId(), int32(rec.GetTriggerType())
 	r.schedMs, r.trigMs = rec.GetScheduledUnixMs(), rec.GetTriggerUnixMs()
-	if a := clean(rec.GetExecutorAddress()); a != "" {
-		r.address = a
+	if a := clean(rec.GetExecutorAddress()); a != "" && r.address == "" {
+		r.address = a // an executor's result names the address it has the fire at
 	}
 	r.handler, r.params = clean(rec.GetHandler()), clean(rec.GetParams())
 	r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft = rec.GetShardIndex(), total, rec.GetAttempt(), rec.GetRetriesLeft()
@@ -77,67 +126,150 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 	if t := traceIDOf(rec.GetTraceId(), rec.GetTraceparent()); t != "" {
 		r.traceID = t
 	}
-	switch {
-	case want == outcomeFailed && st == statusRunning && startMs > 0:
-		// The executor reported the fire RUNNING: it got there although the scheduler saw an
-		// error (a timed-out Run). Its own result decides the run.
-		r.outcome = outcomeOK
-	case want == outcomeFailed && st == statusRunning:
-		r.outcome, r.status = outcomeFailed, statusFail
-		r.handleMsg = "trigger failed: the fire reached no executor (see the trigger message)"
-		r.endMs = r.trigMs
-		if r.endMs <= 0 {
-			r.endMs = rs.now
+	switch r.outcome {
+	case outcomeNone:
+		if !isNew {
+			// A result made the run: the fire reached an executor, whatever the scheduler saw
+			// (a Run that timed out after the executor accepted). Its own result decides.
+			r.outcome = outcomeOK
+			return
 		}
-		rs.complete(r)
-		return
-	default:
 		r.outcome = want
-	}
-	if final(st) && outcome == outcomeNone {
-		rs.complete(r) // the result came first
+		if want == outcomeFailed {
+			rs.failTrigger(r)
+		}
+	case outcomeUnknown:
+		switch want {
+		case outcomeOK:
+			r.outcome = outcomeOK
+		case outcomeFailed:
+			rs.failTrigger(r)
+		}
+	case outcomeFailed:
+		if want == outcomeOK && r.reopenable(statusRunning) { // a dispatch of the same fire that an executor accepted
+			rs.reopen(r, statusRunning)
+		}
 	}
 }
 
-// complete notes that run r has ended and has its record: its completion is to be published.
-// A successful run needs no alarm, and says so now rather than in another row version when
-// the alarm pass reads its completion.
-func (rs *runSet) complete(r *run) {
-	rs.done = append(rs.done, r.id)
-	if r.status == statusSuccess && r.alarm == alarmPending {
-		r.alarm = alarmNotNeeded
+// failTrigger ends a running run that reached no executor as the trigger record says.
+func (rs *runSet) failTrigger(r *run) {
+	r.outcome, r.status, r.judged = outcomeFailed, statusFail, judgedByLogsvc
+	r.handleMsg = "trigger failed: the fire reached no executor (see the trigger message)"
+	r.startMs, r.endMs = 0, r.trigMs
+	if r.endMs <= 0 {
+		r.endMs = rs.now
 	}
 }
 
-// start applies a RUNNING result: the executor accepted the fire. A new run is created RUNNING,
-// scheduled at the start time until its record says otherwise; a running one gets the job,
-// start time, address and trace id it lacks; an ended one is left as it is.
+// reopenable says whether an executor's report with status st overrules r, which ended without
+// the executor's word: any report of a run that reached no executor as far as anyone knew
+// (outcome FAILED), a final one of a lost run.
+func (r *run) reopenable(st int32) bool {
+	return r.judged == judgedByLogsvc && final(r.status) && (r.outcome == outcomeFailed || final(st))
+}
+
+// reopen takes the executor's word over the end logsvc gave run r: it reached an executor, and
+// runs again (st RUNNING) or ended as its result is about to say. A run whose end was published
+// is marked reopened, and is never reopened again; one whose end was not (it came in this cycle,
+// or the run waits for its record) is as if that end had never been.
+func (rs *runSet) reopen(r *run, st int32) {
+	r.judged, r.status = judgedNo, st
+	if old, ok := rs.stored[r.id]; ok && old.published() != 0 {
+		r.judged = judgedReopened
+	}
+	if r.outcome != outcomeNone {
+		r.outcome = outcomeOK
+	}
+	r.handleMsg, r.startMs, r.endMs = "", 0, 0
+}
+
+// fromID fills, from the trigger id, what a run made by a result before its record knows: the
+// job, scheduled time, shard and attempt of a scheduler's id (and RETRY for an attempt after
+// the first: the first attempt's trigger type is not in the id). It reports whether it could.
+func (r *run) fromID(jobID int64) bool {
+	job, sched, shard, attempt, ok := parseTriggerID(r.id)
+	if !ok || jobID != 0 && jobID != job {
+		return false
+	}
+	r.job, r.schedMs, r.shardIndex, r.attempt = job, sched, shard, attempt
+	if attempt > 0 {
+		r.triggerType = int32(schedulerv1.TriggerType_TRIGGER_TYPE_RETRY)
+	}
+	return true
+}
+
+// parseTriggerID reads a scheduler's trigger id, "<job>-<scheduled ms>-<shard>-<attempt>"
+// (scheduler.TriggerID).
+func parseTriggerID(id string) (job, schedMs int64, shard, attempt int32, ok bool) {
+	var parts [4]int64
+	for i := range parts {
+		field, rest, found := strings.Cut(id, "-")
+		if found == (i == 3) || field == "" || field[0] < '0' || field[0] > '9' {
+			return 0, 0, 0, 0, false
+		}
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return 0, 0, 0, 0, false
+		}
+		parts[i], id = n, rest
+	}
+	if parts[0] <= 0 || parts[2] > math.MaxInt32 || parts[3] > math.MaxInt32 {
+		return 0, 0, 0, 0, false
+	}
+	return parts[0], parts[1], int32(parts[2]), int32(parts[3]), true
+}
+
+// newFromResult is a run a result makes before its record: scheduled as its trigger id says
+// (at the result's start time, else at, until the record says otherwise).
+func newFromResult(res *logsv1.RunResult, at int64) *run {
+	r := &run{id: res.GetTriggerId(), job: res.GetJobId(), shardTotal: 1, alarm: alarmPending}
+	if !r.fromID(res.GetJobId()) {
+		r.schedMs = res.GetStartUnixMs()
+		if r.schedMs == 0 {
+			r.schedMs = at
+		}
+	}
+	return r
+}
+
+// start applies a RUNNING result: the executor accepted the fire. A new run is created RUNNING;
+// a running one gets the job, start time, address and trace id it lacks, and an UNKNOWN
+// dispatch is decided (it got there); a run ended without the executor's word (a failed
+// trigger) is reopened, running; any other ended one is left as it is.
 func (rs *runSet) start(res *logsv1.RunResult) {
 	id := res.GetTriggerId()
 	r := rs.cur[id]
 	if r == nil {
-		sched := res.GetStartUnixMs()
-		if sched == 0 {
-			sched = rs.now
-		}
-		rs.cur[id] = &run{id: id, job: res.GetJobId(), startMs: res.GetStartUnixMs(), address: clean(res.GetExecutorAddress()),
-			traceID: traceIDOf(res.GetTraceId(), res.GetTraceparent()), schedMs: sched, status: statusRunning, shardTotal: 1, alarm: alarmPending}
+		r = newFromResult(res, rs.now)
+		r.startMs, r.address = res.GetStartUnixMs(), clean(res.GetExecutorAddress())
+		r.traceID, r.status = traceIDOf(res.GetTraceId(), res.GetTraceparent()), statusRunning
+		rs.cur[id] = r
 		return
 	}
-	if r.status != statusRunning {
+	switch {
+	case r.status == statusRunning:
+	case r.reopenable(statusRunning):
+		rs.reopen(r, statusRunning)
+	default:
 		return
+	}
+	if r.outcome == outcomeUnknown {
+		r.outcome = outcomeOK
 	}
 	if r.job == 0 {
 		r.job = res.GetJobId()
 	}
-	if r.startMs == 0 {
+	first := r.startMs == 0 // its first report: the executor says where it has the fire
+	if first {
 		r.startMs = res.GetStartUnixMs()
 	}
-	r.fill(res)
+	r.fill(res, first)
 }
 
 // end applies a final result and reports whether it was applied: only a run still running (or
-// not stored yet) takes one, so a fire's second final result changes nothing and is refused.
+// not stored yet), or one ended without the executor's word, takes one, so a fire's second final
+// result changes nothing and is refused.
 func (rs *runSet) end(res *logsv1.RunResult) bool {
 	id := res.GetTriggerId()
 	endMs := res.GetEndUnixMs()
@@ -145,31 +277,34 @@ func (rs *runSet) end(res *logsv1.RunResult) bool {
 		endMs = rs.now
 	}
 	r := rs.cur[id]
-	if r == nil {
-		sched := res.GetStartUnixMs() // provisional until the record says when it was scheduled
-		if sched == 0 {
-			sched = endMs
-		}
-		r = &run{id: id, schedMs: sched, shardTotal: 1, alarm: alarmPending}
+	switch {
+	case r == nil:
+		r = newFromResult(res, endMs)
 		rs.cur[id] = r
-	} else if r.status != statusRunning {
+	case r.status == statusRunning:
+	case r.reopenable(int32(res.GetStatus())):
+		rs.reopen(r, int32(res.GetStatus()))
+	default:
 		return false
 	}
 	r.status, r.handleMsg, r.startMs, r.endMs = int32(res.GetStatus()), clip(res.GetMessage()), res.GetStartUnixMs(), endMs
+	if r.outcome == outcomeUnknown {
+		r.outcome = outcomeOK
+	}
 	if r.job == 0 {
 		r.job = res.GetJobId()
 	}
-	r.fill(res)
-	if r.outcome != outcomeNone {
-		rs.complete(r)
-	}
+	r.fill(res, true)
 	return true
 }
 
-// fill sets the executor address and trace id a run lacks from a result.
-func (r *run) fill(res *logsv1.RunResult) {
-	if r.address == "" {
-		r.address = clean(res.GetExecutorAddress())
+// fill sets the trace id a run lacks from a result, and its executor address: the one a result
+// names, when it is the executor's first report or its final one (the executor that has the
+// fire says where it is, over the address the scheduler's record names), else only when the
+// run has none.
+func (r *run) fill(res *logsv1.RunResult, address bool) {
+	if a := clean(res.GetExecutorAddress()); a != "" && (address || r.address == "") {
+		r.address = a
 	}
 	if r.traceID == "" {
 		r.traceID = traceIDOf(res.GetTraceId(), res.GetTraceparent())
@@ -205,19 +340,32 @@ func (rs *runSet) apply(o op) bool {
 }
 
 // changes returns the runs to insert (not stored before) and to update (stored, and changed),
-// each sorted by trigger id.
-func (rs *runSet) changes() (inserts, updates []*run) {
+// each sorted by trigger id, and the completions to publish, in the same order: one per run
+// whose published state changed (publish). A successful run needs no alarm, and says so in
+// the row it is written with rather than in another row version when the alarm pass reads its
+// completion.
+func (rs *runSet) changes() (inserts, updates []*run, done []completion) {
 	for id, r := range rs.cur {
-		old, ok := rs.stored[id]
+		var before *run
+		if old, ok := rs.stored[id]; ok {
+			before = &old
+		}
+		if c, ok := publish(before, r); ok {
+			if r.status == statusSuccess && r.alarm == alarmPending {
+				r.alarm = alarmNotNeeded
+			}
+			done = append(done, c)
+		}
 		switch {
-		case !ok:
+		case before == nil:
 			inserts = append(inserts, r)
-		case old != *r:
+		case *before != *r:
 			updates = append(updates, r)
 		}
 	}
 	byID := func(a, b *run) int { return strings.Compare(a.id, b.id) }
 	slices.SortFunc(inserts, byID)
 	slices.SortFunc(updates, byID)
-	return inserts, updates
+	slices.SortFunc(done, func(a, b completion) int { return byID(a.r, b.r) })
+	return inserts, updates, done
 }

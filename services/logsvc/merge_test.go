@@ -2,7 +2,6 @@ package logsvc
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestRunSetWritesAFireOnce(t *testing.T) {
 				t.Fatalf("order %v: %v refused", order, o)
 			}
 		}
-		inserts, updates := rs.changes()
+		inserts, updates, done := rs.changes()
 		if len(inserts) != 1 || len(updates) != 0 {
 			t.Fatalf("order %v: got %d inserts and %d updates, want one insert", order, len(inserts), len(updates))
 		}
@@ -41,8 +40,8 @@ func TestRunSetWritesAFireOnce(t *testing.T) {
 		if got != want {
 			t.Errorf("order %v: row\ngot  %+v\nwant %+v", order, got, want)
 		}
-		if !slices.Equal(rs.done, []string{"150-a"}) {
-			t.Errorf("order %v: completed %v, want [150-a]", order, rs.done)
+		if len(done) != 1 || done[0].r.id != "150-a" || done[0].replaces != 0 {
+			t.Errorf("order %v: completed %+v, want 150-a once", order, done)
 		}
 	}
 }
@@ -57,16 +56,16 @@ func TestRunSetStoredRun(t *testing.T) {
 	if rs.apply(op{id: "151-a", res: result("151-a", 151, logsv1.RunStatus_RUN_STATUS_FAIL, base)}) {
 		t.Errorf("second final result: taken, want refused")
 	}
-	if inserts, updates := rs.changes(); len(inserts)+len(updates) != 0 {
-		t.Errorf("after a refused result: got %d inserts and %d updates, want none", len(inserts), len(updates))
+	if inserts, updates, done := rs.changes(); len(inserts)+len(updates)+len(done) != 0 {
+		t.Errorf("after a refused result: got %d inserts, %d updates and %d completions, want none", len(inserts), len(updates), len(done))
 	}
 	rs.apply(op{id: "151-a", rec: record("151-a", 151, base)})
-	_, updates := rs.changes()
+	_, updates, done := rs.changes()
 	if len(updates) != 1 || updates[0].outcome != outcomeOK || updates[0].status != statusSuccess || updates[0].alarm != alarmNotNeeded {
 		t.Fatalf("record after the result: got %+v, want one update, outcome OK, SUCCESS, no alarm needed", updates)
 	}
-	if !slices.Equal(rs.done, []string{"151-a"}) {
-		t.Errorf("completed %v, want [151-a]", rs.done)
+	if len(done) != 1 || done[0].r.id != "151-a" || done[0].replaces != 0 {
+		t.Errorf("completed %+v, want 151-a once", done)
 	}
 }
 

@@ -59,28 +59,39 @@ func newReportCounts(nowMs int64) reportCounts {
 	return reportCounts{oldestMinute: (nowMs - minuteKeep) / minuteMs, rows: map[reportKey]*[2]int64{}}
 }
 
-// add counts a completion per day and per minute (complete()).
-func (c reportCounts) add(schedMs, group int64, st int32) {
-	c.bump(reportKey{perDay, schedMs / dayMs, group, 0}, st)
-	if m := schedMs / minuteMs; m >= c.oldestMinute {
-		c.bump(reportKey{perMinute, m, group, 0}, st)
+// add counts a completion per day and per minute (complete()): its status when the run ended,
+// less the status of the completion it corrects (replaces) when that one had ended.
+func (c reportCounts) add(schedMs, group int64, st, replaces int32) {
+	m := schedMs / minuteMs
+	for _, k := range []reportKey{{perDay, schedMs / dayMs, group, 0}, {perMinute, m, group, 0}} {
+		if k.kind == perMinute && m < c.oldestMinute {
+			continue
+		}
+		c.bump(k, st, 1)
+		c.bump(k, replaces, -1)
 	}
 }
 
-// addJob counts a completion per job (countJobs).
-func (c reportCounts) addJob(schedMs, group, job int64, st int32) {
-	c.bump(reportKey{perJob, schedMs / dayMs, group, job}, st)
+// addJob counts a completion per job (countJobs), as add does.
+func (c reportCounts) addJob(schedMs, group, job int64, st, replaces int32) {
+	k := reportKey{perJob, schedMs / dayMs, group, job}
+	c.bump(k, st, 1)
+	c.bump(k, replaces, -1)
 }
 
-func (c reportCounts) bump(k reportKey, st int32) {
+// bump adds n to k's success or fail count by st; a status that has not ended counts nowhere.
+func (c reportCounts) bump(k reportKey, st int32, n int64) {
+	if !final(st) {
+		return
+	}
 	i := 1
-	if st == int32(logsv1.RunStatus_RUN_STATUS_SUCCESS) {
+	if st == statusSuccess {
 		i = 0
 	}
 	if c.rows[k] == nil {
 		c.rows[k] = new([2]int64)
 	}
-	c.rows[k][i]++
+	c.rows[k][i] += n
 }
 
 const (
@@ -117,8 +128,8 @@ func (s *Service) countJobs(ctx context.Context) (int, error) {
 			if err := tx.QueryRowContext(ctx, s.store.Q(q), jobCountCursor).Scan(&from); err != nil {
 				return fmt.Errorf("read the per-job count cursor: %w", err)
 			}
-			rows, err := tx.QueryContext(ctx, s.store.Q(`SELECT cursor, scheduled_ms, group_id, job_id, status FROM completions
-				WHERE cursor > $1 ORDER BY cursor LIMIT $2`), from, jobCountBatch)
+			rows, err := tx.QueryContext(ctx, s.store.Q(`SELECT cursor, scheduled_ms, group_id, job_id, status, replaces_status
+				FROM completions WHERE cursor > $1 ORDER BY cursor LIMIT $2`), from, jobCountBatch)
 			if err != nil {
 				return fmt.Errorf("read completions to count: %w", err)
 			}
@@ -126,12 +137,12 @@ func (s *Service) countJobs(ctx context.Context) (int, error) {
 			to := from
 			for rows.Next() {
 				var sched, group, job int64
-				var st int32
-				if err := rows.Scan(&to, &sched, &group, &job, &st); err != nil {
+				var st, replaces int32
+				if err := rows.Scan(&to, &sched, &group, &job, &st, &replaces); err != nil {
 					rows.Close()
 					return fmt.Errorf("read completions to count: %w", err)
 				}
-				counts.addJob(sched, group, job, st)
+				counts.addJob(sched, group, job, st, replaces)
 				n++
 			}
 			rows.Close()

@@ -140,7 +140,7 @@ func (s *Service) WatchCompletions(req *logsv1.WatchCompletionsRequest, stream g
 
 func (s *Service) completionsAfter(ctx context.Context, cursor int64) ([]*logsv1.Completion, error) {
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT cursor, trigger_id, job_id, status, trigger_outcome, attempt,
-			shard_index, shard_total, scheduled_ms, end_ms, trigger_type, params
+			shard_index, shard_total, scheduled_ms, end_ms, trigger_type, params, replaces_status
 		FROM completions WHERE cursor > $1 ORDER BY cursor LIMIT $2`), cursor, s.cfg.WatchBatch)
 	if err != nil {
 		return nil, fmt.Errorf("read completions: %w", err)
@@ -149,12 +149,13 @@ func (s *Service) completionsAfter(ctx context.Context, cursor int64) ([]*logsv1
 	var out []*logsv1.Completion
 	for rows.Next() {
 		c := &logsv1.Completion{}
-		var st, outcome, tt int32
+		var st, outcome, tt, replaces int32
 		if err := rows.Scan(&c.Cursor, &c.TriggerId, &c.JobId, &st, &outcome, &c.Attempt, &c.ShardIndex, &c.ShardTotal,
-			&c.ScheduledUnixMs, &c.EndUnixMs, &tt, &c.Params); err != nil {
+			&c.ScheduledUnixMs, &c.EndUnixMs, &tt, &c.Params, &replaces); err != nil {
 			return nil, fmt.Errorf("read completions: %w", err)
 		}
 		c.Status, c.TriggerOutcome, c.TriggerType = logsv1.RunStatus(st), logsv1.TriggerOutcome(outcome), schedulerv1.TriggerType(tt)
+		c.ReplacesStatus = logsv1.RunStatus(replaces)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -317,6 +317,14 @@ func (s *Service) answered(ctx context.Context, f *fire, t route.Target, routeMs
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s %s (Unauthenticated): %s", routeMsg, t.Address, refusal(ctx, j.GroupID), status.Convert(err).Message())
 		failure, answer = fmt.Sprintf("executor %s %s", t.Address, refusal(ctx, j.GroupID)), "UNAUTHENTICATED"
+	case unanswered(err):
+		// The fire went out and no answer came back: the executor may have it. Not a failure
+		// (a retry on top of a fire that runs would run it twice) but UNKNOWN, for the
+		// executor's report or logsvc's lost-run sweep to decide.
+		outcome = outcomeUnanswered
+		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN
+		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: sent, no answer: %v (the executor may have the fire; its report decides the run)", routeMsg, t.Address, err)
+		failure, answer = fmt.Sprintf("executor %s: sent, no answer: %v", t.Address, err), "UNANSWERED"
 	case err != nil:
 		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
@@ -338,6 +346,18 @@ func (s *Service) answered(ctx context.Context, f *fire, t route.Target, routeMs
 	endDispatch(span, answer, failure != "", failure)
 	s.deliver(ctx, rec)
 	return failure
+}
+
+// unanswered says whether a Run call's error leaves the fire's fate unknown: the call went out
+// and ended without an answer (its deadline passed, or it was cancelled). A fire that never left
+// its executor's queue (errQueuedOut) did not reach the executor; every other error (refused
+// connection, rejected credentials, a malformed answer) is a failure to deliver.
+func unanswered(err error) bool {
+	if err == nil || errors.Is(err, errQueuedOut) {
+		return false
+	}
+	c := status.Code(err)
+	return c == codes.DeadlineExceeded || c == codes.Canceled
 }
 
 // refusal says what an executor that answered Unauthenticated refused.

@@ -18,16 +18,17 @@ const meterName = "github.com/jobmesh/jobmesh/services/scheduler"
 
 // Fire outcomes, the values of the jobmesh.fire.outcome attribute of jobmesh.scheduler.fires.
 const (
-	outcomeAccepted  = "accepted"  // the executor accepted the fire
-	outcomeDuplicate = "duplicate" // the executor had accepted that trigger id before
-	outcomeRejected  = "rejected"  // the executor refused it (block strategy, unknown handler…)
-	outcomeFailed    = "failed"    // the Run call failed (executor unreachable, deadline)
-	outcomeNoRoute   = "no_route"  // no executor to send it to (empty group, routing failure)
-	outcomePoolFull  = "pool_full" // the trigger pool's queue was full
+	outcomeAccepted   = "accepted"   // the executor accepted the fire
+	outcomeDuplicate  = "duplicate"  // the executor had accepted that trigger id before
+	outcomeRejected   = "rejected"   // the executor refused it (block strategy, unknown handler…)
+	outcomeFailed     = "failed"     // the Run call failed (executor unreachable, refused, queued past its deadline)
+	outcomeUnanswered = "unanswered" // the Run call went out and no answer came (deadline, cancel): the executor may have it
+	outcomeNoRoute    = "no_route"   // no executor to send it to (empty group, routing failure)
+	outcomePoolFull   = "pool_full"  // the trigger pool's queue was full
 )
 
 // fireOutcomes lists the outcomes, for precomputing their attribute sets.
-var fireOutcomes = []string{outcomeAccepted, outcomeDuplicate, outcomeRejected, outcomeFailed, outcomeNoRoute, outcomePoolFull}
+var fireOutcomes = []string{outcomeAccepted, outcomeDuplicate, outcomeRejected, outcomeFailed, outcomeUnanswered, outcomeNoRoute, outcomePoolFull}
 
 // metrics are the scheduler's instruments. Attribute sets are built once, so recording a fire
 // allocates nothing beyond what the SDK needs.

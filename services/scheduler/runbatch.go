@@ -70,6 +70,10 @@ func (p *executorPool) lane(addr, auth string) *runLane {
 // errNotSent answers a fire whose skip said, as its call was formed, not to send it.
 var errNotSent = errors.New("not sent")
 
+// errQueuedOut wraps the context error of a fire whose context ended while it waited in its
+// executor's queue: it was never sent (unlike a call whose deadline passed on the way).
+var errQueuedOut = errors.New("not sent: still queued for its executor")
+
 // runAsync queues one fire for an executor and returns at once; done gets the executor's answer
 // to it, from a RunRequest of its own or one shared with the other fires queued for that
 // executor meanwhile. ctx carries the fire's deadline, trace and access token; a call that
@@ -110,7 +114,7 @@ func (l *runLane) drain() {
 		l.pool.inflight.Add(-int64(len(dropped)))
 		for _, c := range dropped {
 			if err := c.ctx.Err(); err != nil {
-				c.done(nil, status.FromContextError(err).Err())
+				c.done(nil, fmt.Errorf("%w: %w", errQueuedOut, status.FromContextError(err).Err()))
 			} else {
 				c.done(nil, errNotSent)
 			}

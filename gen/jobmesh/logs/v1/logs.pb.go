@@ -29,7 +29,8 @@ type RunStatus int32
 
 const (
 	RunStatus_RUN_STATUS_UNSPECIFIED RunStatus = 0
-	// Triggered and not finished (XXL-JOB handle_code 0).
+	// Triggered and not finished (XXL-JOB handle_code 0); also a fire whose trigger outcome is
+	// UNKNOWN, until it is decided.
 	RunStatus_RUN_STATUS_RUNNING RunStatus = 1
 	// The handler succeeded (200).
 	RunStatus_RUN_STATUS_SUCCESS RunStatus = 2
@@ -97,6 +98,11 @@ const (
 	TriggerOutcome_TRIGGER_OUTCOME_OK TriggerOutcome = 1
 	// No executor, a transport error or a rejection (500); counts toward retry.
 	TriggerOutcome_TRIGGER_OUTCOME_FAILED TriggerOutcome = 2
+	// The fire was sent but its answer never came (the call's deadline passed or it was cut
+	// off): the executor may hold it. The run stays RUNNING until the executor's report (then
+	// OK), a later record that knows (OK or FAILED), or logsvc's lost-run sweep (FAILED: the
+	// executor left the registry, or reported nothing within the lost-run threshold) decides it.
+	TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN TriggerOutcome = 3
 )
 
 // Enum value maps for TriggerOutcome.
@@ -105,11 +111,13 @@ var (
 		0: "TRIGGER_OUTCOME_UNSPECIFIED",
 		1: "TRIGGER_OUTCOME_OK",
 		2: "TRIGGER_OUTCOME_FAILED",
+		3: "TRIGGER_OUTCOME_UNKNOWN",
 	}
 	TriggerOutcome_value = map[string]int32{
 		"TRIGGER_OUTCOME_UNSPECIFIED": 0,
 		"TRIGGER_OUTCOME_OK":          1,
 		"TRIGGER_OUTCOME_FAILED":      2,
+		"TRIGGER_OUTCOME_UNKNOWN":     3,
 	}
 )
 
@@ -972,7 +980,11 @@ type Run struct {
 	// Trace id, when traced.
 	TraceId string `protobuf:"bytes,21,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// Retries left after this attempt.
-	RetriesLeft   int32 `protobuf:"varint,22,opt,name=retries_left,json=retriesLeft,proto3" json:"retries_left,omitempty"`
+	RetriesLeft int32 `protobuf:"varint,22,opt,name=retries_left,json=retriesLeft,proto3" json:"retries_left,omitempty"`
+	// The run had been ended without the executor's word (a failed trigger record, an unknown
+	// dispatch decided as not delivered, or lost) and the executor's own report then overruled
+	// that, once: the status is the executor's.
+	Reopened      bool `protobuf:"varint,23,opt,name=reopened,proto3" json:"reopened,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1159,6 +1171,13 @@ func (x *Run) GetRetriesLeft() int32 {
 		return x.RetriesLeft
 	}
 	return 0
+}
+
+func (x *Run) GetReopened() bool {
+	if x != nil {
+		return x.Reopened
+	}
+	return false
 }
 
 // ListRunsRequest filters and pages runs.
@@ -2722,9 +2741,15 @@ type Completion struct {
 	// Why it fired.
 	TriggerType v1.TriggerType `protobuf:"varint,11,opt,name=trigger_type,json=triggerType,proto3,enum=jobmesh.scheduler.v1.TriggerType" json:"trigger_type,omitempty"`
 	// Parameter of the fire (retries reuse it).
-	Params        string `protobuf:"bytes,12,opt,name=params,proto3" json:"params,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Params string `protobuf:"bytes,12,opt,name=params,proto3" json:"params,omitempty"`
+	// UNSPECIFIED for a run's first completion. Otherwise this completion corrects the run's
+	// previous one, which had this status: the executor's report overruled a run ended without
+	// it (FAIL), and status is the truth now. A correction whose status is RUNNING retracts the
+	// FAIL (the run is running again; its end follows as a further correction, replacing
+	// RUNNING). A run is reopened at most once, so it has at most three completions.
+	ReplacesStatus RunStatus `protobuf:"varint,13,opt,name=replaces_status,json=replacesStatus,proto3,enum=jobmesh.logs.v1.RunStatus" json:"replaces_status,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
@@ -2841,6 +2866,13 @@ func (x *Completion) GetParams() string {
 	return ""
 }
 
+func (x *Completion) GetReplacesStatus() RunStatus {
+	if x != nil {
+		return x.ReplacesStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
 // WatchCompletionsResponse carries completions in cursor order.
 type WatchCompletionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2950,7 +2982,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x12.\n" +
 	"\x05lines\x18\x02 \x03(\v2\x18.jobmesh.logs.v1.LogLineR\x05lines\"3\n" +
 	"\x16IngestLogLinesResponse\x12\x19\n" +
-	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\"\xd3\a\n" +
+	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\"\xef\a\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x19\n" +
@@ -2977,7 +3009,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\bend_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12?\n" +
 	"\falarm_status\x18\x14 \x01(\x0e2\x1c.jobmesh.logs.v1.AlarmStatusR\valarmStatus\x12\x19\n" +
 	"\btrace_id\x18\x15 \x01(\tR\atraceId\x12!\n" +
-	"\fretries_left\x18\x16 \x01(\x05R\vretriesLeft\"\xaa\x03\n" +
+	"\fretries_left\x18\x16 \x01(\x05R\vretriesLeft\x12\x1a\n" +
+	"\breopened\x18\x17 \x01(\bR\breopened\"\xaa\x03\n" +
 	"\x0fListRunsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x03R\agroupId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x122\n" +
@@ -3079,7 +3112,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x16LookupTriggersResponse\x12*\n" +
 	"\x11known_trigger_ids\x18\x01 \x03(\tR\x0fknownTriggerIds\"<\n" +
 	"\x17WatchCompletionsRequest\x12!\n" +
-	"\fafter_cursor\x18\x01 \x01(\x03R\vafterCursor\"\xde\x03\n" +
+	"\fafter_cursor\x18\x01 \x01(\x03R\vafterCursor\"\xa3\x04\n" +
 	"\n" +
 	"Completion\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\x03R\x06cursor\x12\x1d\n" +
@@ -3097,7 +3130,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\vend_unix_ms\x18\n" +
 	" \x01(\x03R\tendUnixMs\x12D\n" +
 	"\ftrigger_type\x18\v \x01(\x0e2!.jobmesh.scheduler.v1.TriggerTypeR\vtriggerType\x12\x16\n" +
-	"\x06params\x18\f \x01(\tR\x06params\"Y\n" +
+	"\x06params\x18\f \x01(\tR\x06params\x12C\n" +
+	"\x0freplaces_status\x18\r \x01(\x0e2\x1a.jobmesh.logs.v1.RunStatusR\x0ereplacesStatus\"Y\n" +
 	"\x18WatchCompletionsResponse\x12=\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x1b.jobmesh.logs.v1.CompletionR\vcompletions*\x9b\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
@@ -3106,11 +3140,12 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x12RUN_STATUS_SUCCESS\x10\x02\x12\x13\n" +
 	"\x0fRUN_STATUS_FAIL\x10\x03\x12\x16\n" +
 	"\x12RUN_STATUS_TIMEOUT\x10\x04\x12\x15\n" +
-	"\x11RUN_STATUS_KILLED\x10\x05*e\n" +
+	"\x11RUN_STATUS_KILLED\x10\x05*\x82\x01\n" +
 	"\x0eTriggerOutcome\x12\x1f\n" +
 	"\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TRIGGER_OUTCOME_OK\x10\x01\x12\x1a\n" +
-	"\x16TRIGGER_OUTCOME_FAILED\x10\x02*\x92\x01\n" +
+	"\x16TRIGGER_OUTCOME_FAILED\x10\x02\x12\x1b\n" +
+	"\x17TRIGGER_OUTCOME_UNKNOWN\x10\x03*\x92\x01\n" +
 	"\vAlarmStatus\x12\x1c\n" +
 	"\x18ALARM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ALARM_STATUS_PENDING\x10\x01\x12\x1b\n" +
@@ -3229,40 +3264,41 @@ var file_jobmesh_logs_v1_logs_proto_depIdxs = []int32{
 	0,  // 31: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
 	1,  // 32: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	40, // 33: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	38, // 34: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
-	6,  // 35: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
-	8,  // 36: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
-	10, // 37: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
-	13, // 38: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
-	15, // 39: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
-	17, // 40: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
-	19, // 41: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
-	21, // 42: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
-	23, // 43: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
-	25, // 44: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
-	29, // 45: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
-	32, // 46: jobmesh.logs.v1.LogService.CountRunningRuns:input_type -> jobmesh.logs.v1.CountRunningRunsRequest
-	35, // 47: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
-	37, // 48: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
-	7,  // 49: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
-	9,  // 50: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
-	11, // 51: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
-	14, // 52: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
-	16, // 53: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
-	18, // 54: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
-	20, // 55: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
-	22, // 56: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
-	24, // 57: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
-	28, // 58: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
-	31, // 59: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
-	34, // 60: jobmesh.logs.v1.LogService.CountRunningRuns:output_type -> jobmesh.logs.v1.CountRunningRunsResponse
-	36, // 61: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
-	39, // 62: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
-	49, // [49:63] is the sub-list for method output_type
-	35, // [35:49] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	0,  // 34: jobmesh.logs.v1.Completion.replaces_status:type_name -> jobmesh.logs.v1.RunStatus
+	38, // 35: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
+	6,  // 36: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
+	8,  // 37: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
+	10, // 38: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
+	13, // 39: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
+	15, // 40: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
+	17, // 41: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
+	19, // 42: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
+	21, // 43: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
+	23, // 44: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
+	25, // 45: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
+	29, // 46: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
+	32, // 47: jobmesh.logs.v1.LogService.CountRunningRuns:input_type -> jobmesh.logs.v1.CountRunningRunsRequest
+	35, // 48: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
+	37, // 49: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
+	7,  // 50: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
+	9,  // 51: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
+	11, // 52: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
+	14, // 53: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
+	16, // 54: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
+	18, // 55: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
+	20, // 56: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
+	22, // 57: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
+	24, // 58: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
+	28, // 59: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
+	31, // 60: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
+	34, // 61: jobmesh.logs.v1.LogService.CountRunningRuns:output_type -> jobmesh.logs.v1.CountRunningRunsResponse
+	36, // 62: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
+	39, // 63: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
+	50, // [50:64] is the sub-list for method output_type
+	36, // [36:50] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_logs_v1_logs_proto_init() }

@@ -243,8 +243,9 @@ type LogServiceClient interface {
 	// a result of them arrived. A new scheduler leader asks before re-firing what the old one armed.
 	LookupTriggers(ctx context.Context, in *LookupTriggersRequest, opts ...grpc.CallOption) (*LookupTriggersResponse, error)
 	// WatchCompletions streams every run that ends (success, failure, timeout, kill, trigger
-	// failure, lost), from a cursor on. The scheduler leader follows it for retries, child jobs and
-	// FIX_DELAY; it resumes from the last cursor it processed.
+	// failure, lost), from a cursor on, and every correction of one (Completion.replaces_status).
+	// The scheduler leader follows it for retries, child jobs and FIX_DELAY; it resumes from the
+	// last cursor it processed.
 	WatchCompletions(ctx context.Context, in *WatchCompletionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCompletionsResponse], error)
 }
 
@@ -413,8 +414,9 @@ type LogServiceServer interface {
 	// a result of them arrived. A new scheduler leader asks before re-firing what the old one armed.
 	LookupTriggers(context.Context, *LookupTriggersRequest) (*LookupTriggersResponse, error)
 	// WatchCompletions streams every run that ends (success, failure, timeout, kill, trigger
-	// failure, lost), from a cursor on. The scheduler leader follows it for retries, child jobs and
-	// FIX_DELAY; it resumes from the last cursor it processed.
+	// failure, lost), from a cursor on, and every correction of one (Completion.replaces_status).
+	// The scheduler leader follows it for retries, child jobs and FIX_DELAY; it resumes from the
+	// last cursor it processed.
 	WatchCompletions(*WatchCompletionsRequest, grpc.ServerStreamingServer[WatchCompletionsResponse]) error
 	mustEmbedUnimplementedLogServiceServer()
 }

@@ -10,6 +10,18 @@ import { fromInput, toInput } from "../tz.js";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const status = (r) => short(r.status, "RUN_STATUS_") || "PENDING";
 
+// outcomeBadge says whether the fire reached an executor: OK, FAILED, UNKNOWN (sent, never
+// answered: the run stays running until it is decided), or nothing before the trigger record.
+function outcomeBadge(o) {
+  switch (o) {
+    case "TRIGGER_OUTCOME_OK": return badge(t("OK"), "SUCCESS");
+    case "TRIGGER_OUTCOME_FAILED": return badge(t("FAILED"), "FAIL");
+    case "TRIGGER_OUTCOME_UNKNOWN":
+      return h("span", { title: t("Sent; no answer came. The executor's report decides, or the lost-run sweep when none comes.") }, badge(t("UNKNOWN"), "PENDING"));
+    default: return h("span", { class: "muted", text: "…" });
+  }
+}
+
 async function jobNames(groupID) {
   try {
     const { jobs = [] } = await api("/jobs" + query({ group_id: groupID, page_size: 1000 }));
@@ -77,7 +89,7 @@ export async function renderList(root, ctx) {
         h("td", { text: triggerLabel(r.trigger_type) + (r.attempt ? ` (${t("retry")} ${r.attempt})` : "") }),
         h("td", { class: "time", text: fmtTime(r.scheduled_time) }),
         h("td", { class: "mono", text: r.executor_address || "—" }),
-        h("td", {}, r.trigger_outcome === "TRIGGER_OUTCOME_FAILED" ? badge(t("FAILED"), "FAIL") : r.trigger_outcome === "TRIGGER_OUTCOME_OK" ? badge(t("OK"), "SUCCESS") : h("span", { class: "muted", text: "…" })),
+        h("td", {}, outcomeBadge(r.trigger_outcome)),
         h("td", {}, badge(t(status(r)), status(r))),
         h("td", { text: fmtDuration(r.start_time, r.end_time) }),
         h("td", {}, h("div", { class: "actions" },
@@ -180,6 +192,7 @@ export async function renderDetail(root, ctx) {
       kv("Shard", run.shard_total > 1 ? `${run.shard_index}/${run.shard_total}` : "—"),
       kv("Routing", short(run.route_strategy, "ROUTE_STRATEGY_") || "—"),
       kv("Executor", h("span", { class: "mono", text: run.executor_address || "—" })),
+      kv("Trigger", outcomeBadge(run.trigger_outcome)),
       kv("Handler", run.handler || "—"),
       kv("Parameter", h("span", { class: "mono", text: run.params || "—" })),
       kv("Scheduled", fmtTime(run.scheduled_time)),

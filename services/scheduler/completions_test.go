@@ -1,0 +1,205 @@
+package scheduler
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
+)
+
+// completionRig is a leader's completion handling over a real store, with a ring that is not
+// running (so what is armed stays there to be looked at) and a fake clock.
+type completionRig struct {
+	s   *Service
+	l   *leadership
+	clk *clock.Fake
+}
+
+func newCompletionRig(t *testing.T) *completionRig {
+	t.Helper()
+	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
+	s := &Service{cfg: Config{ReplicaID: "r1"}, log: slog.New(slog.DiscardHandler), clk: clk, store: d, jobs: store{d}}
+	if err := s.jobs.raiseFence(t.Context(), 1, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	return &completionRig{s: s, clk: clk, l: &leadership{epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}}
+}
+
+// job creates a job that retries once after 10 s, with the given schedule and children.
+func (r *completionRig) job(t *testing.T, st schedulerv1.ScheduleType, expr string, children ...int64) int64 {
+	t.Helper()
+	var ids string
+	for i, c := range children {
+		if i > 0 {
+			ids += ","
+		}
+		ids += strconv.FormatInt(c, 10)
+	}
+	id, err := r.s.jobs.insert(t.Context(), &jobRow{GroupID: 1, Name: "j", ScheduleType: st, ScheduleExpr: expr, Misfire: 1, Route: 1,
+		Block: 1, RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED, RetryIntervalMs: 10_000, GlueType: 1,
+		Handler: "h", Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, ChildJobIDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// handle hands the leader completions of job's fire scheduled at fireMs, one batch each, with
+// increasing cursors: a status, or a status correcting another ("SUCCESS<RUNNING").
+func (r *completionRig) handle(t *testing.T, job, fireMs int64, chain ...[2]logsv1.RunStatus) {
+	t.Helper()
+	for _, c := range chain {
+		comp := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
+			Status: c[0], ReplacesStatus: c[1], ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, Params: "p"}
+		if err := r.s.handleCompletions(t.Context(), r.l, []*logsv1.Completion{comp}); err != nil {
+			t.Fatal(err)
+		}
+		r.clk.Advance(time.Millisecond)
+	}
+}
+
+// pendingDue returns the due time of a pending fire, or false when there is none.
+func (r *completionRig) pendingDue(t *testing.T, job, fireMs int64, attempt int32) (int64, bool) {
+	t.Helper()
+	var due int64
+	err := r.s.store.QueryRowContext(t.Context(), r.s.store.Q(`SELECT due_ms FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND attempt = $3`),
+		job, fireMs, attempt).Scan(&due)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return due, true
+}
+
+// armed lists the fires armed in the ring for job, as (trigger type, attempt, due ms).
+func (r *completionRig) armed(job int64) []string {
+	var out []string
+	for _, e := range r.l.ring.RemoveJob(job) {
+		out = append(out, e.Value.trigType.String()+"/"+strconv.Itoa(int(e.Value.attempt))+"@"+strconv.FormatInt(e.FireAt, 10))
+		r.l.ring.Add(e)
+	}
+	return out
+}
+
+func (r *completionRig) nextFire(t *testing.T, job int64) int64 {
+	t.Helper()
+	var next sql.NullInt64
+	if err := r.s.store.QueryRowContext(context.Background(), r.s.store.Q(`SELECT next_fire_ms FROM job_state WHERE job_id = $1`), job).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	return next.Int64
+}
+
+var (
+	stFail    = logsv1.RunStatus_RUN_STATUS_FAIL
+	stTimeout = logsv1.RunStatus_RUN_STATUS_TIMEOUT
+	stRunning = logsv1.RunStatus_RUN_STATUS_RUNNING
+	stSuccess = logsv1.RunStatus_RUN_STATUS_SUCCESS
+	stNone    = logsv1.RunStatus_RUN_STATUS_UNSPECIFIED
+)
+
+// TestCorrectionsDecideTheRetry: logsvc corrects a FAIL the executor's report overruled. The
+// retry the FAIL stored is held while the run runs, dropped when it succeeded (its children fire
+// then, once), and released after the backoff when it failed after all; a FAIL corrected by a
+// failure keeps its retry as it was.
+func TestCorrectionsDecideTheRetry(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "")
+	parent := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "", child)
+	const fireMs = 1_699_999_000_000
+	retryDue := r.clk.Now().Add(10 * time.Second).UnixMilli()
+
+	// The false FAIL stores and arms the retry.
+	r.handle(t, parent, fireMs, [2]logsv1.RunStatus{stFail, stNone})
+	if due, ok := r.pendingDue(t, parent, fireMs, 1); !ok || due != retryDue {
+		t.Fatalf("retry after the FAIL: due %d %v, want %d", due, ok, retryDue)
+	}
+	if got := r.armed(parent); len(got) != 1 {
+		t.Fatalf("armed after the FAIL: %v, want the retry", got)
+	}
+	// The executor reports it running: the retry is held, out of the ring.
+	r.handle(t, parent, fireMs, [2]logsv1.RunStatus{stRunning, stFail})
+	if due, ok := r.pendingDue(t, parent, fireMs, 1); !ok || due != heldDueMs {
+		t.Fatalf("retry after the RUNNING correction: due %d %v, want held", due, ok)
+	}
+	if got := r.armed(parent); len(got) != 0 {
+		t.Fatalf("armed after the RUNNING correction: %v, want nothing", got)
+	}
+	// It succeeded: the retry is dropped and the child fires, once however often the
+	// correction is handled (a new leader handles it again).
+	r.handle(t, parent, fireMs, [2]logsv1.RunStatus{stSuccess, stRunning}, [2]logsv1.RunStatus{stSuccess, stRunning})
+	if _, ok := r.pendingDue(t, parent, fireMs, 1); ok {
+		t.Errorf("retry after the SUCCESS correction: still pending, want dropped")
+	}
+	if got := r.armed(parent); len(got) != 0 {
+		t.Errorf("armed for the parent after the SUCCESS correction: %v, want nothing", got)
+	}
+	if _, ok := r.pendingDue(t, child, fireMs, 0); !ok {
+		t.Errorf("child fire after the SUCCESS correction: none pending, want one")
+	}
+	if got := r.armed(child); len(got) != 1 || got[0][:len("TRIGGER_TYPE_PARENT")] != "TRIGGER_TYPE_PARENT" {
+		t.Errorf("armed for the child: %v, want its PARENT fire", got)
+	}
+
+	// Held, then a failure after all: released, due after the backoff from now, and armed.
+	const fire2 = fireMs + 1000
+	r.handle(t, parent, fire2, [2]logsv1.RunStatus{stFail, stNone}, [2]logsv1.RunStatus{stRunning, stFail})
+	r.clk.Advance(time.Minute)
+	r.handle(t, parent, fire2, [2]logsv1.RunStatus{stTimeout, stRunning})
+	want := r.clk.Now().Add(-time.Millisecond).Add(10 * time.Second).UnixMilli()
+	if due, ok := r.pendingDue(t, parent, fire2, 1); !ok || due != want {
+		t.Errorf("retry after the TIMEOUT correction: due %d %v, want %d", due, ok, want)
+	}
+	if got := r.armed(parent); len(got) != 1 || got[0] != "TRIGGER_TYPE_RETRY/1@"+strconv.FormatInt(want, 10) {
+		t.Errorf("armed after the TIMEOUT correction: %v, want the retry at %d", got, want)
+	}
+
+	// A FAIL corrected straight to another failure: the retry stands as the FAIL stored it.
+	const fire3 = fireMs + 2000
+	r.handle(t, parent, fire3, [2]logsv1.RunStatus{stFail, stNone})
+	due3, _ := r.pendingDue(t, parent, fire3, 1)
+	r.handle(t, parent, fire3, [2]logsv1.RunStatus{stTimeout, stFail})
+	if due, ok := r.pendingDue(t, parent, fire3, 1); !ok || due != due3 {
+		t.Errorf("retry after a TIMEOUT correcting the FAIL: due %d %v, want %d as stored", due, ok, due3)
+	}
+	if _, ok := r.pendingDue(t, child, fire3, 0); ok {
+		t.Errorf("child of a run that failed: pending, want none")
+	}
+}
+
+// TestCorrectionPlansFixDelayOnce: a FIX_DELAY job's next fire is planned by the completion
+// that ends its run without a retry: not by a FAIL that stores a retry, but by the correction
+// that drops it; and not again by a correction after a FAIL that planned it.
+func TestCorrectionPlansFixDelayOnce(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	j := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, "30s")
+	const fireMs = 1_699_999_000_000
+	r.handle(t, j, fireMs, [2]logsv1.RunStatus{stFail, stNone})
+	if next := r.nextFire(t, j); next != 0 {
+		t.Fatalf("next fire after a FAIL with a retry: %d, want none (the retry's completion plans it)", next)
+	}
+	r.handle(t, j, fireMs, [2]logsv1.RunStatus{stSuccess, stFail})
+	want := r.clk.Now().Add(-time.Millisecond).Add(30 * time.Second).UnixMilli()
+	if next := r.nextFire(t, j); next != want {
+		t.Errorf("next fire after the SUCCESS correction: %d, want %d", next, want)
+	}
+	if _, ok := r.pendingDue(t, j, fireMs, 1); ok {
+		t.Errorf("retry after the SUCCESS correction: pending, want dropped")
+	}
+}
