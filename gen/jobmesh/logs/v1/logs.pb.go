@@ -97,6 +97,10 @@ const (
 	TriggerOutcome_TRIGGER_OUTCOME_OK TriggerOutcome = 1
 	// No executor, a transport error or a rejection (500); counts toward retry.
 	TriggerOutcome_TRIGGER_OUTCOME_FAILED TriggerOutcome = 2
+	// The scheduler does not know whether the executor took the fire: its Run went unanswered,
+	// and the fire was sent to no other executor, so that it cannot run twice. The executor's
+	// report, or its departure, decides the run.
+	TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN TriggerOutcome = 3
 )
 
 // Enum value maps for TriggerOutcome.
@@ -105,11 +109,13 @@ var (
 		0: "TRIGGER_OUTCOME_UNSPECIFIED",
 		1: "TRIGGER_OUTCOME_OK",
 		2: "TRIGGER_OUTCOME_FAILED",
+		3: "TRIGGER_OUTCOME_UNKNOWN",
 	}
 	TriggerOutcome_value = map[string]int32{
 		"TRIGGER_OUTCOME_UNSPECIFIED": 0,
 		"TRIGGER_OUTCOME_OK":          1,
 		"TRIGGER_OUTCOME_FAILED":      2,
+		"TRIGGER_OUTCOME_UNKNOWN":     3,
 	}
 )
 
@@ -3106,11 +3112,12 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x12RUN_STATUS_SUCCESS\x10\x02\x12\x13\n" +
 	"\x0fRUN_STATUS_FAIL\x10\x03\x12\x16\n" +
 	"\x12RUN_STATUS_TIMEOUT\x10\x04\x12\x15\n" +
-	"\x11RUN_STATUS_KILLED\x10\x05*e\n" +
+	"\x11RUN_STATUS_KILLED\x10\x05*\x82\x01\n" +
 	"\x0eTriggerOutcome\x12\x1f\n" +
 	"\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TRIGGER_OUTCOME_OK\x10\x01\x12\x1a\n" +
-	"\x16TRIGGER_OUTCOME_FAILED\x10\x02*\x92\x01\n" +
+	"\x16TRIGGER_OUTCOME_FAILED\x10\x02\x12\x1b\n" +
+	"\x17TRIGGER_OUTCOME_UNKNOWN\x10\x03*\x92\x01\n" +
 	"\vAlarmStatus\x12\x1c\n" +
 	"\x18ALARM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ALARM_STATUS_PENDING\x10\x01\x12\x1b\n" +
