@@ -207,24 +207,27 @@ func (s *Service) finish(sh *shardSend, failure string) {
 	sh.done(sh.id, failure, true)
 }
 
-// giveUp records a shard that no executor took within its time (why, when set, says why it
-// could not wait longer).
+// giveUp records a shard that no executor took within its time, or, when why is set, that
+// could not wait longer (why says why).
 func (s *Service) giveUp(sh *shardSend, why string) {
 	rec := sh.rec
-	within := s.cfg.MisfireThreshold
+	within := fmt.Sprintf(" within %v", s.cfg.MisfireThreshold)
+	if why != "" {
+		within = ""
+	}
 	var failure, answer, outcome string
 	switch {
 	case sh.pinned:
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN
-		failure = fmt.Sprintf("unknown: %s within %v; the fire went to no other executor, so that it cannot run twice: the executor's report decides the run", sh.last, within)
+		failure = fmt.Sprintf("unknown: %s%s; the fire went to no other executor, so that it cannot run twice: the executor's report decides the run", sh.last, within)
 		answer, outcome = "UNKNOWN", outcomeUnknown
 	case sh.full:
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
-		failure = fmt.Sprintf("overloaded: no executor accepted within %v (last: %s)", within, sh.last)
+		failure = fmt.Sprintf("overloaded: no executor accepted%s (last: %s)", within, sh.last)
 		answer, outcome = "OVERLOADED", outcomeOverloaded
 	default:
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
-		failure = fmt.Sprintf("no executor accepted within %v: %s", within, sh.last)
+		failure = fmt.Sprintf("no executor accepted%s: %s", within, sh.last)
 		answer, outcome = "ERROR", outcomeFailed
 	}
 	if why != "" {
@@ -361,6 +364,9 @@ func (bs *backlogs) forget(sh *shardSend) {
 
 // kick wakes the backlog of an executor that has room again.
 func (bs *backlogs) kick(addr string) {
+	if !bs.any.Load() { // every Run answer with room calls: nearly always nothing waits
+		return
+	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	for k, b := range bs.m {
