@@ -74,6 +74,14 @@ func (f *Fake) BlockUntilTimers(n int) {
 	}
 }
 
+// Timers returns how many timers are armed now, for a test that moves the time only while a
+// goroutine waits on one (BlockUntilTimers would wait forever when none will be armed).
+func (f *Fake) Timers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
 // arm schedules t to fire after d. f.mu must be held and t not armed.
 func (f *Fake) arm(t *fakeTimer, d time.Duration) {
 	f.seq++

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -124,12 +123,13 @@ func (s *Service) submit(f *fire) {
 }
 
 // dispatch routes a fire and sends Run to each chosen executor. It does not wait for the
-// executors' answers: once each shard is answered or has failed, the outcome is recorded, the
-// fire settled, and then (if not nil) gets the fire's trigger ids (nil when the fire was not
-// dispatched: its leadership was lost). A fire to one executor whose leadership is lost while it
-// waits for its executor's call is not sent either: it stays owed, for the next leader; the
-// shards of a broadcast that has begun all go. The fire's root span links to cause (a traced
-// operation that caused the fire), if valid.
+// executors' answers: once each shard is answered or given up (an executor that does not take
+// it at once is waited for: backlog.go), the outcome is recorded, the fire settled, and then
+// (if not nil) gets the fire's trigger ids (nil when the fire was not dispatched: its
+// leadership was lost). A fire to one executor whose leadership is lost while it waits for its
+// executor is not sent either: it stays owed, for the next leader; the shards of a broadcast
+// that has begun are sent, or given up and recorded. The fire's root span links to cause (a
+// traced operation that caused the fire), if valid.
 func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	if f.lead != nil && !f.lead.begin() {
 		if then != nil {
@@ -142,10 +142,12 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	start := time.Now()
 	defer func() { s.slowness.observe(f.job.ID, time.Since(start)) }()
 	ctx, span := s.startFire(f, cause)
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
+	// Routing (reading the group, FAILOVER and BUSYOVER probes) is bounded by the dispatch
+	// timeout; the shards then wait for their executors as long as back-pressure lets them.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
+	defer cancel()
 	end := func(ids, addrs []string, failed int, msg string) {
 		endFire(span, ids, addrs, failed, msg)
-		cancel()
 		if f.pending { // settling deletes its pending_fires row: not on the goroutine of the answers
 			go func() {
 				s.settling <- struct{}{}
@@ -162,20 +164,37 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 
 	var targets []route.Target
 	var routeMsg string
-	if len(f.addresses) > 0 {
-		for _, a := range f.addresses {
-			targets = append(targets, route.Target{Address: a, ShardIndex: 0, ShardTotal: 1})
-		}
-		routeMsg = "addresses given by the trigger request: " + strings.Join(f.addresses, ", ")
-	} else {
-		addrs, token, err := s.groups.addresses(ctx, f.job.GroupID)
+	pinned := false
+	if addr, why := f.pinnedTo(); addr != "" {
+		// A takeover found that this executor may hold the fire: it goes there only, and the
+		// executor's duplicate check answers if it does.
+		_, token, err := s.groups.addresses(rctx, f.job.GroupID)
 		if err != nil {
 			s.metrics.gaveUp(outcomeNoRoute)
 			fail("route: " + err.Error())
 			return
 		}
-		ctx = withAccessToken(ctx, token) // route probes and Run alike, all to the group's executors
-		dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), addrs)
+		ctx = withAccessToken(ctx, token)
+		targets, routeMsg, pinned = []route.Target{{Address: addr, ShardIndex: 0, ShardTotal: 1}}, why, true
+	} else if len(f.addresses) > 0 {
+		for _, a := range f.addresses {
+			targets = append(targets, route.Target{Address: a, ShardIndex: 0, ShardTotal: 1})
+		}
+		routeMsg = "addresses given by the trigger request: " + strings.Join(f.addresses, ", ")
+	} else {
+		addrs, token, err := s.groups.addresses(rctx, f.job.GroupID)
+		if err != nil {
+			s.metrics.gaveUp(outcomeNoRoute)
+			fail("route: " + err.Error())
+			return
+		}
+		// Route probes and Run alike, all to the group's executors.
+		ctx, rctx = withAccessToken(ctx, token), withAccessToken(rctx, token)
+		// Pass over the executors that could not be reached lately, and those that said they are
+		// full while another has room (a broadcast's shards go to every executor that is up).
+		addrs, note := s.execs.health.usable(addrs, f.job.Route != schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST)
+		dec, err := s.router.Route(rctx, f.job.ID, route.Strategy(f.job.Route), addrs)
+		dec.Message += note
 		if err != nil {
 			msg := fmt.Sprintf("route %s over group %d: %v", strings.TrimPrefix(f.job.Route.String(), "ROUTE_STRATEGY_"), f.job.GroupID, err)
 			if dec.Message != "" { // FAILOVER and BUSYOVER say which executors failed their check, and why
@@ -203,10 +222,10 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 		if f.lead != nil {
 			skip = f.lead.isLost
 		}
-		s.send(ctx, f, t, routeMsg, skip, func(id, failure string, sent bool) {
+		s.send(ctx, f, t, routeMsg, pinned, skip, func(id, failure string, sent bool) {
 			if !sent { // still owed: the next leader sends it
 				span.End()
-				cancel()
+				f.lead.unpin(f.key())
 				f.lead.end()
 				if then != nil {
 					then(nil)
@@ -228,7 +247,7 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	left.Store(int32(len(targets)))
 	for i, t := range targets {
 		addrs[i] = t.Address
-		s.send(ctx, f, t, routeMsg, nil, func(id, failure string, _ bool) {
+		s.send(ctx, f, t, routeMsg, false, nil, func(id, failure string, _ bool) {
 			ids[i], fails[i] = id, failure
 			if left.Add(-1) > 0 {
 				return
@@ -247,11 +266,23 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	}
 }
 
+// pinnedTo returns the executor a takeover pinned the fire to, and why; "" for none.
+func (f *fire) pinnedTo() (addr, why string) {
+	if f.lead == nil || len(f.addresses) > 0 {
+		return "", ""
+	}
+	if addr = f.lead.pinOf(f.key()); addr == "" {
+		return "", ""
+	}
+	return addr, "takeover: sent to executor " + addr + " only: it did not say whether it holds the fire, and its duplicate check answers if it does"
+}
+
 // settled closes a dispatch: a scheduled fire is no longer owed (a retry or child fire leaves
 // pending_fires), its leadership's dispatch ends, and then gets the fire's trigger ids.
 func (s *Service) settled(f *fire, ids []string, then func(ids []string)) {
 	if f.lead != nil {
 		s.settle(f)
+		f.lead.unpin(f.key())
 		f.lead.end()
 	}
 	if then != nil {
@@ -260,13 +291,18 @@ func (s *Service) settled(f *fire, ids []string, then func(ids []string)) {
 }
 
 // send delivers one shard of a fire to one executor, records what happened once the executor
-// answers, and then calls done with the shard's trigger id and why the fire did not get there
-// (empty when it did). If skip (may be nil) says so when the executor's call is formed, the fire
-// is not sent, nor recorded: done gets sent false. A fire to addresses the trigger named presents
-// the token of the group each address belongs to (tokenFor).
-func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string, skip func() bool, done func(id, failure string, sent bool)) {
+// answers or the fire is given up (backlog.go: an executor that does not take it at once is
+// waited for, within the misfire threshold), and then calls done with the shard's trigger id and
+// why the fire did not get there (empty when it did). If skip (may be nil) says so when a call
+// of the executor's is formed, the fire is not sent, nor recorded: done gets sent false. A fire
+// to addresses the trigger named presents the token of the group each address belongs to
+// (tokenFor). pinned sends it to that executor only, whatever happens (takeover: the executor may
+// hold it already); otherwise a routed fire whose executor cannot be reached goes to another.
+func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg string, pinned bool, skip func() bool, done func(id, failure string, sent bool)) {
 	if len(f.addresses) > 0 {
-		ctx = withAccessToken(ctx, s.groups.tokenFor(ctx, f.job.GroupID, t.Address))
+		tctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout) // the group, when not cached
+		ctx = withAccessToken(ctx, s.groups.tokenFor(tctx, f.job.GroupID, t.Address))
+		cancel()
 	}
 	shard, total := int32(t.ShardIndex), int32(t.ShardTotal)
 	if total == 0 {
@@ -294,37 +330,29 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	rec := s.record(f, id, shard, total, t.Address, params)
 	rec.TriggerUnixMs = now
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
-	s.execs.runAsync(ctx, t.Address, trig, f.dueMs, skip, func(ack *executorv1.RunAck, err error) {
-		if errors.Is(err, errNotSent) {
-			endDispatch(span, "NOT_SENT", false, "")
-			done(id, "", false)
-			return
-		}
-		done(id, s.answered(ctx, f, t, routeMsg, rec, span, sentAt, ack, err), true)
+	s.try(&shardSend{
+		f: f, t: t, ctx: ctx, id: id, trig: trig, rec: rec, span: span, routeMsg: routeMsg, skip: skip, done: done,
+		sentAt: sentAt, giveUpAt: s.giveUpAt(f, sentAt), pinned: pinned,
+		reroute: !pinned && len(f.addresses) == 0 && total == 1 && j.Route != schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST,
 	})
 }
 
-// answered records one shard's Run answer (ack, or err when there is none) and ends its span;
-// it returns why the fire did not get there (empty when it did).
-func (s *Service) answered(ctx context.Context, f *fire, t route.Target, routeMsg string, rec *logsv1.TriggerRecord,
-	span trace.Span, sentAt time.Time, ack *executorv1.RunAck, err error) (failure string) {
+// answered records a shard's Run answer (ack, or err when the executor refused the call) and
+// ends its span; it returns why the fire did not get there (empty when it did).
+func (s *Service) answered(sh *shardSend, ack *executorv1.RunAck, err error) (failure string) {
+	ctx, f, t, routeMsg, rec, span := sh.ctx, sh.f, sh.t, sh.routeMsg, sh.rec, sh.span
 	j := f.job
 	outcome := outcomeAccepted
 	answer := strings.TrimPrefix(ack.GetOutcome().String(), "RUN_OUTCOME_")
+	if sh.tries > 1 { // what the tries before met, then this answer
+		routeMsg += fmt.Sprintf("\n%s; try %d:", sh.last, sh.tries)
+	}
 	switch {
 	case status.Code(err) == codes.Unauthenticated:
 		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s %s (Unauthenticated): %s", routeMsg, t.Address, refusal(ctx, j.GroupID), status.Convert(err).Message())
 		failure, answer = fmt.Sprintf("executor %s %s", t.Address, refusal(ctx, j.GroupID)), "UNAUTHENTICATED"
-	case unanswered(err):
-		// The fire went out and no answer came back: the executor may have it. Not a failure
-		// (a retry on top of a fire that runs would run it twice) but UNKNOWN, for the
-		// executor's report or logsvc's lost-run sweep to decide.
-		outcome = outcomeUnanswered
-		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN
-		rec.TriggerMessage = fmt.Sprintf("%s\nexecutor %s: sent, no answer: %v (the executor may have the fire; its report decides the run)", routeMsg, t.Address, err)
-		failure, answer = fmt.Sprintf("executor %s: sent, no answer: %v", t.Address, err), "UNANSWERED"
 	case err != nil:
 		outcome = outcomeFailed
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
@@ -342,22 +370,10 @@ func (s *Service) answered(ctx context.Context, f *fire, t route.Target, routeMs
 		rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
 		rec.TriggerMessage = routeMsg + "\nexecutor " + t.Address + ": " + answer // every fire: no fmt
 	}
-	s.metrics.sent(f.trigType, f.fireMs, sentAt, outcome)
+	s.metrics.sent(f.trigType, f.fireMs, sh.sentAt, outcome)
 	endDispatch(span, answer, failure != "", failure)
 	s.deliver(ctx, rec)
 	return failure
-}
-
-// unanswered says whether a Run call's error leaves the fire's fate unknown: the call went out
-// and ended without an answer (its deadline passed, or it was cancelled). A fire that never left
-// its executor's queue (errQueuedOut) did not reach the executor; every other error (refused
-// connection, rejected credentials, a malformed answer) is a failure to deliver.
-func unanswered(err error) bool {
-	if err == nil || errors.Is(err, errQueuedOut) {
-		return false
-	}
-	c := status.Code(err)
-	return c == codes.DeadlineExceeded || c == codes.Canceled
 }
 
 // refusal says what an executor that answered Unauthenticated refused.

@@ -195,7 +195,7 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 	lead.lost = true // as stop does first; stop then waits for the dispatches in flight
 	lead.mu.Unlock()
 	stopped := make(chan struct{})
-	go func() { lead.stop(); close(stopped) }()
+	go func() { lead.stop(nil); close(stopped) }()
 	close(e.gate)
 	select {
 	case <-stopped:

@@ -39,6 +39,9 @@ type executorPool struct {
 	clk clock.Clock
 	// inflight counts the fires handed to lanes and not answered yet (metrics).
 	inflight atomic.Int64
+	// health is what the executors' answers said of them (routing passes over the unreachable
+	// and the full).
+	health *executorHealth
 }
 
 func newExecutorPool(opts []grpc.DialOption) *executorPool {
@@ -46,7 +49,8 @@ func newExecutorPool(opts []grpc.DialOption) *executorPool {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler())) // the Run client span, and W3C context in metadata
-	return &executorPool{opts: opts, conns: map[string]*poolConn{}, lanes: map[laneKey]*runLane{}, clk: clock.Real()}
+	return &executorPool{opts: opts, conns: map[string]*poolConn{}, lanes: map[laneKey]*runLane{}, clk: clock.Real(),
+		health: newExecutorHealth(clock.Real())}
 }
 
 // poolConn is an executor connection and when a call last took it.
@@ -115,6 +119,7 @@ func (p *executorPool) pruneLoop(ctx context.Context, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			p.health.prune(now.Add(-idleConnAfter))
 			if n := p.prune(now.Add(-idleConnAfter)); n > 0 {
 				log.Info("closed idle executor connections", "closed", n)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,35 @@ type leadership struct {
 
 	mu       sync.Mutex
 	lost     bool
+	lostC    chan struct{} // closed when lost (made on first use: lostChan)
 	inflight sync.WaitGroup
+	// pins are the fires a takeover found an executor may hold already (it did not answer
+	// Seen): each goes to that executor only, whose duplicate check answers (takeover.go).
+	pins map[pendingKey]string
+}
+
+// pin sends fire k to addr only, when it is dispatched.
+func (l *leadership) pin(k pendingKey, addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pins == nil {
+		l.pins = map[pendingKey]string{}
+	}
+	l.pins[k] = addr
+}
+
+// pinOf returns the executor fire k is pinned to ("" for none).
+func (l *leadership) pinOf(k pendingKey) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pins[k]
+}
+
+// unpin forgets fire k's pin once it is dispatched.
+func (l *leadership) unpin(k pendingKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pins, k)
 }
 
 // begin admits a dispatch of one of this leadership's fires; false once leadership is lost.
@@ -49,6 +78,19 @@ func (l *leadership) begin() bool {
 	return true
 }
 
+// lostChan is closed once this leadership is lost.
+func (l *leadership) lostChan() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostC == nil {
+		l.lostC = make(chan struct{})
+		if l.lost {
+			close(l.lostC)
+		}
+	}
+	return l.lostC
+}
+
 // isLost reports whether this leadership has ended.
 func (l *leadership) isLost() bool {
 	l.mu.Lock()
@@ -59,11 +101,18 @@ func (l *leadership) isLost() bool {
 // end closes a dispatch admitted by begin.
 func (l *leadership) end() { l.inflight.Done() }
 
-// stop refuses further dispatches and waits for those in flight.
-func (l *leadership) stop() {
+// stop refuses further dispatches and waits for those in flight; wake (may be nil) is called
+// once they see the leadership lost, to wake those that wait for their executors.
+func (l *leadership) stop(wake func()) {
 	l.mu.Lock()
+	if !l.lost && l.lostC != nil {
+		close(l.lostC)
+	}
 	l.lost = true
 	l.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
 	l.inflight.Wait()
 }
 
@@ -183,7 +232,9 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 		s.log.Info("shutting down: stopping the ring and resigning", "epoch", epoch)
 	}
 	r.Drain() // stops firing at once; what it held stays owed
-	l.stop()  // queued fires are skipped (still owed), in the pools and the lanes; calls in flight finish
+	// Queued fires are skipped (still owed), in the pools, the lanes and the backlogs; calls in
+	// flight finish.
+	l.stop(s.waits.kickAll)
 	cancel()
 	<-done
 	<-done
@@ -266,7 +317,7 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 	if err := s.jobs.raiseFence(ctx, l.epoch, s.cfg.ReplicaID); err != nil {
 		return err
 	}
-	if err := s.takeOverPending(ctx); err != nil {
+	if err := s.takeOverPending(ctx, l); err != nil {
 		return err
 	}
 	jobs, err := s.jobs.armed(ctx)
@@ -319,20 +370,41 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 			unknown[f.job.GroupID] = append(unknown[f.job.GroupID], id)
 		}
 	}
-	onExec, skipped := s.seenOnExecutors(ctx, unknown)
-	refire := 0
+	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
+	refire, pinned := 0, 0
+	var doubts []*doubt
 	for _, f := range cands {
-		if id := TriggerID(f.job.ID, f.fireMs, 0, 0); known[id] || onExec[id] {
+		id := TriggerID(f.job.ID, f.fireMs, 0, 0)
+		if known[id] || onExec[id] {
+			continue
+		}
+		l.owed.add(f.job.ID, f.fireMs)
+		switch ex := silent[f.job.GroupID]; len(ex) {
+		case 0:
+		case 1: // it alone may hold the fire: it gets it again, and its duplicate check answers
+			l.pin(f.key(), ex[0].addr)
+			pinned++
+		default: // more than one may: wait until all but one have said
+			doubts = append(doubts, &doubt{f: f, id: id, cands: slices.Clone(ex)})
 			continue
 		}
 		refire++
-		l.owed.add(f.job.ID, f.fireMs)
 		l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: f.fireMs, Value: f})
 	}
 	s.log.Info("took over from the previous leader", "epoch", l.epoch, "jobs_marked", len(jobs),
 		"fires_checked", len(cands), "fires_on_executors", len(onExec), "executors_skipped", skipped,
-		"fires_refired", refire)
+		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts))
+	s.resolveLater(ctx, l, doubts)
 	return nil
+}
+
+// resolveLater resolves fires in doubt off the takeover (resolveDoubts), so that the leader
+// schedules meanwhile; nothing when there are none or l is lost already.
+func (s *Service) resolveLater(ctx context.Context, l *leadership, ds []*doubt) {
+	if len(ds) == 0 || !l.begin() {
+		return
+	}
+	go s.resolveDoubts(ctx, l, ds)
 }
 
 // wait pauses on the injected clock.

@@ -18,17 +18,22 @@ const meterName = "github.com/jobmesh/jobmesh/services/scheduler"
 
 // Fire outcomes, the values of the jobmesh.fire.outcome attribute of jobmesh.scheduler.fires.
 const (
-	outcomeAccepted   = "accepted"   // the executor accepted the fire
-	outcomeDuplicate  = "duplicate"  // the executor had accepted that trigger id before
-	outcomeRejected   = "rejected"   // the executor refused it (block strategy, unknown handler…)
-	outcomeFailed     = "failed"     // the Run call failed (executor unreachable, refused, queued past its deadline)
-	outcomeUnanswered = "unanswered" // the Run call went out and no answer came (deadline, cancel): the executor may have it
-	outcomeNoRoute    = "no_route"   // no executor to send it to (empty group, routing failure)
-	outcomePoolFull   = "pool_full"  // the trigger pool's queue was full
+	outcomeAccepted  = "accepted"  // the executor accepted the fire
+	outcomeDuplicate = "duplicate" // the executor had accepted that trigger id before
+	outcomeRejected  = "rejected"  // the executor refused it (block strategy, unknown handler…)
+	outcomeFailed    = "failed"    // the Run call failed (executor unreachable, deadline)
+	outcomeNoRoute   = "no_route"  // no executor to send it to (empty group, routing failure)
+	outcomePoolFull  = "pool_full" // the trigger pool's queue was full
+	// outcomeOverloaded: executors were full, and none took the fire within the misfire threshold.
+	outcomeOverloaded = "overloaded"
+	// outcomeUnknown: the executor did not answer within the misfire threshold, and the fire went
+	// to no other (it may run there: its report decides).
+	outcomeUnknown = "unknown"
 )
 
 // fireOutcomes lists the outcomes, for precomputing their attribute sets.
-var fireOutcomes = []string{outcomeAccepted, outcomeDuplicate, outcomeRejected, outcomeFailed, outcomeUnanswered, outcomeNoRoute, outcomePoolFull}
+var fireOutcomes = []string{outcomeAccepted, outcomeDuplicate, outcomeRejected, outcomeFailed, outcomeNoRoute, outcomePoolFull,
+	outcomeOverloaded, outcomeUnknown}
 
 // metrics are the scheduler's instruments. Attribute sets are built once, so recording a fire
 // allocates nothing beyond what the SDK needs.
@@ -110,6 +115,8 @@ func (mt *metrics) observe(s *Service) {
 		metric.WithDescription("Capacity of a trigger pool's queue; a fire beyond it is rejected."))
 	inflight, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.dispatch.inflight", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires handed to their executors' Run calls and not answered yet: queued behind a call in flight, or in it."))
+	waiting, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.dispatch.waiting", metric.WithUnit("{fire}"),
+		metric.WithDescription("Fires waiting for their executors to take them: full, unreachable, or not answering (back-pressure)."))
 	leader, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader",
 		metric.WithDescription("1 while this replica is the elected leader, 0 otherwise."))
 	epoch, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader.epoch",
@@ -128,13 +135,14 @@ func (mt *metrics) observe(s *Service) {
 		}
 		o.ObserveInt64(ringSize, size, replica)
 		o.ObserveInt64(inflight, s.execs.inflight.Load(), replica)
+		o.ObserveInt64(waiting, int64(s.waits.waiting()), replica)
 		o.ObserveInt64(leader, isLeader, replica)
 		for _, p := range pools {
 			o.ObserveInt64(queue, int64(len(p.queue)), mt.byPool[p.name])
 			o.ObserveInt64(queueCap, int64(cap(p.queue)), mt.byPool[p.name])
 		}
 		return nil
-	}, ringSize, queue, queueCap, inflight, leader, epoch)
+	}, ringSize, queue, queueCap, inflight, waiting, leader, epoch)
 }
 
 // stop unregisters the callback.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -191,23 +192,22 @@ func (l *leadership) disarmEntry(e ringEntry) {
 
 // takeOverPending deletes the pending fires the previous leader dispatched: those whose trigger
 // ids logsvc knows or an executor of the job's group has seen (seenOnExecutors). The pre-read
-// arms the rest.
-func (s *Service) takeOverPending(ctx context.Context) error {
+// arms the rest; one that an executor which did not answer may hold goes to it alone (pinned),
+// and one that several may hold is claimed until they say (resolveDoubts).
+func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 	fires, _, err := s.jobs.duePending(ctx, s.store, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
 	if err != nil {
 		return err
 	}
 	gone := 0
 	unknown := map[int64][]string{}
-	byID := make(map[string]pendingKey, len(fires))
+	byID := make(map[string]*fire, len(fires))
 	for start := 0; start < len(fires); start += 10000 {
 		chunk := fires[start:min(start+10000, len(fires))]
 		ids := make([]string, len(chunk))
-		group := make(map[string]int64, len(chunk))
 		for i, f := range chunk {
-			k := f.key()
-			ids[i] = k.triggerID()
-			byID[ids[i]], group[ids[i]] = k, f.job.GroupID
+			ids[i] = f.key().triggerID()
+			byID[ids[i]] = f
 		}
 		resp, err := s.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: ids})
 		if err != nil {
@@ -215,7 +215,7 @@ func (s *Service) takeOverPending(ctx context.Context) error {
 		}
 		known := make(map[string]bool, len(resp.GetKnownTriggerIds()))
 		for _, id := range resp.GetKnownTriggerIds() {
-			if err := s.jobs.deletePending(ctx, byID[id]); err != nil {
+			if err := s.jobs.deletePending(ctx, byID[id].key()); err != nil {
 				return err
 			}
 			known[id] = true
@@ -223,22 +223,41 @@ func (s *Service) takeOverPending(ctx context.Context) error {
 		}
 		for _, id := range ids {
 			if !known[id] {
-				unknown[group[id]] = append(unknown[group[id]], id)
+				unknown[byID[id].job.GroupID] = append(unknown[byID[id].job.GroupID], id)
 			}
 		}
 	}
 	// logsvc lags the fires under load; ask the executors about the ones it does not know.
-	onExec, skipped := s.seenOnExecutors(ctx, unknown)
+	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
 	for id := range onExec {
-		if err := s.jobs.deletePending(ctx, byID[id]); err != nil {
+		if err := s.jobs.deletePending(ctx, byID[id].key()); err != nil {
 			return err
 		}
 		gone++
 	}
+	pinned := 0
+	var doubts []*doubt
+	for gid, ids := range unknown {
+		ex := silent[gid]
+		for _, id := range ids {
+			f := byID[id]
+			switch {
+			case onExec[id] || len(ex) == 0:
+			case len(ex) == 1:
+				f.lead = l
+				l.pin(f.key(), ex[0].addr)
+				pinned++
+			case l.claims.claim(f.key()): // the pre-read does not arm it meanwhile
+				f.lead, f.pending = l, true
+				doubts = append(doubts, &doubt{f: f, id: id, cands: slices.Clone(ex)})
+			}
+		}
+	}
 	if len(fires) > 0 {
 		s.log.Info("took over pending retries and child fires", "pending", len(fires), "already_dispatched", gone,
-			"found_on_executors", len(onExec), "executors_skipped", skipped)
+			"found_on_executors", len(onExec), "executors_skipped", skipped, "pinned", pinned, "in_doubt", len(doubts))
 	}
+	s.resolveLater(ctx, l, doubts)
 	return nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
@@ -70,25 +69,17 @@ func (p *executorPool) lane(addr, auth string) *runLane {
 // errNotSent answers a fire whose skip said, as its call was formed, not to send it.
 var errNotSent = errors.New("not sent")
 
-// errQueuedOut wraps the context error of a fire whose context ended while it waited in its
-// executor's queue: it was never sent (unlike a call whose deadline passed on the way).
-var errQueuedOut = errors.New("not sent: still queued for its executor")
-
 // runAsync queues one fire for an executor and returns at once; done gets the executor's answer
 // to it, from a RunRequest of its own or one shared with the other fires queued for that
 // executor meanwhile. ctx carries the fire's deadline, trace and access token; a call that
 // carries several fires presents the first one's token and trace (the fires of one lane share
 // their token) under the earliest deadline among them, and is not cancelled with any one fire's
 // context. A fire whose context ends while it is queued is not sent (it gets the context's error
-// once the call ahead of it is answered), nor one whose skip (if not nil) says so then
-// (errNotSent). A fire sent before dueMs (Unix ms) carries the delay until then, taken as the
+// once the call ahead of it is answered, as errNeverSent), nor one whose skip (if not nil) says
+// so then (errNotSent). A fire sent before dueMs (Unix ms) carries the delay until then, taken as the
 // call leaves (Trigger.start_delay_us).
 func (p *executorPool) runAsync(ctx context.Context, addr string, t *executorv1.Trigger, dueMs int64, skip func() bool, done func(*executorv1.RunAck, error)) {
-	var auth string
-	if v := metadata.ValueFromOutgoingContext(ctx, "authorization"); len(v) > 0 { // no copy of the whole MD
-		auth = v[len(v)-1]
-	}
-	l := p.lane(addr, auth)
+	l := p.lane(addr, tokenOf(ctx))
 	c := &runCall{ctx: ctx, trig: t, due: dueMs, skip: skip, done: done}
 	p.inflight.Add(1)
 	l.mu.Lock()
@@ -99,6 +90,14 @@ func (p *executorPool) runAsync(ctx context.Context, addr string, t *executorv1.
 	if idle {
 		go l.drain()
 	}
+}
+
+// tokenOf is the authorization a call made with ctx presents (the lane key's part).
+func tokenOf(ctx context.Context) string {
+	if v := metadata.ValueFromOutgoingContext(ctx, "authorization"); len(v) > 0 { // no copy of the whole MD
+		return v[len(v)-1]
+	}
+	return ""
 }
 
 // drain sends the queued fires, one call at a time, until the queue is empty. The answers of a
@@ -114,7 +113,7 @@ func (l *runLane) drain() {
 		l.pool.inflight.Add(-int64(len(dropped)))
 		for _, c := range dropped {
 			if err := c.ctx.Err(); err != nil {
-				c.done(nil, fmt.Errorf("%w: %w", errQueuedOut, status.FromContextError(err).Err()))
+				c.done(nil, expiredInLane(err))
 			} else {
 				c.done(nil, errNotSent)
 			}
@@ -163,7 +162,7 @@ func (l *runLane) takeLocked() (batch, dropped []*runCall) {
 func (l *runLane) send(batch []*runCall) {
 	cli, err := l.pool.client(l.key.addr)
 	if err != nil {
-		go l.answer(batch, nil, err)
+		go l.answer(batch, nil, fmt.Errorf("%w: %w", errNeverSent, err))
 		return
 	}
 	ctx, cancel := callContext(batch)
@@ -203,6 +202,12 @@ func callContext(batch []*runCall) (context.Context, context.CancelFunc) {
 // answer hands each fire of a call its ack from resp, or err.
 func (l *runLane) answer(batch []*runCall, resp *executorv1.RunResponse, err error) {
 	l.pool.inflight.Add(-int64(len(batch)))
+	switch {
+	case err == nil:
+		l.pool.health.answered(l.key.addr, resp.GetLoad())
+	case connectionFailed(err):
+		l.pool.health.unreachable(l.key.addr, err)
+	}
 	acks := resp.GetAcks()
 	if err == nil && len(acks) != len(batch) {
 		err = fmt.Errorf("executor answered %d acks for %d fires", len(acks), len(batch))

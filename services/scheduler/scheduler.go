@@ -49,6 +49,13 @@ const maxSettling = 16
 // slow or away, about 160 MB of records at most.
 const DefaultRecordQueue = 500_000
 
+// DefaultExecutorQueue and DefaultExecutorQueueTotal are Config.ExecutorQueue's and
+// Config.ExecutorQueueTotal's defaults.
+const (
+	DefaultExecutorQueue      = 10_000
+	DefaultExecutorQueueTotal = 100_000
+)
+
 // Config tunes the scheduler. Zero values take the documented defaults.
 type Config struct {
 	// ReplicaID names this replica in the election; default hostname-pid.
@@ -74,6 +81,15 @@ type Config struct {
 	FastWorkers, SlowWorkers int
 	// PoolQueue bounds each trigger pool's queue. Default 20000.
 	PoolQueue int
+	// ExecutorQueue bounds the fires that wait for one executor to take them (it said it is full,
+	// could not be reached, or did not answer): beyond it a fire is given up at once. A waiting
+	// fire holds about 0.5 KB (its Trigger, trigger record and dispatch state; the job's
+	// definition and GLUE source are shared), up to 2 KB with a recording trace span or params of
+	// its own. Default 10,000.
+	ExecutorQueue int
+	// ExecutorQueueTotal bounds the waiting fires over all executors. Default 100,000: about
+	// 50 MB, at most 200 MB.
+	ExecutorQueueTotal int
 	// RecordQueue caps the trigger records held for logsvc, queued or sent and not yet
 	// acknowledged; beyond it new records are dropped and logged (their runs are completed
 	// without them: logsvc's sweepUnrecorded). Default DefaultRecordQueue.
@@ -129,6 +145,12 @@ func (c *Config) setDefaults() {
 	if c.RecordQueue == 0 {
 		c.RecordQueue = DefaultRecordQueue
 	}
+	if c.ExecutorQueue == 0 {
+		c.ExecutorQueue = DefaultExecutorQueue
+	}
+	if c.ExecutorQueueTotal == 0 {
+		c.ExecutorQueueTotal = DefaultExecutorQueueTotal
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
 	}
@@ -157,6 +179,8 @@ func (c *Config) validate() error {
 		return errors.New("scheduler: trigger pool workers and queue: at least 1")
 	case c.RecordQueue < 1:
 		return fmt.Errorf("scheduler: record queue %d: at least 1", c.RecordQueue)
+	case c.ExecutorQueue < 1 || c.ExecutorQueueTotal < c.ExecutorQueue:
+		return fmt.Errorf("scheduler: executor queue %d and total %d: at least 1, and the total at least the one", c.ExecutorQueue, c.ExecutorQueueTotal)
 	}
 	return nil
 }
@@ -195,6 +219,8 @@ type Service struct {
 	// settling bounds the dispatched retry and child fires whose pending_fires rows are being
 	// deleted at once: answers come without a worker to bound them.
 	settling chan struct{}
+	// waits holds the fires waiting for their executors to take them (back-pressure).
+	waits *backlogs
 
 	mu      sync.Mutex
 	started bool
@@ -223,7 +249,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DeliverySecret != "" {
 		s.delivery = seal.New(cfg.DeliverySecret, seal.Delivery)
 	}
-	s.execs.batched, s.execs.clk = s.metrics.runBatch, cfg.Clock
+	s.execs.batched, s.execs.clk, s.execs.health.clk = s.metrics.runBatch, cfg.Clock, cfg.Clock
+	s.waits = newBacklogs(s, cfg.ExecutorQueue, cfg.ExecutorQueueTotal)
+	s.execs.health.room = s.waits.kick
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
 	s.slowness = newSlowTracker(cfg.Clock)
 	s.settling = make(chan struct{}, maxSettling)
@@ -294,6 +322,7 @@ func (s *Service) Stop() {
 	s.wg.Wait()
 	s.fast.stop()
 	s.slow.stop()
+	s.waits.close() // what still waits for an executor (manual triggers) is given up, recorded
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.records.Flush(fctx); err != nil {
 		s.log.Warn("trigger records not all acknowledged at shutdown", "pending", s.records.Pending())

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -27,7 +28,9 @@ import (
 // route would send the re-fire to the other executor, which would run it a second time. That
 // holds for scheduled fires (armed_from_ms marks) and for pending retries. What no executor
 // has seen is re-fired, once. An executor that answers Seen with Unimplemented (an older
-// agent) or not at all is skipped, and the takeover goes on without it.
+// agent) or not at all may hold what it was asked about: the takeover goes on without it, and a
+// fire two such executors of a group may hold is not re-fired but recorded UNKNOWN once the
+// misfire threshold has passed.
 func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -145,14 +148,17 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 
 	// The new leader.
 	rec := logtest.New()
-	b := c.replicaWith(t, scheduler.Config{ReplicaID: "b", Logger: rec.Logger()})
+	b := c.replicaWith(t, scheduler.Config{ReplicaID: "b", Logger: rec.Logger(), MisfireThreshold: 2 * time.Second})
 	waitLeader(t, b)
 	rec.Wait(t, 30*time.Second, "took over pending retries and child fires",
-		"pending=2 already_dispatched=1 found_on_executors=1 executors_skipped=0")
+		"pending=2 already_dispatched=1 found_on_executors=1 executors_skipped=0 pinned=0 in_doubt=0")
 	rec.Wait(t, 30*time.Second, "took over from the previous leader", "jobs_marked=2",
-		"fires_checked=4 fires_on_executors=2 executors_skipped=2 fires_refired=2")
+		"fires_checked=4 fires_on_executors=2 executors_skipped=0 fires_refired=1 fires_pinned=0 fires_in_doubt=1")
 	rec.Wait(t, time.Second, "WARN executor does not implement Seen", "executor="+oldLn.Addr().String())
 	rec.Wait(t, time.Second, "WARN executor did not say which fires it has seen", "executor="+mute, "DeadlineExceeded")
+	// Job 2's fire: both executors of its group may hold it, and neither says.
+	rec.Wait(t, 30*time.Second, "WARN fire left unknown", "trigger_id="+scheduler.TriggerID(job2, g2fire, 0, 0),
+		"did not say within 2s")
 
 	// What no executor had seen runs, once, where FIRST sends it: f2 and f1's retry.
 	refired := []string{scheduler.TriggerID(job1, f2, 0, 0), scheduler.TriggerID(job1, f1, 0, 1)}
@@ -212,4 +218,178 @@ func muteListener(t *testing.T) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// slowSeenProxy stands in front of an executor (the address it registers) and passes every call
+// on, except Seen, which it answers only once the caller has stopped waiting: an executor too
+// busy to say which fires it holds, however long the deadline.
+type slowSeenProxy struct {
+	executorv1.UnimplementedExecutorServiceServer
+	mu sync.Mutex
+	to executorv1.ExecutorServiceClient
+}
+
+func (p *slowSeenProxy) target() executorv1.ExecutorServiceClient {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.to
+}
+
+func (p *slowSeenProxy) Run(ctx context.Context, req *executorv1.RunRequest) (*executorv1.RunResponse, error) {
+	return p.target().Run(ctx, req)
+}
+
+func (p *slowSeenProxy) Beat(ctx context.Context, req *executorv1.BeatRequest) (*executorv1.BeatResponse, error) {
+	return p.target().Beat(ctx, req)
+}
+
+func (p *slowSeenProxy) Seen(ctx context.Context, _ *executorv1.SeenRequest) (*executorv1.SeenResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestTakeoverWhoseSeenIsNeverAnsweredRunsNothingTwice: executors that never answer Seen in time
+// hold fires the dead leader sent them, and logsvc knows none of those fires. Where one executor
+// of a group is silent, every fire in doubt goes to it alone, under its trigger id: the fire it
+// holds is answered DUPLICATE there and not run again, though routing would send a re-fire to the
+// other executor; the fire it does not hold runs there once. Where two are silent, the fire is
+// not re-fired anywhere: once the misfire threshold has passed it is recorded UNKNOWN.
+func TestTakeoverWhoseSeenIsNeverAnsweredRunsNothingTwice(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	reg := registryv1.NewRegistryServiceClient(c.regConn)
+	ctx := t.Context()
+
+	type executor struct {
+		addr string // as registered: a slow-Seen proxy's for the silent ones
+		real string
+		runs *counter
+	}
+	group := func(app string, silent ...bool) (int64, []*executor) {
+		token := app + "-token"
+		g, err := reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
+			AppName: app, Title: app, AccessToken: token,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exs []*executor
+		for i, slow := range silent {
+			cfg := sdk.Config{AppName: app, InstanceID: fmt.Sprintf("%s-%d", app, i), ListenAddr: "127.0.0.1:0", AccessToken: token,
+				RegistryAddr: c.regConn.Target(), LogDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+			var proxy *slowSeenProxy
+			if slow {
+				proxy = &slowSeenProxy{}
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := grpc.NewServer()
+				executorv1.RegisterExecutorServiceServer(g, proxy)
+				go g.Serve(ln)
+				t.Cleanup(g.Stop)
+				cfg.AdvertiseAddr = ln.Addr().String()
+			}
+			ex, err := sdk.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &executor{runs: &counter{}}
+			ex.Handle("count", func(_ context.Context, j *sdk.Job) error { x.runs.add(j); return nil })
+			if err := ex.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sdktest.Stop(ex) })
+			x.addr, x.real = ex.AdvertiseAddr(), ex.Addr()
+			if proxy != nil {
+				proxy.mu.Lock()
+				proxy.to = sdktest.Client(t, x.real, token)
+				proxy.mu.Unlock()
+			}
+			exs = append(exs, x)
+		}
+		eventually(t, 15*time.Second, app+" executors online", func() bool {
+			got, err := reg.GetExecutorGroup(ctx, &registryv1.GetExecutorGroupRequest{Id: g.Group.Id})
+			return err == nil && len(got.Group.Addresses) == len(silent)
+		})
+		return g.Group.Id, exs
+	}
+	g1, one := group("silent-one", false, true) // one[1] never answers Seen
+	g2, two := group("silent-two", true, true)  // neither does
+
+	// Group 1 routes to its answering executor (FIRST or LAST, by the address order), so a
+	// re-fire that went by routing would run there a second time.
+	routeTo := schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST
+	if one[0].addr > one[1].addr {
+		routeTo = schedulerv1.RouteStrategy_ROUTE_STRATEGY_LAST
+	}
+	a := c.replica(t, "a")
+	waitLeader(t, a)
+	newJob := func(group int64, every string, rs schedulerv1.RouteStrategy) int64 {
+		t.Helper()
+		j, err := a.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+			GroupId: group, Name: "silent-" + every, Handler: "count", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+			Schedule:      &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: every},
+			RouteStrategy: rs, Status: schedulerv1.JobStatus_JOB_STATUS_STOPPED,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Job.Id
+	}
+	job1, job2 := newJob(g1, "1m", routeTo), newJob(g2, "1h", schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST)
+	a.Stop()
+
+	now := time.Now().UnixMilli()
+	f0, f1, h0 := now-90_000, now-30_000, now-60_000
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`UPDATE jobs SET status = $1 WHERE id IN ($2, $3)`, []any{int32(schedulerv1.JobStatus_JOB_STATUS_RUNNING), job1, job2}},
+		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job1, f0, f1 + 60_000}},
+		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job2, h0, h0 + 3_600_000}},
+	} {
+		if _, err := c.store.ExecContext(ctx, q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	// The dead leader's Run reached the silent executors: f0 on group 1's, h0 on group 2's second.
+	held := map[*executor]*executorv1.Trigger{
+		one[1]: {TriggerId: scheduler.TriggerID(job1, f0, 0, 0), JobId: job1, GroupId: g1, Handler: "count",
+			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, ShardTotal: 1, ScheduledUnixMs: f0},
+		two[1]: {TriggerId: scheduler.TriggerID(job2, h0, 0, 0), JobId: job2, GroupId: g2, Handler: "count",
+			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, ShardTotal: 1, ScheduledUnixMs: h0},
+	}
+	for x, tr := range held {
+		token := map[int64]string{g1: "silent-one-token", g2: "silent-two-token"}[tr.GetGroupId()]
+		resp, err := sdktest.Client(t, x.real, token).Run(ctx, &executorv1.RunRequest{Triggers: []*executorv1.Trigger{tr}})
+		if err != nil || resp.GetAcks()[0].GetOutcome() != executorv1.RunOutcome_RUN_OUTCOME_ACCEPTED {
+			t.Fatalf("the dead leader's fire %s: %v, %v", tr.GetTriggerId(), resp, err)
+		}
+	}
+
+	rec := logtest.New()
+	b := c.replicaWith(t, scheduler.Config{ReplicaID: "b", Logger: rec.Logger(), MisfireThreshold: 2 * time.Second})
+	waitLeader(t, b)
+	rec.Wait(t, 30*time.Second, "took over from the previous leader", "jobs_marked=2",
+		"fires_checked=3 fires_on_executors=0 executors_skipped=0 fires_refired=2 fires_pinned=2 fires_in_doubt=1")
+	id0, id1, hid := scheduler.TriggerID(job1, f0, 0, 0), scheduler.TriggerID(job1, f1, 0, 0), scheduler.TriggerID(job2, h0, 0, 0)
+	rec.Wait(t, 30*time.Second, "WARN fire left unknown", "trigger_id="+hid, "did not say within 2s")
+	eventually(t, 30*time.Second, "f1 run on the silent executor of group 1", func() bool {
+		_, got := one[1].runs.snapshot()
+		return got[id1] == 1
+	})
+	want := map[*executor]map[string]int{
+		one[0]: {id0: 0, id1: 0}, one[1]: {id0: 1, id1: 1},
+		two[0]: {hid: 0}, two[1]: {hid: 1},
+	}
+	for x, ids := range want {
+		_, got := x.runs.snapshot()
+		for id, n := range ids {
+			if got[id] != n {
+				t.Errorf("fire %s ran %d times on %s, want %d", id, got[id], x.addr, n)
+			}
+		}
+	}
 }

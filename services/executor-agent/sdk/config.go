@@ -61,7 +61,10 @@ type Config struct {
 	Insecure bool
 	// Version is the version the executor reports and registers.
 	Version string
-	// Capacity is how many fires the executor advertises it runs at once. Default 100.
+	// Capacity is how many fires the executor runs at once, over all jobs. A fire that comes due
+	// while every slot is taken waits for one; a fire sent while none is free, nor would be for
+	// it, is refused as busy (RunAck.busy) and not remembered, and the scheduler sends it again
+	// when the executor has room, within the job's misfire threshold. Default 100.
 	Capacity int
 	// Labels are free-form labels registered with the executor.
 	Labels map[string]string

@@ -32,14 +32,18 @@ type outbox interface {
 	// addLines queues lines of a running fire, to be written at once.
 	addLines(lines []*logsv1.LogLine)
 	// addStart queues the RUNNING result of a fire just accepted, without waiting for anything:
-	// it is written at the next waitSpooled, or with anything added after it that is written,
-	// and leaves runningAfter after the fire's start unless its final result replaces it.
-	// (Run accepts all its fires, then waits once: their RUNNING results share one write.)
+	// it is written at the next spoolSoon or waitSpooled, or with anything added after it that
+	// is written, and leaves runningAfter after the fire's start unless its final result
+	// replaces it. (Run accepts all its fires, then calls spoolSoon once: their RUNNING results
+	// share one write.)
 	addStart(r *logsv1.RunResult)
 	// addResult queues a fire's final result, to be written at once.
 	addResult(r *logsv1.RunResult)
-	// waitSpooled waits until everything added so far is in the spool (or dropped). Run calls
-	// it before answering, Log before saying a fire ended, Stop before flushing.
+	// spoolSoon has what was added so far written now, without waiting for it (Run, once it
+	// has placed its fires).
+	spoolSoon()
+	// waitSpooled waits until everything added so far is in the spool (or dropped). Log calls it
+	// before saying a fire ended, Stop before flushing.
 	waitSpooled()
 	// flush waits until everything added so far is acknowledged or ctx ends.
 	flush(ctx context.Context) error
@@ -55,6 +59,7 @@ func (nopOutbox) start(context.Context)       {}
 func (nopOutbox) addLines([]*logsv1.LogLine)  {}
 func (nopOutbox) addStart(*logsv1.RunResult)  {}
 func (nopOutbox) addResult(*logsv1.RunResult) {}
+func (nopOutbox) spoolSoon()                  {}
 func (nopOutbox) waitSpooled()                {}
 func (nopOutbox) flush(context.Context) error { return nil }
 func (nopOutbox) pending() int                { return 0 }
@@ -123,8 +128,12 @@ type staged struct {
 // carries the items of many fires), and only then hands it to the senders, in order. So an item
 // is on disk before it can reach logsvc, and a killed agent loses nothing logsvc has not
 // acknowledged but what was added in its last moments, not yet written and never sent (as a
-// kill a moment earlier would have). What the executor tells others waits for the write: a Run
-// call's acks, a Log call's end of a fire.
+// kill a moment earlier would have). A Log call's end of a fire waits for the write; a Run
+// call's acks do not (Run only has the write start at once, spoolSoon): a scheduler that waited
+// for a slow disk gave up on fires the executor then ran. So an agent killed in the moment
+// between its ack and that write leaves no RUNNING record of the fires it just took; their runs
+// are decided as those of any fire its dead executor had not reported (the trigger record says
+// where it went; logsvc settles the run when the executor leaves).
 //
 // A RUNNING result not yet batched for logsvc when its fire's final result comes is not sent:
 // the final result takes its place (it carries the start time, executor address and trace the
@@ -301,7 +310,7 @@ func (o *streamOutbox) admitLocked(urgent bool, what string) bool {
 }
 
 // stageLocked hands an item to writeLoop; wake says to write it now rather than with the next
-// item that does or at the next waitSpooled.
+// item that does or at the next spoolSoon or waitSpooled.
 func (o *streamOutbox) stageLocked(it staged, wake bool) {
 	o.staging = append(o.staging, it)
 	o.added++
@@ -590,6 +599,14 @@ func (o *streamOutbox) addResult(r *logsv1.RunResult) {
 		return
 	}
 	o.stageLocked(staged{res: &resultItem{r: r}}, true)
+}
+
+func (o *streamOutbox) spoolSoon() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.written < o.added {
+		o.work.Signal()
+	}
 }
 
 func (o *streamOutbox) waitSpooled() {

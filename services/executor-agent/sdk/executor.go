@@ -145,6 +145,8 @@ type Executor struct {
 	active     map[string]*run      // held, queued or running fires by trigger id
 	held       map[string]*run      // fires sent ahead of their time, until due (Trigger.start_delay_us)
 	recent     *recentIDs           // recently accepted trigger ids → the day of their log file
+	slots      int                  // run slots taken: fires running, and slots granted to a waiting worker
+	slotQueue  []*worker            // workers whose next fire waits for a run slot, in order
 	day        string               // dayLocked's: the current UTC date, valid in [dayStart, dayEnd)
 	dayStart   time.Time
 	dayEnd     time.Time

@@ -56,7 +56,12 @@ func (s *service) IdleBeat(_ context.Context, req *executorv1.IdleBeatRequest) (
 	return &executorv1.IdleBeatResponse{Idle: true}, nil
 }
 
-func (s *service) Run(_ context.Context, req *executorv1.RunRequest) (*executorv1.RunResponse, error) {
+// Run answers at once: it places the fires and returns without waiting for their RUNNING
+// results to reach the spool (the writer takes them now, with what else is staged), so a slow
+// disk or a busy agent does not turn into a scheduler's deadline. A fire still in the request
+// when the call's context ends (the scheduler stopped waiting) is not taken: the scheduler,
+// which has no answer, sends it again under the same trigger id.
+func (s *service) Run(ctx context.Context, req *executorv1.RunRequest) (*executorv1.RunResponse, error) {
 	if n := len(req.GetTriggers()); n > maxTriggers {
 		return nil, status.Errorf(codes.InvalidArgument, "triggers: %d fires, at most %d per call", n, maxTriggers)
 	}
@@ -64,6 +69,11 @@ func (s *service) Run(_ context.Context, req *executorv1.RunRequest) (*executorv
 	acks := make([]*executorv1.RunAck, len(req.GetTriggers()))
 	var held []*run
 	for i, t := range req.GetTriggers() {
+		if err := ctx.Err(); err != nil {
+			acks[i] = &executorv1.RunAck{TriggerId: t.GetTriggerId(), Outcome: executorv1.RunOutcome_RUN_OUTCOME_REJECTED,
+				Message: "not taken: the scheduler's call ended first (" + err.Error() + ")"}
+			continue
+		}
 		var r *run
 		if acks[i], r = s.e.accept(t); r != nil {
 			held = append(held, r)
@@ -72,9 +82,8 @@ func (s *service) Run(_ context.Context, req *executorv1.RunRequest) (*executorv
 	if len(held) > 0 {
 		s.e.hold(held, received)
 	}
-	// The fires' RUNNING results are in the spool before the scheduler hears they were accepted.
-	s.e.out.waitSpooled()
-	return &executorv1.RunResponse{Acks: acks}, nil
+	s.e.out.spoolSoon()
+	return &executorv1.RunResponse{Acks: acks, Load: s.e.load()}, nil
 }
 
 func (s *service) Kill(_ context.Context, req *executorv1.KillRequest) (*executorv1.KillResponse, error) {

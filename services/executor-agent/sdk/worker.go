@@ -66,10 +66,13 @@ type worker struct {
 	queue   []*run
 	running *run
 	retired bool // replaced, reclaimed or stopping: takes no more fires
-	wake    chan struct{}
-	done    chan struct{}
-	prev    <-chan struct{} // the replaced worker's done: wait for it before the first fire
-	inited  bool
+	// slotWait: its next fire waits in Executor.slotQueue for a run slot; granted: a slot freed
+	// for it and is its to take (counted in Executor.slots already).
+	slotWait, granted bool
+	wake              chan struct{}
+	done              chan struct{}
+	prev              <-chan struct{} // the replaced worker's done: wait for it before the first fire
+	inited            bool
 }
 
 func (w *worker) busy() bool { return w.running != nil || len(w.queue) > 0 }
@@ -139,6 +142,12 @@ func (e *Executor) accept(t *executorv1.Trigger) (*executorv1.RunAck, *run) {
 		e.mu.Unlock()
 		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_DUPLICATE, Message: "fire " + id + " was already accepted here"}, nil
 	}
+	if e.freeSlotsLocked() == 0 && e.needsSlotLocked(t, key) {
+		// Full: refused, and not remembered, so the scheduler sends it again when there is room.
+		msg := fmt.Sprintf("executor at capacity: %d fires running or waiting to run (capacity %d)", e.slots+len(e.slotQueue), e.cfg.Capacity)
+		e.mu.Unlock()
+		return &executorv1.RunAck{TriggerId: id, Outcome: executorv1.RunOutcome_RUN_OUTCOME_REJECTED, Message: msg, Busy: true}, nil
+	}
 	now := time.Now()
 	if d := t.GetStartDelayUs(); d > 0 {
 		// Sent ahead of its time: accepted (and seen) now, placed behind the job's worker when due.
@@ -158,6 +167,9 @@ func (e *Executor) accept(t *executorv1.Trigger) (*executorv1.RunAck, *run) {
 	}
 	r := e.newRunLocked(t, w, fn, now)
 	w.queue = append(w.queue, r)
+	if w.running == nil {
+		e.askSlotLocked(w)
+	}
 	e.active[id] = r
 	e.recent.add(id, r.day)
 	e.addStartLocked(r, now)
@@ -260,6 +272,9 @@ func (e *Executor) release(due []*run) {
 		}
 		r.w = w
 		w.queue = append(w.queue, r)
+		if w.running == nil {
+			e.askSlotLocked(w)
+		}
 		w.signal()
 	}
 	e.mu.Unlock()
@@ -397,6 +412,7 @@ func (e *Executor) retireLocked(w *worker, cause *stopCause) retirement {
 	}
 	rt := retirement{running: w.running, queued: w.queue, cause: cause}
 	w.queue = nil
+	e.leaveSlotQueueLocked(w)
 	w.signal()
 	return rt
 }
@@ -441,6 +457,10 @@ func (e *Executor) work(w *worker) {
 	for {
 		e.mu.Lock()
 		if len(w.queue) > 0 {
+			e.askSlotLocked(w)
+		}
+		if len(w.queue) > 0 && w.granted {
+			w.granted = false
 			r := w.queue[0]
 			w.queue[0] = nil
 			w.queue = w.queue[1:]
@@ -449,13 +469,17 @@ func (e *Executor) work(w *worker) {
 			e.execute(w, r)
 			e.mu.Lock()
 			w.running = nil
+			e.freeSlotLocked()
 			e.mu.Unlock()
 			idle.Reset(e.cfg.IdleTimeout)
 			continue
 		}
-		if w.retired {
-			e.mu.Unlock()
-			return
+		if len(w.queue) == 0 {
+			e.leaveSlotQueueLocked(w)
+			if w.retired {
+				e.mu.Unlock()
+				return
+			}
 		}
 		e.mu.Unlock()
 		select {
@@ -477,6 +501,91 @@ func (e *Executor) work(w *worker) {
 			idle.Reset(e.cfg.IdleTimeout)
 		}
 	}
+}
+
+// A fire runs only in a run slot: at most Config.Capacity fires run at once. A worker asks for a
+// slot as soon as its next fire is due to start (askSlotLocked: when the fire is queued on an
+// idle worker, or its previous fire ends), so that a Run call's later fires already see the
+// slots its earlier ones took. A worker that finds none waits in slotQueue, in order; a freed
+// slot goes straight to the first waiting worker (granted), so a fire arriving later cannot take
+// it.
+
+// askSlotLocked gives w a run slot for its next fire (granted), or queues it for the next free
+// one; nothing when it has asked already.
+func (e *Executor) askSlotLocked(w *worker) {
+	if w.granted || w.slotWait {
+		return
+	}
+	if e.slots < e.cfg.Capacity && len(e.slotQueue) == 0 {
+		e.slots++
+		w.granted = true
+		return
+	}
+	w.slotWait = true
+	e.slotQueue = append(e.slotQueue, w)
+}
+
+// freeSlotLocked hands a slot that a fire left to the first worker waiting for one that still
+// has a fire to run, or frees it.
+func (e *Executor) freeSlotLocked() {
+	for len(e.slotQueue) > 0 {
+		w := e.slotQueue[0]
+		e.slotQueue[0] = nil
+		e.slotQueue = e.slotQueue[1:]
+		w.slotWait = false
+		if len(w.queue) == 0 {
+			continue // its fire was killed meanwhile
+		}
+		w.granted = true
+		w.signal()
+		return
+	}
+	e.slotQueue = nil
+	e.slots--
+}
+
+// leaveSlotQueueLocked takes w, with nothing left to run, out of the wait for a slot, and passes
+// on a slot granted to it.
+func (e *Executor) leaveSlotQueueLocked(w *worker) {
+	if w.granted {
+		w.granted = false
+		e.freeSlotLocked()
+	}
+	if w.slotWait {
+		w.slotWait = false
+		if i := slices.Index(e.slotQueue, w); i >= 0 {
+			e.slotQueue = slices.Delete(e.slotQueue, i, i+1)
+		}
+	}
+}
+
+// freeSlotsLocked is how many fires could start now: Capacity less the fires running and those
+// waiting for a slot.
+func (e *Executor) freeSlotsLocked() int {
+	return max(e.cfg.Capacity-e.slots-len(e.slotQueue), 0)
+}
+
+// needsSlotLocked says whether a fire of a job, with handler key, adds to the fires that want a
+// run slot: not when the job is busy here and the fire is refused for it (DISCARD_LATER) or
+// takes the running fire's place (COVER_EARLY).
+func (e *Executor) needsSlotLocked(t *executorv1.Trigger, key string) bool {
+	w := e.workers[t.GetJobId()]
+	if w == nil || w.key != key || !w.busy() {
+		return true
+	}
+	switch t.GetBlockStrategy() {
+	case schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER, schedulerv1.BlockStrategy_BLOCK_STRATEGY_COVER_EARLY:
+		return false
+	}
+	return true
+}
+
+// load reports how busy the executor is, for the scheduler (RunResponse.load).
+func (e *Executor) load() *executorv1.ExecutorLoad {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return &executorv1.ExecutorLoad{Capacity: int32(e.cfg.Capacity), Running: int32(e.slots),
+		Waiting: int32(len(e.slotQueue)), Free: int32(e.freeSlotsLocked())}
 }
 
 // execute runs one fire to its end and records its result.
@@ -712,6 +821,9 @@ func (e *Executor) kill(jobID int64, triggerID string) (bool, string) {
 					break
 				}
 			}
+			if len(r.w.queue) == 0 {
+				e.leaveSlotQueueLocked(r.w) // the slot it asked for goes to the next fire
+			}
 			rt.queued = []*run{r}
 		}
 	} else {
@@ -719,6 +831,7 @@ func (e *Executor) kill(jobID int64, triggerID string) (bool, string) {
 		if w != nil {
 			rt.running, rt.queued = w.running, w.queue
 			w.queue = nil
+			e.leaveSlotQueueLocked(w)
 		}
 		for id, r := range e.held { // fires sent ahead of their time are the job's too
 			if r.t.GetJobId() == jobID {

@@ -562,7 +562,9 @@ func (x *RunRequest) GetTriggers() []*Trigger {
 type RunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One answer per fire, in request order.
-	Acks          []*RunAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	Acks []*RunAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	// The executor's load once the request's fires were placed; unset by executors older than it.
+	Load          *ExecutorLoad `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +606,87 @@ func (x *RunResponse) GetAcks() []*RunAck {
 	return nil
 }
 
+func (x *RunResponse) GetLoad() *ExecutorLoad {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// ExecutorLoad is how busy an executor is: the scheduler routes over it and holds fires back
+// while the executor has no room.
+type ExecutorLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Fires it runs at once at most.
+	Capacity int32 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// Fires running now.
+	Running int32 `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"`
+	// Fires due to start and waiting for a free run slot.
+	Waiting int32 `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// Run slots free for a new fire: capacity less running and waiting, at least 0.
+	Free          int32 `protobuf:"varint,4,opt,name=free,proto3" json:"free,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorLoad) Reset() {
+	*x = ExecutorLoad{}
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorLoad) ProtoMessage() {}
+
+func (x *ExecutorLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorLoad.ProtoReflect.Descriptor instead.
+func (*ExecutorLoad) Descriptor() ([]byte, []int) {
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExecutorLoad) GetCapacity() int32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *ExecutorLoad) GetRunning() int32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ExecutorLoad) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *ExecutorLoad) GetFree() int32 {
+	if x != nil {
+		return x.Free
+	}
+	return 0
+}
+
 // RunAck is the answer to one fire.
 type RunAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -612,14 +695,17 @@ type RunAck struct {
 	// Accepted, duplicate or rejected.
 	Outcome RunOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=jobmesh.executor.v1.RunOutcome" json:"outcome,omitempty"`
 	// Why rejected.
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Rejected only because the executor runs as many fires as its capacity allows: it has not
+	// kept the fire (nor its trigger id), and takes it when sent again once it has room.
+	Busy          bool `protobuf:"varint,4,opt,name=busy,proto3" json:"busy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunAck) Reset() {
 	*x = RunAck{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[7]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +717,7 @@ func (x *RunAck) String() string {
 func (*RunAck) ProtoMessage() {}
 
 func (x *RunAck) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[7]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +730,7 @@ func (x *RunAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAck.ProtoReflect.Descriptor instead.
 func (*RunAck) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunAck) GetTriggerId() string {
@@ -668,6 +754,13 @@ func (x *RunAck) GetMessage() string {
 	return ""
 }
 
+func (x *RunAck) GetBusy() bool {
+	if x != nil {
+		return x.Busy
+	}
+	return false
+}
+
 // KillRequest names what to kill: a fire, or every fire of a job.
 type KillRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -681,7 +774,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[8]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +786,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[8]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +799,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KillRequest) GetJobId() int64 {
@@ -736,7 +829,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[9]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +841,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[9]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +854,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KillResponse) GetKilled() bool {
@@ -791,7 +884,7 @@ type LogRequest struct {
 
 func (x *LogRequest) Reset() {
 	*x = LogRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[10]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +896,7 @@ func (x *LogRequest) String() string {
 func (*LogRequest) ProtoMessage() {}
 
 func (x *LogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[10]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +909,7 @@ func (x *LogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRequest.ProtoReflect.Descriptor instead.
 func (*LogRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogRequest) GetTriggerId() string {
@@ -850,7 +943,7 @@ type LogResponse struct {
 
 func (x *LogResponse) Reset() {
 	*x = LogResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[11]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +955,7 @@ func (x *LogResponse) String() string {
 func (*LogResponse) ProtoMessage() {}
 
 func (x *LogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[11]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +968,7 @@ func (x *LogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogResponse.ProtoReflect.Descriptor instead.
 func (*LogResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogResponse) GetFromLine() int64 {
@@ -917,7 +1010,7 @@ type SeenRequest struct {
 
 func (x *SeenRequest) Reset() {
 	*x = SeenRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1022,7 @@ func (x *SeenRequest) String() string {
 func (*SeenRequest) ProtoMessage() {}
 
 func (x *SeenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[12]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1035,7 @@ func (x *SeenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeenRequest.ProtoReflect.Descriptor instead.
 func (*SeenRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SeenRequest) GetTriggerIds() []string {
@@ -963,7 +1056,7 @@ type SeenResponse struct {
 
 func (x *SeenResponse) Reset() {
 	*x = SeenResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1068,7 @@ func (x *SeenResponse) String() string {
 func (*SeenResponse) ProtoMessage() {}
 
 func (x *SeenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[13]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1081,7 @@ func (x *SeenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeenResponse.ProtoReflect.Descriptor instead.
 func (*SeenResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SeenResponse) GetSeenTriggerIds() []string {
@@ -1007,7 +1100,7 @@ type ListHandlersRequest struct {
 
 func (x *ListHandlersRequest) Reset() {
 	*x = ListHandlersRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1112,7 @@ func (x *ListHandlersRequest) String() string {
 func (*ListHandlersRequest) ProtoMessage() {}
 
 func (x *ListHandlersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[14]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1125,7 @@ func (x *ListHandlersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHandlersRequest.ProtoReflect.Descriptor instead.
 func (*ListHandlersRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{14}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 // ListHandlersResponse names handlers.
@@ -1046,7 +1139,7 @@ type ListHandlersResponse struct {
 
 func (x *ListHandlersResponse) Reset() {
 	*x = ListHandlersResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1151,7 @@ func (x *ListHandlersResponse) String() string {
 func (*ListHandlersResponse) ProtoMessage() {}
 
 func (x *ListHandlersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[15]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1164,7 @@ func (x *ListHandlersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHandlersResponse.ProtoReflect.Descriptor instead.
 func (*ListHandlersResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{15}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListHandlersResponse) GetHandlers() []string {
@@ -1092,7 +1185,7 @@ type HandleRequest struct {
 
 func (x *HandleRequest) Reset() {
 	*x = HandleRequest{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1197,7 @@ func (x *HandleRequest) String() string {
 func (*HandleRequest) ProtoMessage() {}
 
 func (x *HandleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[16]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1210,7 @@ func (x *HandleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleRequest.ProtoReflect.Descriptor instead.
 func (*HandleRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HandleRequest) GetTrigger() *Trigger {
@@ -1143,7 +1236,7 @@ type HandleResponse struct {
 
 func (x *HandleResponse) Reset() {
 	*x = HandleResponse{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[17]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1248,7 @@ func (x *HandleResponse) String() string {
 func (*HandleResponse) ProtoMessage() {}
 
 func (x *HandleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[17]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1261,7 @@ func (x *HandleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleResponse.ProtoReflect.Descriptor instead.
 func (*HandleResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HandleResponse) GetEvent() isHandleResponse_Event {
@@ -1227,7 +1320,7 @@ type HandleResult struct {
 
 func (x *HandleResult) Reset() {
 	*x = HandleResult{}
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[18]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1332,7 @@ func (x *HandleResult) String() string {
 func (*HandleResult) ProtoMessage() {}
 
 func (x *HandleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[18]
+	mi := &file_jobmesh_executor_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1345,7 @@ func (x *HandleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleResult.ProtoReflect.Descriptor instead.
 func (*HandleResult) Descriptor() ([]byte, []int) {
-	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_jobmesh_executor_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HandleResult) GetSuccess() bool {
@@ -1317,14 +1410,21 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\n" +
 	"RunRequest\x128\n" +
-	"\btriggers\x18\x01 \x03(\v2\x1c.jobmesh.executor.v1.TriggerR\btriggers\">\n" +
+	"\btriggers\x18\x01 \x03(\v2\x1c.jobmesh.executor.v1.TriggerR\btriggers\"u\n" +
 	"\vRunResponse\x12/\n" +
-	"\x04acks\x18\x01 \x03(\v2\x1b.jobmesh.executor.v1.RunAckR\x04acks\"|\n" +
+	"\x04acks\x18\x01 \x03(\v2\x1b.jobmesh.executor.v1.RunAckR\x04acks\x125\n" +
+	"\x04load\x18\x02 \x01(\v2!.jobmesh.executor.v1.ExecutorLoadR\x04load\"r\n" +
+	"\fExecutorLoad\x12\x1a\n" +
+	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
+	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x12\n" +
+	"\x04free\x18\x04 \x01(\x05R\x04free\"\x90\x01\n" +
 	"\x06RunAck\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x129\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1f.jobmesh.executor.v1.RunOutcomeR\aoutcome\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"C\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
+	"\x04busy\x18\x04 \x01(\bR\x04busy\"C\n" +
 	"\vKillRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -1389,7 +1489,7 @@ func file_jobmesh_executor_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_executor_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jobmesh_executor_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_jobmesh_executor_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_jobmesh_executor_v1_executor_proto_goTypes = []any{
 	(RunOutcome)(0),              // 0: jobmesh.executor.v1.RunOutcome
 	(*BeatRequest)(nil),          // 1: jobmesh.executor.v1.BeatRequest
@@ -1399,54 +1499,56 @@ var file_jobmesh_executor_v1_executor_proto_goTypes = []any{
 	(*Trigger)(nil),              // 5: jobmesh.executor.v1.Trigger
 	(*RunRequest)(nil),           // 6: jobmesh.executor.v1.RunRequest
 	(*RunResponse)(nil),          // 7: jobmesh.executor.v1.RunResponse
-	(*RunAck)(nil),               // 8: jobmesh.executor.v1.RunAck
-	(*KillRequest)(nil),          // 9: jobmesh.executor.v1.KillRequest
-	(*KillResponse)(nil),         // 10: jobmesh.executor.v1.KillResponse
-	(*LogRequest)(nil),           // 11: jobmesh.executor.v1.LogRequest
-	(*LogResponse)(nil),          // 12: jobmesh.executor.v1.LogResponse
-	(*SeenRequest)(nil),          // 13: jobmesh.executor.v1.SeenRequest
-	(*SeenResponse)(nil),         // 14: jobmesh.executor.v1.SeenResponse
-	(*ListHandlersRequest)(nil),  // 15: jobmesh.executor.v1.ListHandlersRequest
-	(*ListHandlersResponse)(nil), // 16: jobmesh.executor.v1.ListHandlersResponse
-	(*HandleRequest)(nil),        // 17: jobmesh.executor.v1.HandleRequest
-	(*HandleResponse)(nil),       // 18: jobmesh.executor.v1.HandleResponse
-	(*HandleResult)(nil),         // 19: jobmesh.executor.v1.HandleResult
-	nil,                          // 20: jobmesh.executor.v1.Trigger.TraceContextEntry
-	(v1.BlockStrategy)(0),        // 21: jobmesh.scheduler.v1.BlockStrategy
-	(v1.GlueType)(0),             // 22: jobmesh.scheduler.v1.GlueType
-	(v1.TriggerType)(0),          // 23: jobmesh.scheduler.v1.TriggerType
+	(*ExecutorLoad)(nil),         // 8: jobmesh.executor.v1.ExecutorLoad
+	(*RunAck)(nil),               // 9: jobmesh.executor.v1.RunAck
+	(*KillRequest)(nil),          // 10: jobmesh.executor.v1.KillRequest
+	(*KillResponse)(nil),         // 11: jobmesh.executor.v1.KillResponse
+	(*LogRequest)(nil),           // 12: jobmesh.executor.v1.LogRequest
+	(*LogResponse)(nil),          // 13: jobmesh.executor.v1.LogResponse
+	(*SeenRequest)(nil),          // 14: jobmesh.executor.v1.SeenRequest
+	(*SeenResponse)(nil),         // 15: jobmesh.executor.v1.SeenResponse
+	(*ListHandlersRequest)(nil),  // 16: jobmesh.executor.v1.ListHandlersRequest
+	(*ListHandlersResponse)(nil), // 17: jobmesh.executor.v1.ListHandlersResponse
+	(*HandleRequest)(nil),        // 18: jobmesh.executor.v1.HandleRequest
+	(*HandleResponse)(nil),       // 19: jobmesh.executor.v1.HandleResponse
+	(*HandleResult)(nil),         // 20: jobmesh.executor.v1.HandleResult
+	nil,                          // 21: jobmesh.executor.v1.Trigger.TraceContextEntry
+	(v1.BlockStrategy)(0),        // 22: jobmesh.scheduler.v1.BlockStrategy
+	(v1.GlueType)(0),             // 23: jobmesh.scheduler.v1.GlueType
+	(v1.TriggerType)(0),          // 24: jobmesh.scheduler.v1.TriggerType
 }
 var file_jobmesh_executor_v1_executor_proto_depIdxs = []int32{
-	21, // 0: jobmesh.executor.v1.Trigger.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
-	22, // 1: jobmesh.executor.v1.Trigger.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	23, // 2: jobmesh.executor.v1.Trigger.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	20, // 3: jobmesh.executor.v1.Trigger.trace_context:type_name -> jobmesh.executor.v1.Trigger.TraceContextEntry
+	22, // 0: jobmesh.executor.v1.Trigger.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
+	23, // 1: jobmesh.executor.v1.Trigger.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	24, // 2: jobmesh.executor.v1.Trigger.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	21, // 3: jobmesh.executor.v1.Trigger.trace_context:type_name -> jobmesh.executor.v1.Trigger.TraceContextEntry
 	5,  // 4: jobmesh.executor.v1.RunRequest.triggers:type_name -> jobmesh.executor.v1.Trigger
-	8,  // 5: jobmesh.executor.v1.RunResponse.acks:type_name -> jobmesh.executor.v1.RunAck
-	0,  // 6: jobmesh.executor.v1.RunAck.outcome:type_name -> jobmesh.executor.v1.RunOutcome
-	5,  // 7: jobmesh.executor.v1.HandleRequest.trigger:type_name -> jobmesh.executor.v1.Trigger
-	19, // 8: jobmesh.executor.v1.HandleResponse.result:type_name -> jobmesh.executor.v1.HandleResult
-	1,  // 9: jobmesh.executor.v1.ExecutorService.Beat:input_type -> jobmesh.executor.v1.BeatRequest
-	3,  // 10: jobmesh.executor.v1.ExecutorService.IdleBeat:input_type -> jobmesh.executor.v1.IdleBeatRequest
-	6,  // 11: jobmesh.executor.v1.ExecutorService.Run:input_type -> jobmesh.executor.v1.RunRequest
-	9,  // 12: jobmesh.executor.v1.ExecutorService.Kill:input_type -> jobmesh.executor.v1.KillRequest
-	11, // 13: jobmesh.executor.v1.ExecutorService.Log:input_type -> jobmesh.executor.v1.LogRequest
-	13, // 14: jobmesh.executor.v1.ExecutorService.Seen:input_type -> jobmesh.executor.v1.SeenRequest
-	15, // 15: jobmesh.executor.v1.HandlerService.ListHandlers:input_type -> jobmesh.executor.v1.ListHandlersRequest
-	17, // 16: jobmesh.executor.v1.HandlerService.Handle:input_type -> jobmesh.executor.v1.HandleRequest
-	2,  // 17: jobmesh.executor.v1.ExecutorService.Beat:output_type -> jobmesh.executor.v1.BeatResponse
-	4,  // 18: jobmesh.executor.v1.ExecutorService.IdleBeat:output_type -> jobmesh.executor.v1.IdleBeatResponse
-	7,  // 19: jobmesh.executor.v1.ExecutorService.Run:output_type -> jobmesh.executor.v1.RunResponse
-	10, // 20: jobmesh.executor.v1.ExecutorService.Kill:output_type -> jobmesh.executor.v1.KillResponse
-	12, // 21: jobmesh.executor.v1.ExecutorService.Log:output_type -> jobmesh.executor.v1.LogResponse
-	14, // 22: jobmesh.executor.v1.ExecutorService.Seen:output_type -> jobmesh.executor.v1.SeenResponse
-	16, // 23: jobmesh.executor.v1.HandlerService.ListHandlers:output_type -> jobmesh.executor.v1.ListHandlersResponse
-	18, // 24: jobmesh.executor.v1.HandlerService.Handle:output_type -> jobmesh.executor.v1.HandleResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	9,  // 5: jobmesh.executor.v1.RunResponse.acks:type_name -> jobmesh.executor.v1.RunAck
+	8,  // 6: jobmesh.executor.v1.RunResponse.load:type_name -> jobmesh.executor.v1.ExecutorLoad
+	0,  // 7: jobmesh.executor.v1.RunAck.outcome:type_name -> jobmesh.executor.v1.RunOutcome
+	5,  // 8: jobmesh.executor.v1.HandleRequest.trigger:type_name -> jobmesh.executor.v1.Trigger
+	20, // 9: jobmesh.executor.v1.HandleResponse.result:type_name -> jobmesh.executor.v1.HandleResult
+	1,  // 10: jobmesh.executor.v1.ExecutorService.Beat:input_type -> jobmesh.executor.v1.BeatRequest
+	3,  // 11: jobmesh.executor.v1.ExecutorService.IdleBeat:input_type -> jobmesh.executor.v1.IdleBeatRequest
+	6,  // 12: jobmesh.executor.v1.ExecutorService.Run:input_type -> jobmesh.executor.v1.RunRequest
+	10, // 13: jobmesh.executor.v1.ExecutorService.Kill:input_type -> jobmesh.executor.v1.KillRequest
+	12, // 14: jobmesh.executor.v1.ExecutorService.Log:input_type -> jobmesh.executor.v1.LogRequest
+	14, // 15: jobmesh.executor.v1.ExecutorService.Seen:input_type -> jobmesh.executor.v1.SeenRequest
+	16, // 16: jobmesh.executor.v1.HandlerService.ListHandlers:input_type -> jobmesh.executor.v1.ListHandlersRequest
+	18, // 17: jobmesh.executor.v1.HandlerService.Handle:input_type -> jobmesh.executor.v1.HandleRequest
+	2,  // 18: jobmesh.executor.v1.ExecutorService.Beat:output_type -> jobmesh.executor.v1.BeatResponse
+	4,  // 19: jobmesh.executor.v1.ExecutorService.IdleBeat:output_type -> jobmesh.executor.v1.IdleBeatResponse
+	7,  // 20: jobmesh.executor.v1.ExecutorService.Run:output_type -> jobmesh.executor.v1.RunResponse
+	11, // 21: jobmesh.executor.v1.ExecutorService.Kill:output_type -> jobmesh.executor.v1.KillResponse
+	13, // 22: jobmesh.executor.v1.ExecutorService.Log:output_type -> jobmesh.executor.v1.LogResponse
+	15, // 23: jobmesh.executor.v1.ExecutorService.Seen:output_type -> jobmesh.executor.v1.SeenResponse
+	17, // 24: jobmesh.executor.v1.HandlerService.ListHandlers:output_type -> jobmesh.executor.v1.ListHandlersResponse
+	19, // 25: jobmesh.executor.v1.HandlerService.Handle:output_type -> jobmesh.executor.v1.HandleResponse
+	18, // [18:26] is the sub-list for method output_type
+	10, // [10:18] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_executor_v1_executor_proto_init() }
@@ -1454,7 +1556,7 @@ func file_jobmesh_executor_v1_executor_proto_init() {
 	if File_jobmesh_executor_v1_executor_proto != nil {
 		return
 	}
-	file_jobmesh_executor_v1_executor_proto_msgTypes[17].OneofWrappers = []any{
+	file_jobmesh_executor_v1_executor_proto_msgTypes[18].OneofWrappers = []any{
 		(*HandleResponse_LogLine)(nil),
 		(*HandleResponse_Result)(nil),
 	}
@@ -1464,7 +1566,7 @@ func file_jobmesh_executor_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_executor_v1_executor_proto_rawDesc), len(file_jobmesh_executor_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -98,10 +98,11 @@ const (
 	TriggerOutcome_TRIGGER_OUTCOME_OK TriggerOutcome = 1
 	// No executor, a transport error or a rejection (500); counts toward retry.
 	TriggerOutcome_TRIGGER_OUTCOME_FAILED TriggerOutcome = 2
-	// The fire was sent but its answer never came (the call's deadline passed or it was cut
-	// off): the executor may hold it. The run stays RUNNING until the executor's report (then
-	// OK), a later record that knows (OK or FAILED), or logsvc's lost-run sweep (FAILED: the
-	// executor left the registry, or reported nothing within the lost-run threshold) decides it.
+	// The scheduler does not know whether the executor took the fire: its Run went unanswered
+	// until the misfire threshold, and the fire was sent to no other executor, so that it cannot
+	// run twice. The run stays RUNNING until the executor's report (then OK), a later record that
+	// knows (OK or FAILED), or logsvc's lost-run sweep (FAILED: the executor left the registry, or
+	// reported nothing within the lost-run threshold) decides it.
 	TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN TriggerOutcome = 3
 )
 

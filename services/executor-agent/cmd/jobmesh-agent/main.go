@@ -188,7 +188,7 @@ func newFlagSet(c *config, labels, allowHosts *string) *flag.FlagSet {
 	fs.StringVar(&c.accessToken, "access-token", "", "the executor group's access `token`: the scheduler must present it, and the agent presents it to the registry and logsvc (prefer the environment variable)")
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts (a `duration`)")
 	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long stopping waits for running handlers (a `duration`)")
-	fs.IntVar(&c.capacity, "capacity", 100, "`count` of fires the executor advertises it runs at once")
+	fs.IntVar(&c.capacity, "capacity", 100, "`count` of fires the executor runs at once; a fire sent while all run is refused as busy and sent again by the scheduler")
 	fs.StringVar(labels, "labels", "", "comma-separated key=value `labels` to register")
 	fs.StringVar(&c.logLevel, "log-level", "info", "`level` of the logs: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "`format` of the logs: text or json")

@@ -130,6 +130,18 @@ func (f *Ingest) Results() map[string]*logsv1.RunResult {
 	return out
 }
 
+// Records returns the trigger records stored so far (a scheduler pointed at the fake), by
+// trigger id.
+func (f *Ingest) Records() map[string]*logsv1.TriggerRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]*logsv1.TriggerRecord, len(f.records))
+	for id, r := range f.records {
+		out[id] = r
+	}
+	return out
+}
+
 // Running returns the stored RUNNING result of a fire: the executor accepted it.
 func (f *Ingest) Running(triggerID string) (*logsv1.RunResult, bool) {
 	f.mu.Lock()
