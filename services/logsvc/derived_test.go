@@ -28,6 +28,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
@@ -273,6 +274,66 @@ func TestResultWithoutRecordCompletesOnce(t *testing.T) {
 			}
 			if got := completionsOf(t, e, w, job); !slices.Equal(got, []string{"131-a=FAIL"}) {
 				t.Errorf("completions: got %v, want [131-a] once", got)
+			}
+		})
+	}
+}
+
+// TestRebuiltRecordFillsARunWithoutOne: LookupTriggers tells a new scheduler leader which runs
+// have no trigger record (made from results, completed by the missing-record sweep or not yet),
+// and the records it rebuilds for them fill their group, trigger type and message, keep the
+// status the executor reported and publish no completion twice; a run whose record arrived
+// keeps it.
+func TestRebuiltRecordFillsARunWithoutOne(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, st, Config{Retention: -1, RecordWait: time.Minute}, false)
+			now := time.UnixMilli(base)
+			e.svc.now = func() time.Time { return now }
+			const job = 132
+			w, cancel := watch(t, e, 0)
+			defer cancel()
+			e.mustResults(t, result("132-a", job, logsv1.RunStatus_RUN_STATUS_FAIL, base-10))
+			now = now.Add(2 * time.Minute)
+			if n, err := e.svc.sweepUnrecorded(ctxFor(t)); err != nil || n != 1 {
+				t.Fatalf("missing-record sweep: got %d, %v, want 1", n, err)
+			}
+			e.mustResults(t, result("132-b", job, logsv1.RunStatus_RUN_STATUS_SUCCESS, base))
+			e.mustRecords(t, record("132-c", job, base))
+			ids := []string{"132-a", "132-b", "132-c"}
+			resp, err := e.logs.LookupTriggers(ctxFor(t), &logsv1.LookupTriggersRequest{TriggerIds: ids})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := resp.GetUnrecordedTriggerIds(), ids[:2]; !slices.Equal(got, want) {
+				t.Fatalf("unrecorded: got %v, want %v", got, want)
+			}
+			for _, id := range ids {
+				rec := record(id, job, base)
+				rec.GroupId, rec.TriggerUnixMs, rec.TriggerMessage, rec.Rebuilt = 7, 0, "rebuilt by the new leader", true
+				e.mustRecords(t, rec)
+			}
+			for id, want := range map[string]logsv1.RunStatus{"132-a": logsv1.RunStatus_RUN_STATUS_FAIL, "132-b": logsv1.RunStatus_RUN_STATUS_SUCCESS} {
+				r := e.run(t, id)
+				if r.GetStatus() != want || r.GetGroupId() != 7 || r.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_CRON ||
+					r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK || r.GetTriggerMessage() != "rebuilt by the new leader" {
+					t.Errorf("run %s after its rebuilt record: got %v, want %s, group 7, CRON, OK, the rebuilt message", id, r, want)
+				}
+			}
+			if r := e.run(t, "132-c"); r.GetGroupId() != 1 || r.GetTriggerMessage() != "route FIRST: 10.0.0.1:9999" {
+				t.Errorf("run with its record after a rebuilt one: got %v, want its own record's group 1 and message", r)
+			}
+			resp, err = e.logs.LookupTriggers(ctxFor(t), &logsv1.LookupTriggersRequest{TriggerIds: ids})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.GetUnrecordedTriggerIds(); len(got) != 0 {
+				t.Errorf("unrecorded after the rebuilt records: got %v, want none", got)
+			}
+			if got := completionsOf(t, e, w, job); !slices.Equal(got, []string{"132-a=FAIL", "132-b=SUCCESS"}) {
+				t.Errorf("completions: got %v, want 132-a=FAIL and 132-b=SUCCESS once each", got)
 			}
 		})
 	}

@@ -1022,17 +1022,23 @@ func testLookup(t *testing.T, e *env) {
 	}
 	e.mustResults(t, result("120-final", job, logsv1.RunStatus_RUN_STATUS_FAIL, base))
 	e.mustLines(t, line("120-lines", 1, "lines alone make no run"))
+	var unrecorded []string
 	lookup := func(req []string) []string {
 		t.Helper()
 		resp, err := e.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: req})
 		if err != nil {
 			t.Fatalf("LookupTriggers: %v", err)
 		}
+		unrecorded = resp.GetUnrecordedTriggerIds()
 		return resp.GetKnownTriggerIds()
 	}
 	req := []string{"120-unknown", "120-final", "120-lines", "120-record", "", "120-nul\x00", "120-running", "120-unknown-2"}
 	if got, want := lookup(req), []string{"120-final", "120-record", "120-running"}; !slices.Equal(got, want) {
 		t.Errorf("known: got %v, want %v", got, want)
+	}
+	// The runs made from results alone have no record.
+	if want := []string{"120-final", "120-running"}; !slices.Equal(unrecorded, want) {
+		t.Errorf("unrecorded: got %v, want %v", unrecorded, want)
 	}
 	if got := lookup(nil); len(got) != 0 {
 		t.Errorf("empty request: got %v, want none", got)
@@ -1052,6 +1058,9 @@ func testLookup(t *testing.T, e *env) {
 	want = append(want, "120-running")
 	if got := lookup(many); !slices.Equal(got, want) {
 		t.Errorf("known of %d ids: got %v, want %v", len(many), got, want)
+	}
+	if want := slices.DeleteFunc(want, func(id string) bool { return id == "120-record" }); !slices.Equal(unrecorded, want) {
+		t.Errorf("unrecorded of %d ids: got %v, want %v", len(many), unrecorded, want)
 	}
 }
 

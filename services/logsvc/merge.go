@@ -101,12 +101,19 @@ func newRunSet(stored map[string]run, now int64) *runSet {
 // and the outcome. An outcome only ever moves towards the truth: a run an executor reported (one
 // a result made) or one with an OK record keeps OK whatever a later record says; a FAILED record
 // ends a run no executor reported; an UNKNOWN one leaves it running, for the executor's report
-// or logsvc's lost-run sweep to decide; an OK or FAILED record decides an UNKNOWN run.
+// or logsvc's lost-run sweep to decide; an OK or FAILED record decides an UNKNOWN run. A
+// rebuilt record (a new leader's, for a fire whose record the previous leader lost) applies only
+// to a run without a record, as one that came late would: the executor's reports keep the
+// run's status, and a record made at dispatch, whichever came first, keeps or takes the
+// trigger fields.
 func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 	id := rec.GetTriggerId()
 	want := int32(rec.GetTriggerOutcome())
 	r := rs.cur[id]
 	isNew := r == nil
+	if rec.GetRebuilt() && !isNew && r.recorded() {
+		return
+	}
 	if isNew {
 		r = &run{id: id, outcome: outcomeNone, status: statusRunning, alarm: alarmPending}
 		rs.cur[id] = r
@@ -150,6 +157,12 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 			rs.reopen(r, statusRunning)
 		}
 	}
+}
+
+// recorded says whether a trigger record made at dispatch has reached r: its outcome is set, and
+// not by the missing-record sweep.
+func (r *run) recorded() bool {
+	return r.outcome != outcomeNone && r.triggerMsg != unrecordedMessage
 }
 
 // failTrigger ends a running run that reached no executor as the trigger record says.

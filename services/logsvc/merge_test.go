@@ -6,6 +6,7 @@ import (
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 )
@@ -212,5 +213,62 @@ func TestParkedRecordOfAnEndedStreamIsWritten(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("run %s after its records stream ended: %v %v, want its trigger record stored", id, resp.GetRun(), err)
 		}
+	}
+}
+
+// TestRebuiltRecord: a record a new leader rebuilt for a fire whose record the old leader lost
+// fills a run made from the executor's reports alone (and one the missing-record sweep
+// completed) without changing its status or publishing it again, and changes nothing in a run
+// a record made at dispatch has reached; a record made at dispatch that comes after it takes
+// the trigger fields, and the outcome stays OK.
+func TestRebuiltRecord(t *testing.T) {
+	t.Parallel()
+	rebuilt := func(id string) *logsv1.TriggerRecord {
+		r := record(id, 160, base)
+		r.GroupId, r.TriggerUnixMs, r.ExecutorAddress, r.Params = 7, 0, "10.0.0.2:9999", "job params"
+		r.TriggerMessage, r.TraceId, r.Rebuilt = "rebuilt by the new leader", "", true
+		return r
+	}
+	// Made from the executor's final result: FAIL, no record.
+	fromResult := run{id: "160-a", job: 160, schedMs: base, status: statusFail, handleMsg: "exit 1", startMs: base, endMs: base + 50,
+		address: "10.0.0.1:9999", shardTotal: 1, alarm: alarmPending}
+	// Completed by the missing-record sweep.
+	swept := fromResult
+	swept.id, swept.outcome, swept.triggerMsg = "160-b", outcomeOK, unrecordedMessage
+	// Reached by the record made at dispatch.
+	dispatched := fromResult
+	dispatched.id, dispatched.outcome, dispatched.group, dispatched.triggerMsg, dispatched.trigMs = "160-c", outcomeOK, 1, "route FIRST", base+2
+	rs := newRunSet(map[string]run{"160-a": fromResult, "160-b": swept, "160-c": dispatched}, base+100)
+	for _, id := range []string{"160-a", "160-b", "160-c"} {
+		rs.apply(op{id: id, rec: rebuilt(id)})
+	}
+	inserts, updates, done := rs.changes()
+	if len(inserts) != 0 || len(updates) != 2 {
+		t.Fatalf("got %d inserts and %d updates, want the two runs without a record updated", len(inserts), len(updates))
+	}
+	for _, u := range updates {
+		want := fromResult
+		want.id, want.group, want.triggerType, want.handler, want.params = u.id, 7, int32(schedulerv1.TriggerType_TRIGGER_TYPE_CRON), "demo", "job params"
+		want.retriesLeft, want.route, want.outcome, want.triggerMsg = 2, int32(schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST), outcomeOK, "rebuilt by the new leader"
+		if *u != want {
+			t.Errorf("run %s:\ngot  %+v\nwant %+v", u.id, *u, want)
+		}
+	}
+	// 160-a is published now that it has a record, as FAIL: what its executor said. 160-b was
+	// published by the sweep already.
+	if len(done) != 1 || done[0].r.id != "160-a" || done[0].r.status != statusFail || done[0].replaces != 0 {
+		t.Errorf("completed %+v, want 160-a once, FAIL", done)
+	}
+
+	// Rebuilt first, then the record made at dispatch (which saw the Run time out): the
+	// dispatch record's fields, and OK, since the fire reached the executor.
+	rs = newRunSet(map[string]run{}, base+100)
+	rs.apply(op{id: "160-d", rec: rebuilt("160-d")})
+	late := record("160-d", 160, base)
+	late.TriggerOutcome, late.TriggerMessage = logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN, "Run not answered"
+	rs.apply(op{id: "160-d", rec: late})
+	if r := rs.cur["160-d"]; r.group != 1 || r.trigMs != base+2 || r.triggerMsg != "Run not answered" || r.outcome != outcomeOK ||
+		r.status != statusRunning || r.address != "10.0.0.2:9999" {
+		t.Errorf("rebuilt, then the dispatch record: %+v, want group 1, its trigger time and message, OK, running, at the rebuilt record's executor", *r)
 	}
 }

@@ -317,7 +317,9 @@ func (s *Service) ListRunLines(ctx context.Context, req *logsv1.ListRunLinesRequ
 }
 
 // LookupTriggers implements LogService: the requested ids that have a run (a trigger record, a
-// start or a result arrived), in request order, duplicates kept. Ids that could never be stored
+// start or a result arrived), in request order, duplicates kept, and of those the ones whose
+// trigger record never arrived (unrecorded: made from the executor's reports alone, whether or
+// not the missing-record sweep has completed them since). Ids that could never be stored
 // (empty, too long, with NUL) are simply unknown. Postgres answers in one query over the
 // trigger_id key; SQLite in one IN query per rowsPerStatement ids.
 func (s *Service) LookupTriggers(ctx context.Context, req *logsv1.LookupTriggersRequest) (*logsv1.LookupTriggersResponse, error) {
@@ -342,14 +344,20 @@ func (s *Service) LookupTriggers(ctx context.Context, req *logsv1.LookupTriggers
 		return nil, err
 	}
 	for _, id := range ids {
-		if known[id] {
-			resp.KnownTriggerIds = append(resp.KnownTriggerIds, id)
+		unrecorded, ok := known[id]
+		if !ok {
+			continue
+		}
+		resp.KnownTriggerIds = append(resp.KnownTriggerIds, id)
+		if unrecorded {
+			resp.UnrecordedTriggerIds = append(resp.UnrecordedTriggerIds, id)
 		}
 	}
 	return resp, nil
 }
 
-// knownTriggers returns which of ids (distinct) have a run.
+// knownTriggers returns which of ids (distinct) have a run, each with whether its trigger
+// record never arrived: its trigger outcome is still unset, or the missing-record sweep set it.
 func (s *Service) knownTriggers(ctx context.Context, ids []string) (map[string]bool, error) {
 	known := make(map[string]bool)
 	scan := func(rows *sql.Rows, err error) error {
@@ -358,26 +366,30 @@ func (s *Service) knownTriggers(ctx context.Context, ids []string) (map[string]b
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var (
+				id         string
+				unrecorded bool
+			)
+			if err := rows.Scan(&id, &unrecorded); err != nil {
 				return fmt.Errorf("look up triggers: %w", err)
 			}
-			known[id] = true
+			known[id] = unrecorded
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("look up triggers: %w", err)
 		}
 		return nil
 	}
+	cols := fmt.Sprintf(`SELECT trigger_id, (trigger_outcome = %d OR trigger_message = %s) FROM runs WHERE trigger_id `, outcomeNone, s.ph(1))
 	if s.store.Dialect() == db.Postgres {
 		// One text[] parameter: a single index probe per id, however many ids.
-		if err := scan(s.store.QueryContext(ctx, `SELECT trigger_id FROM runs WHERE trigger_id = ANY($1)`, ids)); err != nil {
+		if err := scan(s.store.QueryContext(ctx, cols+`= ANY($2)`, unrecordedMessage, ids)); err != nil {
 			return nil, err
 		}
 		return known, nil
 	}
 	for _, chunk := range chunks(ids, rowsPerStatement) {
-		if err := scan(s.store.QueryContext(ctx, `SELECT trigger_id FROM runs WHERE trigger_id IN `+s.in(len(chunk), 1), anys(chunk)...)); err != nil {
+		if err := scan(s.store.QueryContext(ctx, cols+`IN `+s.in(len(chunk), 2), append([]any{unrecordedMessage}, anys(chunk)...)...)); err != nil {
 			return nil, err
 		}
 	}

@@ -249,7 +249,12 @@ type TriggerRecord struct {
 	// W3C traceparent of the scheduler span that sent the record (the dispatch to this executor,
 	// or the fire when it reached none), when traced: logsvc's ingest span of the record is its
 	// child, so the fire's trace reaches logsvc across the batched stream.
-	Traceparent   string `protobuf:"bytes,18,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,18,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Set when the record was not made at dispatch but rebuilt afterwards from the trigger id and
+	// the job (a new leader's, for a fire the previous leader sent and whose record it lost): it
+	// fills a run that has no record yet and changes nothing in one that has. Its trigger_unix_ms
+	// is 0: the dispatch time was lost with the record.
+	Rebuilt       bool `protobuf:"varint,19,opt,name=rebuilt,proto3" json:"rebuilt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +413,13 @@ func (x *TriggerRecord) GetTraceparent() string {
 		return x.Traceparent
 	}
 	return ""
+}
+
+func (x *TriggerRecord) GetRebuilt() bool {
+	if x != nil {
+		return x.Rebuilt
+	}
+	return false
 }
 
 // RunResult is an executor's final word on one fire. Times are Unix epoch milliseconds.
@@ -2629,8 +2641,11 @@ type LookupTriggersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The known trigger ids, in request order.
 	KnownTriggerIds []string `protobuf:"bytes,1,rep,name=known_trigger_ids,json=knownTriggerIds,proto3" json:"known_trigger_ids,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The known trigger ids whose trigger record never arrived (runs made from the executor's
+	// reports alone), in request order: a subset of known_trigger_ids.
+	UnrecordedTriggerIds []string `protobuf:"bytes,2,rep,name=unrecorded_trigger_ids,json=unrecordedTriggerIds,proto3" json:"unrecorded_trigger_ids,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *LookupTriggersResponse) Reset() {
@@ -2666,6 +2681,13 @@ func (*LookupTriggersResponse) Descriptor() ([]byte, []int) {
 func (x *LookupTriggersResponse) GetKnownTriggerIds() []string {
 	if x != nil {
 		return x.KnownTriggerIds
+	}
+	return nil
+}
+
+func (x *LookupTriggersResponse) GetUnrecordedTriggerIds() []string {
+	if x != nil {
+		return x.UnrecordedTriggerIds
 	}
 	return nil
 }
@@ -2924,7 +2946,7 @@ var File_jobmesh_logs_v1_logs_proto protoreflect.FileDescriptor
 
 const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\n" +
-	"\x1ajobmesh/logs/v1/logs.proto\x12\x0fjobmesh.logs.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\xd2\x05\n" +
+	"\x1ajobmesh/logs/v1/logs.proto\x12\x0fjobmesh.logs.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\xec\x05\n" +
 	"\rTriggerRecord\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2947,7 +2969,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x0ftrigger_outcome\x18\x0f \x01(\x0e2\x1f.jobmesh.logs.v1.TriggerOutcomeR\x0etriggerOutcome\x12'\n" +
 	"\x0ftrigger_message\x18\x10 \x01(\tR\x0etriggerMessage\x12\x19\n" +
 	"\btrace_id\x18\x11 \x01(\tR\atraceId\x12 \n" +
-	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\"\xe2\x02\n" +
+	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\x12\x18\n" +
+	"\arebuilt\x18\x13 \x01(\bR\arebuilt\"\xe2\x02\n" +
 	"\tRunResult\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -3109,9 +3132,10 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\texecutors\x18\x01 \x03(\v2\x1d.jobmesh.logs.v1.ExecutorRunsR\texecutors\"8\n" +
 	"\x15LookupTriggersRequest\x12\x1f\n" +
 	"\vtrigger_ids\x18\x01 \x03(\tR\n" +
-	"triggerIds\"D\n" +
+	"triggerIds\"z\n" +
 	"\x16LookupTriggersResponse\x12*\n" +
-	"\x11known_trigger_ids\x18\x01 \x03(\tR\x0fknownTriggerIds\"<\n" +
+	"\x11known_trigger_ids\x18\x01 \x03(\tR\x0fknownTriggerIds\x124\n" +
+	"\x16unrecorded_trigger_ids\x18\x02 \x03(\tR\x14unrecordedTriggerIds\"<\n" +
 	"\x17WatchCompletionsRequest\x12!\n" +
 	"\fafter_cursor\x18\x01 \x01(\x03R\vafterCursor\"\xa3\x04\n" +
 	"\n" +
