@@ -291,7 +291,9 @@ const takeoverSettle = 300 * time.Millisecond
 // armed_from_ms mark, the schedule's fires in [armed_from_ms, next_fire_ms) whose trigger ids
 // neither logsvc knows nor an executor of the job's group has seen (seenOnExecutors). They keep
 // their scheduled times and trigger ids, so an executor that got one anyway drops it as a
-// duplicate. Until this succeeds the leader arms nothing new.
+// duplicate. A fire that was dispatched but whose trigger record logsvc lacks (an executor has
+// it, or logsvc knows it from the executor's reports alone) gets its record rebuilt
+// (rebuildRecord). Until this succeeds the leader arms nothing new.
 func (s *Service) takeOver(ctx context.Context, l *leadership) error {
 	if err := s.wait(ctx, takeoverSettle); err != nil {
 		return err
@@ -348,7 +350,7 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 			}
 		}
 	}
-	known := map[string]bool{}
+	known, unrecorded := map[string]bool{}, map[string]bool{}
 	for start := 0; start < len(cands); start += 10000 {
 		chunk := cands[start:min(start+10000, len(cands))]
 		ids := make([]string, len(chunk))
@@ -362,6 +364,9 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 		for _, id := range resp.GetKnownTriggerIds() {
 			known[id] = true
 		}
+		for _, id := range resp.GetUnrecordedTriggerIds() {
+			unrecorded[id] = true
+		}
 	}
 	// logsvc lags the fires under load; ask the executors about the ones it does not know.
 	unknown := map[int64][]string{}
@@ -371,11 +376,17 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 		}
 	}
 	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
-	refire, pinned := 0, 0
+	refire, pinned, rebuilt := 0, 0, 0
 	var doubts []*doubt
 	for _, f := range cands {
 		id := TriggerID(f.job.ID, f.fireMs, 0, 0)
-		if known[id] || onExec[id] {
+		if addr, ok := onExec[id]; ok || unrecorded[id] {
+			// Dispatched, and logsvc has no record of it: the old leader died with it queued.
+			s.rebuildRecord(ctx, f, addr)
+			rebuilt++
+			continue
+		}
+		if known[id] {
 			continue
 		}
 		l.owed.add(f.job.ID, f.fireMs)
@@ -393,7 +404,7 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 	}
 	s.log.Info("took over from the previous leader", "epoch", l.epoch, "jobs_marked", len(jobs),
 		"fires_checked", len(cands), "fires_on_executors", len(onExec), "executors_skipped", skipped,
-		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts))
+		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts), "records_rebuilt", rebuilt)
 	s.resolveLater(ctx, l, doubts)
 	return nil
 }

@@ -191,7 +191,8 @@ func (l *leadership) disarmEntry(e ringEntry) {
 }
 
 // takeOverPending deletes the pending fires the previous leader dispatched: those whose trigger
-// ids logsvc knows or an executor of the job's group has seen (seenOnExecutors). The pre-read
+// ids logsvc knows or an executor of the job's group has seen (seenOnExecutors), rebuilding the
+// trigger records of those logsvc has no record of (rebuildRecord). The pre-read
 // arms the rest; one that an executor which did not answer may hold goes to it alone (pinned),
 // and one that several may hold is claimed until they say (resolveDoubts).
 func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
@@ -199,7 +200,7 @@ func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 	if err != nil {
 		return err
 	}
-	gone := 0
+	gone, rebuilt := 0, 0
 	unknown := map[int64][]string{}
 	byID := make(map[string]*fire, len(fires))
 	for start := 0; start < len(fires); start += 10000 {
@@ -212,6 +213,10 @@ func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 		resp, err := s.logs.LookupTriggers(ctx, &logsv1.LookupTriggersRequest{TriggerIds: ids})
 		if err != nil {
 			return fmt.Errorf("look up pending fires in logsvc: %w", err)
+		}
+		for _, id := range resp.GetUnrecordedTriggerIds() {
+			s.rebuildRecord(ctx, byID[id], "")
+			rebuilt++
 		}
 		known := make(map[string]bool, len(resp.GetKnownTriggerIds()))
 		for _, id := range resp.GetKnownTriggerIds() {
@@ -229,7 +234,9 @@ func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 	}
 	// logsvc lags the fires under load; ask the executors about the ones it does not know.
 	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
-	for id := range onExec {
+	for id, addr := range onExec {
+		s.rebuildRecord(ctx, byID[id], addr)
+		rebuilt++
 		if err := s.jobs.deletePending(ctx, byID[id].key()); err != nil {
 			return err
 		}
@@ -242,7 +249,7 @@ func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 		for _, id := range ids {
 			f := byID[id]
 			switch {
-			case onExec[id] || len(ex) == 0:
+			case onExec[id] != "" || len(ex) == 0:
 			case len(ex) == 1:
 				f.lead = l
 				l.pin(f.key(), ex[0].addr)
@@ -255,7 +262,8 @@ func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 	}
 	if len(fires) > 0 {
 		s.log.Info("took over pending retries and child fires", "pending", len(fires), "already_dispatched", gone,
-			"found_on_executors", len(onExec), "executors_skipped", skipped, "pinned", pinned, "in_doubt", len(doubts))
+			"found_on_executors", len(onExec), "executors_skipped", skipped, "pinned", pinned, "in_doubt", len(doubts),
+			"records_rebuilt", rebuilt)
 	}
 	s.resolveLater(ctx, l, doubts)
 	return nil

@@ -45,13 +45,14 @@ type seenTarget struct{ addr, token string }
 
 // seenOnExecutors asks the executors each trigger id's group routes over now (idsByGroup: group
 // id → trigger ids) which of those ids they have accepted, in one Seen call per executor per
-// chunk of seenChunk ids, and returns the ids found and, per group, the executors that did not
+// chunk of seenChunk ids, and returns the ids found (each with the address of an executor that
+// holds it) and, per group, the executors that did not
 // say (silent: they may hold any of the group's ids). It does not fail: an executor that does
 // not answer within seenTimeout or does not know Seen is silent, with a warning; one that refuses
 // the connection is skipped, and so is a group that cannot be read (its ids count as not found,
 // with no executor in doubt). skipped counts both.
-func (s *Service) seenOnExecutors(ctx context.Context, idsByGroup map[int64][]string) (found map[string]bool, silent map[int64][]seenTarget, skipped int) {
-	found, silent = map[string]bool{}, map[int64][]seenTarget{}
+func (s *Service) seenOnExecutors(ctx context.Context, idsByGroup map[int64][]string) (found map[string]string, silent map[int64][]seenTarget, skipped int) {
+	found, silent = map[string]string{}, map[int64][]seenTarget{}
 	if len(idsByGroup) == 0 {
 		return found, silent, 0
 	}
@@ -80,7 +81,7 @@ func (s *Service) seenOnExecutors(ctx context.Context, idsByGroup map[int64][]st
 	answers := s.askAll(ctx, targets, seenTimeout)
 	for t, a := range answers {
 		for _, id := range a.seen {
-			found[id] = true
+			found[id] = t.addr
 		}
 		switch {
 		case a.err == nil:
@@ -138,7 +139,7 @@ type doubt struct {
 	f     *fire // a scheduled fire (owed) or a pending one (claimed)
 	id    string
 	cands []seenTarget
-	found bool // an executor said it holds it
+	found string // the address of an executor that said it holds it; empty until one has
 }
 
 // resolveDoubts asks the executors of fires in doubt again, with a deadline twice as long each
@@ -184,7 +185,7 @@ func (s *Service) resolveDoubts(ctx context.Context, l *leadership, ds []*doubt)
 				a := answers[c]
 				switch {
 				case slices.Contains(a.seen, d.id):
-					d.found = true
+					d.found = c.addr
 				case a.err == nil || connectionRefused(a.err): // said it does not hold it, or is not running
 				default:
 					cands = append(cands, c)
@@ -192,7 +193,8 @@ func (s *Service) resolveDoubts(ctx context.Context, l *leadership, ds []*doubt)
 			}
 			d.cands = cands
 			switch {
-			case d.found:
+			case d.found != "":
+				s.rebuildRecord(ctx, d.f, d.found)
 				s.doubtSettled(ctx, l, d)
 			case len(d.cands) <= 1:
 				s.doubtArmed(l, d)
@@ -258,6 +260,32 @@ func (s *Service) recordUnknown(ctx context.Context, f *fire, msg string) {
 	rec.TriggerMessage = msg
 	s.log.WarnContext(ctx, "fire left unknown", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
 	s.metrics.gaveUp(outcomeUnknown)
+	s.deliver(ctx, rec)
+}
+
+// rebuildRecord sends logsvc the trigger record of a fire the previous leader dispatched, as
+// the executor at addr ("" when logsvc has the executor's reports) or logsvc says, rebuilt from
+// its trigger id and its job: a leader killed with trigger records queued for logsvc loses them,
+// and logsvc would keep the run without its group, trigger type and params. The record's
+// outcome is OK (the fire reached an executor), its trigger time 0 (unknown), and it is marked
+// rebuilt, so logsvc applies it only to a run no record made at dispatch has reached, and the
+// executor's reports keep the run's status.
+func (s *Service) rebuildRecord(ctx context.Context, f *fire, addr string) {
+	params := f.job.Params
+	if f.params != nil {
+		params = *f.params
+	}
+	shard, total := int32(0), int32(1)
+	if f.shardTotal > 0 {
+		shard, total = f.shard, f.shardTotal
+	}
+	id := TriggerID(f.job.ID, f.fireMs, shard, f.attempt)
+	rec := s.record(f, id, shard, total, addr, params)
+	rec.TriggerUnixMs = 0
+	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
+	rec.Rebuilt = true
+	rec.TriggerMessage = "rebuilt by the new leader at takeover: the previous leader dispatched this fire and its trigger record was lost with it; " +
+		"the " + strings.TrimPrefix(f.trigType.String(), "TRIGGER_TYPE_") + " trigger type, params and executor group are the job's, the dispatch time is unknown"
 	s.deliver(ctx, rec)
 }
 

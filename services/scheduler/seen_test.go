@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/logtest"
@@ -181,6 +183,25 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 	}
 	// One pending fire was found on an executor, the other was dispatched.
 	eventually(t, 10*time.Second, "pending fires deleted", func() bool { return c.pendingRows(t) == 0 })
+
+	// The fires found on the other executor had no record in logsvc (the dead leader's were
+	// lost with it): the new leader rebuilt them, naming the executor that holds them.
+	logs := logsv1.NewLogServiceClient(c.logsConn)
+	for i, id := range sent {
+		var r *logsv1.Run
+		eventually(t, 30*time.Second, "the rebuilt record of "+id+" in logsvc", func() bool {
+			resp, err := logs.GetRun(ctx, &logsv1.GetRunRequest{Id: id})
+			r = resp.GetRun()
+			return err == nil
+		})
+		tt := []schedulerv1.TriggerType{schedulerv1.TriggerType_TRIGGER_TYPE_CRON, schedulerv1.TriggerType_TRIGGER_TYPE_CRON,
+			schedulerv1.TriggerType_TRIGGER_TYPE_RETRY}[i]
+		if r.GetGroupId() != g1.Group.Id || r.GetTriggerType() != tt || r.GetExecutorAddress() != other ||
+			r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK || r.GetStatus() != logsv1.RunStatus_RUN_STATUS_RUNNING ||
+			!strings.Contains(r.GetTriggerMessage(), "rebuilt by the new leader at takeover") {
+			t.Errorf("run %s: got %v, want group %d, %s, at %s, OK, RUNNING (its executor reports to no logsvc), rebuilt", id, r, g1.Group.Id, tt, other)
+		}
+	}
 }
 
 // muteListener accepts TCP connections and never answers on them, as a hung executor would; it
@@ -391,5 +412,103 @@ func TestTakeoverWhoseSeenIsNeverAnsweredRunsNothingTwice(t *testing.T) {
 				t.Errorf("fire %s ran %d times on %s, want %d", id, got[id], x.addr, n)
 			}
 		}
+	}
+}
+
+// TestTakeoverRebuildsLostTriggerRecords: a leader was killed with the trigger records of fires
+// it had dispatched still queued, so logsvc knows those runs from their executor's results
+// alone, without group or trigger type. The new leader does not re-fire them, and rebuilds
+// their records from the trigger id and the job: the scheduled fire's as CRON, the pending
+// retry's as RETRY. logsvc fills the runs from them and keeps the status and the executor
+// address the results gave.
+func TestTakeoverRebuildsLostTriggerRecords(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	reg := registryv1.NewRegistryServiceClient(c.regConn)
+	ctx := t.Context()
+	g, err := reg.CreateExecutorGroup(ctx, &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
+		AppName: "rebuild-app", Title: "rebuild-app",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.replica(t, "a")
+	waitLeader(t, a)
+	j, err := a.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: g.Group.Id, Name: "rebuild", Handler: "count", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Params: "job-params",
+		Schedule:      &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: "1m"},
+		RouteStrategy: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST, Status: schedulerv1.JobStatus_JOB_STATUS_STOPPED,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := j.Job.Id
+	a.Stop()
+
+	// The dead leader's store: f0 armed and dispatched, and f0's retry pending and dispatched.
+	now := time.Now().UnixMilli()
+	f0 := now - 90_000
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`UPDATE jobs SET status = $1 WHERE id = $2`, []any{int32(schedulerv1.JobStatus_JOB_STATUS_RUNNING), job}},
+		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job, f0, f0 + 60_000}},
+		{`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt, trigger_type, fire_params, due_ms)
+			VALUES ($1, $2, -1, 0, 1, $3, NULL, $4)`, []any{job, f0, int32(schedulerv1.TriggerType_TRIGGER_TYPE_RETRY), now - 1000}},
+	} {
+		if _, err := c.store.ExecContext(ctx, q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	// Their executor's results reached logsvc; their trigger records did not.
+	const at = "10.9.9.9:9999"
+	first, retry := scheduler.TriggerID(job, f0, 0, 0), scheduler.TriggerID(job, f0, 0, 1)
+	st, err := logsv1.NewIngestServiceClient(c.logsConn).IngestResults(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&logsv1.IngestResultsRequest{BatchId: 1, Results: []*logsv1.RunResult{
+		{TriggerId: first, JobId: job, Status: logsv1.RunStatus_RUN_STATUS_FAIL, Message: "exit 1", StartUnixMs: f0, EndUnixMs: f0 + 10, ExecutorAddress: at},
+		{TriggerId: retry, JobId: job, Status: logsv1.RunStatus_RUN_STATUS_SUCCESS, Message: "ok", StartUnixMs: f0 + 20, EndUnixMs: f0 + 30, ExecutorAddress: at},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := st.Recv(); err != nil || ack.GetBatchId() != 1 {
+		t.Fatalf("results ack: %v, %v", ack, err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := logtest.New()
+	b := c.replicaWith(t, scheduler.Config{ReplicaID: "b", Logger: rec.Logger()})
+	waitLeader(t, b)
+	rec.Wait(t, 30*time.Second, "took over pending retries and child fires", "pending=1 already_dispatched=1", "records_rebuilt=1")
+	rec.Wait(t, 30*time.Second, "took over from the previous leader", "fires_checked=1", "fires_refired=0", "records_rebuilt=1")
+
+	logs := logsv1.NewLogServiceClient(c.logsConn)
+	runOf := func(id string) *logsv1.Run {
+		resp, err := logs.GetRun(ctx, &logsv1.GetRunRequest{Id: id})
+		if err != nil {
+			t.Fatalf("GetRun(%s): %v", id, err)
+		}
+		return resp.GetRun()
+	}
+	for id, tt := range map[string]schedulerv1.TriggerType{first: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, retry: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY} {
+		eventually(t, 30*time.Second, "the rebuilt record of "+id+" in logsvc", func() bool { return runOf(id).GetGroupId() != 0 })
+		r := runOf(id)
+		if r.GetGroupId() != g.Group.Id || r.GetTriggerType() != tt || r.GetParams() != "job-params" || r.GetScheduledTime().AsTime().UnixMilli() != f0 ||
+			r.GetExecutorAddress() != at || r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK ||
+			!strings.Contains(r.GetTriggerMessage(), "rebuilt by the new leader at takeover") {
+			t.Errorf("run %s: got %v, want group %d, %s, the job's params, scheduled at %d, at %s, OK, rebuilt", id, r, g.Group.Id, tt, f0, at)
+		}
+	}
+	// The executor's word stands.
+	if got := runOf(first).GetStatus(); got != logsv1.RunStatus_RUN_STATUS_FAIL {
+		t.Errorf("first attempt: %s, want FAIL as its executor said", got)
+	}
+	if got := runOf(retry).GetStatus(); got != logsv1.RunStatus_RUN_STATUS_SUCCESS {
+		t.Errorf("retry: %s, want SUCCESS as its executor said", got)
 	}
 }
