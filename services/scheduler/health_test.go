@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -48,6 +51,96 @@ func TestRunErrorsSayWhetherTheFireMayHaveArrived(t *testing.T) {
 			t.Errorf("%s: connectionFailed = %v, want %v", c.name, got, c.connError)
 		}
 	}
+}
+
+// TestRealConnectionErrorsSayWhetherTheFireMayHaveArrived: the errors the scheduler's own
+// executor client gets from gRPC, not strings written for the test. A connection refused before
+// anything was sent lets the fire go to another executor; a connection reset while the executor
+// holds the call (it arrived) is not a failure to deliver: the fire stays pinned to that
+// executor (neither never-sent nor a definite refusal), and the executor is not marked
+// unreachable for routing.
+func TestRealConnectionErrorsSayWhetherTheFireMayHaveArrived(t *testing.T) {
+	t.Parallel()
+	pool := newExecutorPool(nil)
+	t.Cleanup(pool.close)
+	run := func(addr string) error {
+		t.Helper()
+		cli, err := pool.client(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cli.Run(t.Context(), &executorv1.RunRequest{Triggers: []*executorv1.Trigger{{TriggerId: "1-0-0-0"}}})
+		return err
+	}
+
+	// Refused: nothing listens at the address.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+	err = run(gone)
+	if err == nil || !neverSent(err) || !connectionRefused(err) || !connectionFailed(err) || definiteRefusal(err) {
+		t.Errorf("refused connection: %v; want never sent, refused, a connection failure, no definite refusal", err)
+	}
+
+	// Broken mid-call: the executor has the call, and its connection is reset.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &connsListener{Listener: ln}
+	srv := grpc.NewServer()
+	ex := &heldRun{arrived: make(chan struct{})}
+	executorv1.RegisterExecutorServiceServer(srv, ex)
+	go srv.Serve(cl)
+	t.Cleanup(srv.Stop)
+	go func() {
+		<-ex.arrived
+		cl.closeConns()
+	}()
+	err = run(ln.Addr().String())
+	if status.Code(err) != codes.Unavailable || neverSent(err) || connectionFailed(err) || connectionRefused(err) || definiteRefusal(err) {
+		t.Errorf("connection reset mid-call: %v; want Unavailable, neither never sent nor a connection failure nor a definite refusal", err)
+	}
+}
+
+// connsListener keeps the connections it accepts, to close them under the server.
+type connsListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *connsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *connsListener) closeConns() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+}
+
+// heldRun is an executor that takes a Run call, says so, and never answers it.
+type heldRun struct {
+	executorv1.UnimplementedExecutorServiceServer
+	arrived chan struct{}
+}
+
+func (e *heldRun) Run(ctx context.Context, _ *executorv1.RunRequest) (*executorv1.RunResponse, error) {
+	close(e.arrived)
+	<-ctx.Done()
+	return nil, ctx.Err()
 }
 
 // TestRoutingPassesOverUnreachableAndFullExecutors: an executor whose connection failed is passed
