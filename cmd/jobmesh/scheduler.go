@@ -39,7 +39,17 @@ type schedulerConfig struct {
 	DispatchLead time.Duration
 	// RecordQueue caps the trigger records held for logsvc (scheduler.Config.RecordQueue).
 	RecordQueue int
+	// MisfireThreshold is how late a fire may be, waiting for an executor included, before its
+	// misfire strategy applies (scheduler.Config.MisfireThreshold).
+	MisfireThreshold time.Duration
+	// ExecutorQueue and ExecutorQueueTotal bound the fires that wait for executors, per executor
+	// and in all (scheduler.Config.ExecutorQueue and ExecutorQueueTotal).
+	ExecutorQueue, ExecutorQueueTotal int
 }
+
+// maxMisfireThreshold is the longest misfire threshold: a new leader looks this far back for the
+// fires the old one owed, and counts older ones as misfires whatever the threshold.
+const maxMisfireThreshold = 10 * time.Minute
 
 var schedulerPeers = []peer{peerRegistry, peerLogs}
 
@@ -62,6 +72,15 @@ func (c *schedulerConfig) validate() error {
 	if c.RecordQueue < 1 {
 		errs = append(errs, fmt.Errorf("--record-queue %d: at least 1", c.RecordQueue))
 	}
+	if c.MisfireThreshold < time.Second || c.MisfireThreshold > maxMisfireThreshold {
+		errs = append(errs, fmt.Errorf("--misfire-threshold %v: want 1s to %v (a new leader looks that far back for owed fires)", c.MisfireThreshold, maxMisfireThreshold))
+	}
+	if c.ExecutorQueue < 1 {
+		errs = append(errs, fmt.Errorf("--executor-queue %d: at least 1", c.ExecutorQueue))
+	}
+	if c.ExecutorQueueTotal < max(c.ExecutorQueue, 1) {
+		errs = append(errs, fmt.Errorf("--executor-queue-total %d: at least 1, and at least --executor-queue (%d)", c.ExecutorQueueTotal, c.ExecutorQueue))
+	}
 	return errors.Join(errs...)
 }
 
@@ -81,6 +100,9 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
 	f.dur(&c.DispatchLead, "dispatch-lead", scheduler.DefaultDispatchLead, "send fires this long before their time to executors that hold them until then (0: at their time)")
 	f.integer(&c.RecordQueue, "record-queue", scheduler.DefaultRecordQueue, "`count` of trigger records held for logsvc until it acknowledges them (about 320 bytes each); beyond it new ones are dropped and logged")
+	f.dur(&c.MisfireThreshold, "misfire-threshold", scheduler.DefaultMisfireThreshold, "how late a fire may be, waiting for a full or silent executor included, before its job's misfire strategy applies (1s to 10m)")
+	f.integer(&c.ExecutorQueue, "executor-queue", scheduler.DefaultExecutorQueue, "`count` of fires that may wait for one executor (full, unreachable or not answering; about 0.5 KB each); beyond it a fire is given up at once")
+	f.integer(&c.ExecutorQueueTotal, "executor-queue-total", scheduler.DefaultExecutorQueueTotal, "`count` of fires that may wait for executors in all; at least --executor-queue")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}
@@ -122,6 +144,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
+		MisfireThreshold: cfg.MisfireThreshold, ExecutorQueue: cfg.ExecutorQueue, ExecutorQueueTotal: cfg.ExecutorQueueTotal,
 		DeliverySecret: p.mesh.InternalToken, ExecutorDialOptions: []grpc.DialOption{p.tls.DialOption()}}, scheduler.Deps{
 		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
 		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),

@@ -90,6 +90,37 @@ func TestParseSchedulerFlags(t *testing.T) {
 		}
 	})
 
+	t.Run("misfire threshold and executor queues", func(t *testing.T) {
+		c, err := parseSchedulerFlags(full, io.Discard)
+		if err != nil || c.MisfireThreshold != scheduler.DefaultMisfireThreshold ||
+			c.ExecutorQueue != scheduler.DefaultExecutorQueue || c.ExecutorQueueTotal != scheduler.DefaultExecutorQueueTotal {
+			t.Errorf("defaults = %v, %d, %d (error %v); want %v, %d, %d", c.MisfireThreshold, c.ExecutorQueue, c.ExecutorQueueTotal, err,
+				scheduler.DefaultMisfireThreshold, scheduler.DefaultExecutorQueue, scheduler.DefaultExecutorQueueTotal)
+		}
+		t.Setenv("JOBMESH_EXECUTOR_QUEUE_TOTAL", "5000")
+		c, err = parseSchedulerFlags(append(slices.Clone(full), "--misfire-threshold", "30s", "--executor-queue", "500"), io.Discard)
+		if err != nil || c.MisfireThreshold != 30*time.Second || c.ExecutorQueue != 500 || c.ExecutorQueueTotal != 5000 {
+			t.Errorf("--misfire-threshold 30s --executor-queue 500, JOBMESH_EXECUTOR_QUEUE_TOTAL=5000: got %v, %d, %d (error %v)",
+				c.MisfireThreshold, c.ExecutorQueue, c.ExecutorQueueTotal, err)
+		}
+		for _, bad := range []struct {
+			args []string
+			flag string
+		}{
+			{[]string{"--misfire-threshold", "0"}, "--misfire-threshold"},
+			{[]string{"--misfire-threshold", "500ms"}, "--misfire-threshold"},
+			{[]string{"--misfire-threshold", "11m"}, "--misfire-threshold"},
+			{[]string{"--executor-queue", "0"}, "--executor-queue "},
+			{[]string{"--executor-queue-total", "0"}, "--executor-queue-total"},
+			{[]string{"--executor-queue", "6000"}, "--executor-queue-total 5000: at least 1, and at least --executor-queue (6000)"},
+		} {
+			_, err := parseSchedulerFlags(append(slices.Clone(full), bad.args...), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), bad.flag) {
+				t.Errorf("%v: error = %v, want one naming %s", bad.args, err, bad.flag)
+			}
+		}
+	})
+
 	t.Run("metrics address", func(t *testing.T) {
 		c, err := parseSchedulerFlags(append(slices.Clone(full), "--metrics-addr", "0.0.0.0:9464"), io.Discard)
 		if err != nil || c.MetricsAddr != "0.0.0.0:9464" {

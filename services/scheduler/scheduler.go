@@ -49,6 +49,9 @@ const maxSettling = 16
 // slow or away, about 160 MB of records at most.
 const DefaultRecordQueue = 500_000
 
+// DefaultMisfireThreshold is Config.MisfireThreshold's default.
+const DefaultMisfireThreshold = 5 * time.Second
+
 // DefaultExecutorQueue and DefaultExecutorQueueTotal are Config.ExecutorQueue's and
 // Config.ExecutorQueueTotal's defaults.
 const (
@@ -125,7 +128,7 @@ func (c *Config) setDefaults() {
 		c.PreReadBatch = 5000
 	}
 	if c.MisfireThreshold == 0 {
-		c.MisfireThreshold = 5 * time.Second
+		c.MisfireThreshold = DefaultMisfireThreshold
 	}
 	if c.DispatchTimeout == 0 {
 		c.DispatchTimeout = 3 * time.Second
