@@ -354,16 +354,72 @@ func (s *Service) decideLost(ctx context.Context, tx *db.Tx, c lostCand, limit t
 const unrecordedMessage = "the scheduler's trigger record never arrived: completed from the executor's result, " +
 	"with the job, scheduled time, shard and attempt its trigger id names and the job's executor group"
 
+// groupUnrecorded gives the ended runs without a trigger record and without a group (the
+// oldest rowsPerStatement of them) their job's executor group, so that the console and the
+// reports place them while they wait for their record.
+func (s *Service) groupUnrecorded(ctx context.Context, jobs *jobLookups) error {
+	// The literal predicate matches runs_unrecorded's.
+	rows, err := s.store.QueryContext(ctx, s.store.Q(fmt.Sprintf(`SELECT trigger_id, job_id FROM runs
+		WHERE trigger_outcome = %d AND status > %d AND group_id = 0 ORDER BY end_ms LIMIT $1`, outcomeNone, statusRunning)),
+		rowsPerStatement)
+	if err != nil {
+		return fmt.Errorf("find runs without a record or a group: %w", err)
+	}
+	byGroup := map[int64][]string{}
+	var ids []string
+	for rows.Next() {
+		var (
+			id  string
+			job int64
+		)
+		if err := rows.Scan(&id, &job); err != nil {
+			rows.Close()
+			return fmt.Errorf("find runs without a record or a group: %w", err)
+		}
+		if j, ok := jobs.job(ctx, job); ok && j.GroupID != 0 {
+			byGroup[j.GroupID] = append(byGroup[j.GroupID], id)
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find runs without a record or a group: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := s.inTx(ctx, func(tx *db.Tx) error { return s.setGroups(ctx, tx, byGroup) }); err != nil {
+		return err
+	}
+	s.hub.runsChanged(ids)
+	return nil
+}
+
+// setGroups sets the group of runs still without a record and a group: group id → trigger ids.
+func (s *Service) setGroups(ctx context.Context, tx *db.Tx, byGroup map[int64][]string) error {
+	for g, gids := range byGroup {
+		q := `UPDATE runs SET group_id = ` + s.ph(1) + ` WHERE group_id = 0 AND trigger_outcome = ` + s.ph(2) +
+			` AND trigger_id IN ` + s.in(len(gids), 3)
+		if _, err := tx.ExecContext(ctx, q, append([]any{g, outcomeNone}, anys(gids)...)...); err != nil {
+			return fmt.Errorf("fill the group of runs without a record: %w", err)
+		}
+	}
+	return nil
+}
+
 // sweepUnrecorded completes the runs that ended RecordWait ago or more without their trigger
 // record ever arriving (the scheduler died before sending it): the scheduler then still gets
 // their completion, so a FIX_DELAY job does not wait forever. The run keeps what its result
 // said and what its trigger id names (merge.go: fromID), and takes its job's executor group
-// (when logsvc can read the job); a record that arrives later fills the trigger fields without
-// completing it again.
+// (when logsvc can read the job) at the first sweep after it ended, not only when it is
+// completed; a record that arrives later fills the trigger fields without completing it again.
 func (s *Service) sweepUnrecorded(ctx context.Context) (int, error) {
 	now := s.now()
 	cutoff := now.Add(-s.cfg.RecordWait).UnixMilli()
 	jobs := s.lookups()
+	if err := s.groupUnrecorded(ctx, jobs); err != nil {
+		return 0, err
+	}
 	total := 0
 	for {
 		type cand struct {
@@ -407,12 +463,8 @@ func (s *Service) sweepUnrecorded(ctx context.Context) (int, error) {
 		var completed []string
 		err = s.inTx(ctx, func(tx *db.Tx) error {
 			completed = completed[:0]
-			for g, gids := range byGroup {
-				q := `UPDATE runs SET group_id = ` + s.ph(1) + ` WHERE group_id = 0 AND trigger_outcome = ` + s.ph(2) +
-					` AND trigger_id IN ` + s.in(len(gids), 3)
-				if _, err := tx.ExecContext(ctx, q, append([]any{g, outcomeNone}, anys(gids)...)...); err != nil {
-					return fmt.Errorf("fill the group of runs without a record: %w", err)
-				}
+			if err := s.setGroups(ctx, tx, byGroup); err != nil {
+				return err
 			}
 			// It reached an executor: the result says so. A successful run needs no alarm.
 			q := `UPDATE runs SET trigger_outcome = ` + s.ph(1) + `, trigger_message = ` + s.ph(2) + `,

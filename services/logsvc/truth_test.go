@@ -564,6 +564,44 @@ func TestMissingRecordFilledFromTriggerID(t *testing.T) {
 	}
 }
 
+// TestMissingRecordSweepGroupsEndedRunsAtOnce: a run that ended without its trigger record takes
+// its job's executor group at the first sweep, long before the record wait is over; it is
+// completed only then. A running one, and one whose job cannot be read, keep group 0.
+func TestMissingRecordSweepGroupsEndedRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	const job, group, unknownJob = 201, 43, 202
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, st, Config{Retention: -1, Jobs: fakeJobs{job: {Name: "j", GroupID: group}}}, false)
+			sched := base + 9000
+			ended, running1, orphan := sid(job, sched, 0, 0), sid(job, sched+1000, 0, 0), sid(unknownJob, sched, 0, 0)
+			now := time.UnixMilli(sched).Add(time.Second)
+			e.svc.now = func() time.Time { return now }
+			e.mustResults(t, result(ended, job, logsv1.RunStatus_RUN_STATUS_SUCCESS, sched+100),
+				running(running1, job, sched+1100, "10.0.0.1:9999"), result(orphan, unknownJob, logsv1.RunStatus_RUN_STATUS_FAIL, sched+100))
+			if n, err := e.svc.sweepUnrecorded(ctxFor(t)); err != nil || n != 0 {
+				t.Fatalf("sweep within the record wait: got %d, %v, want none completed", n, err)
+			}
+			if r := e.run(t, ended); r.GetGroupId() != group || r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED {
+				t.Errorf("ended run after the first sweep: got %v, want group %d, no trigger outcome yet", r, group)
+			}
+			for _, id := range []string{running1, orphan} {
+				if r := e.run(t, id); r.GetGroupId() != 0 {
+					t.Errorf("%s after the first sweep: group %d, want 0", id, r.GetGroupId())
+				}
+			}
+			now = now.Add(e.svc.cfg.RecordWait)
+			if n, err := e.svc.sweepUnrecorded(ctxFor(t)); err != nil || n != 2 {
+				t.Fatalf("sweep after the record wait: got %d, %v, want the two ended runs completed", n, err)
+			}
+			if r := e.run(t, ended); r.GetGroupId() != group || r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+				t.Errorf("ended run completed: got %v, want group %d, outcome OK", r, group)
+			}
+		})
+	}
+}
+
 func TestParseTriggerID(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
