@@ -226,7 +226,7 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{"### jobmesh bench ramp, 2026-11-23 12:00 UTC", "2 CPUs (Test CPU), 2.0 GiB",
 		"| 5000 | 5000 | 20.0 | 100000 | n/a | 99990 | n/a | n/a | 10 | 0 |", "1.50 / 3.00 / 12.2 / 40.0 / 250", "| 123 |",
 		"no: 10 lost", "| scheduler-r1 | 2.00 | 20.0 | 150 |", "| postgres/logsvc | 3.00 | 0.0 | – |", "- lost: job 1 scheduled",
-		"of 99990 fires executed, 99980 stored OK, **4 stored failed**, 6 undecided, 0 not stored; of 10 not executed, 8 stored with a reason (7 overloaded), **2 without one** (0 undecided).",
+		"of 99990 fires executed, 99980 stored OK (0 without a trigger record), **4 stored failed**, 6 undecided, 0 not stored; of 10 not executed, 8 stored with a reason (7 overloaded), **2 without one** (0 undecided).",
 		`- lost with reason "overloaded": 7`, "- executed but stored failed: job 3 scheduled 12:00:02.000: FAIL", "Failover: 2 kills", "gaps ms: 1500, 0", "- note: a note", "Highest rate held: **0 fires/s**"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, got)

@@ -291,9 +291,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if len(r.Steps) > 1 {
 			fmt.Fprintf(&b, " (%.0f fires/s)", st.TargetRate)
 		}
-		fmt.Fprintf(&b, ": of %d fires executed, %d stored OK, **%d stored failed**, %d undecided, %d not stored; "+
+		fmt.Fprintf(&b, ": of %d fires executed, %d stored OK (%d without a trigger record), **%d stored failed**, %d undecided, %d not stored; "+
 			"of %d not executed, %d stored with a reason (%d overloaded), **%d without one** (%d undecided)",
-			c.Executed, c.OK, c.Failed, c.Undecided, c.NotStored, c.Lost, c.LostWithReason, c.LostOverloaded, c.LostNoReason, c.LostUndecided)
+			c.Executed, c.OK, c.NoRecord, c.Failed, c.Undecided, c.NotStored, c.Lost, c.LostWithReason, c.LostOverloaded, c.LostNoReason, c.LostUndecided)
 		if c.LostStoredOK > 0 {
 			fmt.Fprintf(&b, ", %d stored OK", c.LostStoredOK)
 		}
@@ -307,6 +307,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "\n- lost with reason %q: %d", k, c.Reasons[k])
 		}
 		if i == len(r.Steps)-1 {
+			for _, s := range c.NoRecordSamples {
+				fmt.Fprintf(&b, "\n- stored OK without a trigger record: %s", s)
+			}
 			for _, s := range c.FailedSamples {
 				fmt.Fprintf(&b, "\n- executed but stored failed: %s", s)
 			}
@@ -314,7 +317,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				fmt.Fprintf(&b, "\n- lost without a reason: %s", s)
 			}
 		}
-		if len(reasons)+len(c.FailedSamples)+len(c.NoReasonSamples) > 0 {
+		if len(reasons)+len(c.NoRecordSamples)+len(c.FailedSamples)+len(c.NoReasonSamples) > 0 {
 			b.WriteString("\n")
 		}
 	}

@@ -23,8 +23,11 @@ type StoreCheck struct {
 	// stored SUCCESS; Failed are stored as failed although they executed (a run FAIL, TIMEOUT or
 	// KILLED, or a FAILED trigger outcome); Undecided are stored still running or with an
 	// UNKNOWN dispatch; NotStored have no run.
-	Executed  int `json:"executed"`
-	OK        int `json:"stored_ok"`
+	Executed int `json:"executed"`
+	OK       int `json:"stored_ok"`
+	// NoRecord counts the OK ones whose run has no trigger record (outcome unset): logsvc holds
+	// the executor's result but has published no completion for it.
+	NoRecord  int `json:"stored_ok_without_record"`
 	Failed    int `json:"executed_but_failed"`
 	Undecided int `json:"executed_undecided"`
 	NotStored int `json:"executed_not_stored"`
@@ -40,7 +43,8 @@ type StoreCheck struct {
 	LostStoredOK   int `json:"lost_stored_ok"`
 	// Reasons counts the messages of LostWithReason by their first words.
 	Reasons map[string]int `json:"lost_reasons,omitempty"`
-	// Up to ten examples of Failed and LostNoReason.
+	// Up to ten examples of NoRecord, Failed and LostNoReason.
+	NoRecordSamples []string `json:"stored_ok_without_record_samples,omitempty"`
 	FailedSamples   []string `json:"executed_but_failed_samples,omitempty"`
 	NoReasonSamples []string `json:"lost_without_reason_samples,omitempty"`
 }
@@ -121,6 +125,10 @@ func checkStore(grids map[int64]firecheck.Grid, execs []firecheck.Execution, run
 				switch v {
 				case vOK:
 					c.OK++
+					if worst.Outcome == logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED {
+						c.NoRecord++
+						c.NoRecordSamples = sample(c.NoRecordSamples, fmt.Sprintf("job %d scheduled %s: %s", id, msClock(s), worst.TriggerID))
+					}
 				case vFailed:
 					c.Failed++
 					c.FailedSamples = sample(c.FailedSamples, fmt.Sprintf("job %d scheduled %s: %s %s %q",

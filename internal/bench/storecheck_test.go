@@ -45,11 +45,13 @@ func TestCheckStore(t *testing.T) {
 	}
 	runs := []storedRun{
 		run("1-1000-0-0", success, ok, ""),
+		run("1-1500-0-0", success, 0, ""),                                               // not an expected fire of job 1
+		run("2-1500-0-0", success, 0, ""),                                               // executed, stored OK without its trigger record (below)
 		run("1-2000-0-0", fail, failed, "trigger failed: the fire reached no executor"), // executed, stored failed
 		run("1-3000-0-0", timeout, ok, ""),                                              // executed, stored failed
 		run("1-4000-0-0", running, unknown, ""),                                         // executed, undecided
 		// 1-5000 executed twice, not stored.
-		run("2-1500-0-0", success, failed, ""), // a FAILED trigger outcome on an executed fire
+		run("2-1500-0-0", success, failed, ""), // a FAILED trigger outcome on an executed fire (a second row: the worse wins)
 		run("1-6000-0-0", fail, failed, "overloaded: no executor accepted within 5s"),
 		run("1-7000-0-0", fail, failed, "trigger failed: no executor registered"),
 		run("1-8000-0-0", fail, ok, ""),         // failed without a message
