@@ -33,12 +33,14 @@ func TestCheckStore(t *testing.T) {
 		failed  = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 		unknown = logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN
 	)
-	// Job 1 fires at 1000, 2000, …, 10000 in the window [1000, 10000]; job 2 at 1500 only.
-	grids := map[int64]firecheck.Grid{1: {First: 1000, Period: 1000, From: 1000, Until: 10000}, 2: {First: 1500, Period: 100000, From: 1000, Until: 10000}}
+	// Job 1 fires at 1000, 2000, …, 10000 in the window [1000, 10000]; job 2 at 1500 only, job 3
+	// at 2500 only.
+	grids := map[int64]firecheck.Grid{1: {First: 1000, Period: 1000, From: 1000, Until: 10000},
+		2: {First: 1500, Period: 100000, From: 1000, Until: 10000}, 3: {First: 2500, Period: 100000, From: 1000, Until: 10000}}
 	ran := func(job, sched int64) firecheck.Execution {
 		return firecheck.Execution{JobID: job, ScheduledMs: sched}
 	}
-	execs := []firecheck.Execution{ran(1, 1000), ran(1, 2000), ran(1, 3000), ran(1, 4000), ran(1, 5000), ran(1, 5000), ran(2, 1500),
+	execs := []firecheck.Execution{ran(1, 1000), ran(1, 2000), ran(1, 3000), ran(1, 4000), ran(1, 5000), ran(1, 5000), ran(2, 1500), ran(3, 2500),
 		ran(1, 11000)} // after the window: not counted
 	run := func(id string, st logsv1.RunStatus, oc logsv1.TriggerOutcome, msg string) storedRun {
 		return storedRun{TriggerID: id, Status: st, Outcome: oc, TriggerMsg: msg}
@@ -46,31 +48,34 @@ func TestCheckStore(t *testing.T) {
 	runs := []storedRun{
 		run("1-1000-0-0", success, ok, ""),
 		run("1-1500-0-0", success, 0, ""),                                               // not an expected fire of job 1
-		run("2-1500-0-0", success, 0, ""),                                               // executed, stored OK without its trigger record (below)
+		run("3-2500-0-0", success, 0, ""),                                               // executed, stored OK without its trigger record
 		run("1-2000-0-0", fail, failed, "trigger failed: the fire reached no executor"), // executed, stored failed
 		run("1-3000-0-0", timeout, ok, ""),                                              // executed, stored failed
 		run("1-4000-0-0", running, unknown, ""),                                         // executed, undecided
 		// 1-5000 executed twice, not stored.
-		run("2-1500-0-0", success, failed, ""), // a FAILED trigger outcome on an executed fire (a second row: the worse wins)
+		run("2-1500-0-0", success, failed, ""), // a FAILED trigger outcome on an executed fire
 		run("1-6000-0-0", fail, failed, "overloaded: no executor accepted within 5s"),
 		run("1-7000-0-0", fail, failed, "trigger failed: no executor registered"),
 		run("1-8000-0-0", fail, ok, ""),         // failed without a message
 		run("1-9000-0-0", running, unknown, ""), // undecided
 		// 1-10000: no run.
 		run("1-11000-0-0", success, ok, ""), // after the window
-		run("3-2000-0-0", success, ok, ""),  // not a job of the grids
+		run("4-2000-0-0", success, ok, ""),  // not a job of the grids
 		run("manual-xyz", success, ok, ""),  // not a scheduler's trigger id
 	}
 	c := checkStore(grids, execs, runs)
-	want := StoreCheck{Executed: 6, OK: 1, Failed: 3, Undecided: 1, NotStored: 1,
+	want := StoreCheck{Executed: 7, OK: 2, NoRecord: 1, Failed: 3, Undecided: 1, NotStored: 1,
 		Lost: 5, LostWithReason: 2, LostOverloaded: 1, LostNoReason: 3, LostUndecided: 1}
 	got := *c
-	got.Reasons, got.FailedSamples, got.NoReasonSamples = nil, nil, nil
+	got.Reasons, got.NoRecordSamples, got.FailedSamples, got.NoReasonSamples = nil, nil, nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("checkStore = %+v\nwant %+v", got, want)
 	}
 	if len(c.Reasons) != 2 || c.Reasons["overloaded"] != 1 || c.Reasons["trigger failed"] != 1 {
 		t.Errorf("reasons = %v, want overloaded 1, trigger failed 1", c.Reasons)
+	}
+	if len(c.NoRecordSamples) != 1 || c.NoRecordSamples[0] != "job 3 scheduled 00:00:02.500: 3-2500-0-0" {
+		t.Errorf("no-record samples = %q", c.NoRecordSamples)
 	}
 	if len(c.FailedSamples) != 3 || !strings.Contains(c.FailedSamples[0], `job 1 scheduled 00:00:02.000: FAIL FAILED "trigger failed: the fire reached no executor"`) {
 		t.Errorf("failed samples = %q", c.FailedSamples)
