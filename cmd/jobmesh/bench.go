@@ -90,6 +90,8 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.dur(&cfg.Interval, "interval", 0, "each job's period (default 1s; scale 10m)")
 	f.float(&cfg.CronFraction, "cron-fraction", 0, "`fraction` of cron jobs, which fire on whole seconds (default 0.1; -1 for none)")
 	f.str(&cfg.Route, "route", "", "jobs' route `strategy`: FIRST, ROUND, RANDOM, CONSISTENT_HASH… (default ROUND)")
+	f.dur(&cfg.Hold, "hold", 0, "how long each fire holds its agent, a `duration` (0: the handler returns at once)")
+	f.boolean(&cfg.Shell, "shell", false, "make the jobs GLUE_SHELL scripts (bash) that record their fire and sleep --hold")
 	f.integer(&cfg.CreateWorkers, "create-workers", 0, "`count` of CreateJob calls at once (default 16)")
 	f.integer(&cfg.Jobs, "jobs", 0, "scale: `count` of jobs stored (default 1000000)")
 	f.integer(&cfg.APIJobs, "api-jobs", 0, "scale: `count` of jobs created through the API, the rest by SQL (default 1000)")
@@ -208,6 +210,7 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f.str(&cfg.LogDir, "log-dir", "", "`directory` of run logs and spool (required)")
 	f.str(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:0", "ExecutorService `address`; port 0 picks one")
 	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:0", "the driver's endpoint `address` (/stats, /executions); port 0 picks one")
+	f.dur(&cfg.Hold, "hold", 0, "how long the bench handler holds each fire after recording it, a `duration`")
 	f.str(&logLevel, "log-level", "warn", "`level` of the logs: debug, info, warn or error")
 	var (
 		tlsFiles meshtls.Files
@@ -220,6 +223,9 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var err error
 	if cfg.TLS, err = meshtls.Resolve(tlsFiles, insecure); err != nil {
 		return err
+	}
+	if cfg.Hold < 0 {
+		return fmt.Errorf("--hold %v: must not be negative", cfg.Hold)
 	}
 	var errs []error
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}, {"--logs-addr", cfg.LogsAddr}, {"--registry-addr", cfg.RegistryAddr}} {

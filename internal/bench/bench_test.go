@@ -60,6 +60,9 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("lost %d, doubled %d, off schedule %d (of %d expected); samples: %v %v %v", f.Lost, f.Doubled, f.OffSchedule,
 			f.Expected, rep.Steps[0].LostSamples, rep.Steps[0].DoubledSamples, rep.Steps[0].OffGridSamples)
 	}
+	if c := rep.Steps[0].Store; c == nil || c.Executed != f.Executed || c.OK != c.Executed || c.Lost != 0 {
+		t.Errorf("stored against executed: %+v, want every executed fire stored OK", c)
+	}
 	if f.Executed != f.Expected || f.Stored != f.Executed || f.Completed != f.Executed || f.Dispatched != f.Executed {
 		t.Errorf("expected %d, dispatched %d, executed %d, stored %d, complete %d: want all equal", f.Expected, f.Dispatched, f.Executed, f.Stored, f.Completed)
 	}
@@ -141,6 +144,7 @@ func TestConfig(t *testing.T) {
 		{"failover against a target", Config{Scenario: "failover", Target: &Target{SchedulerAddrs: []string{"x:1"}, LogsAddr: "y:1",
 			RegistryAddr: "z:1", Token: "t"}}, "needs a cluster of its own"},
 		{"a target without its addresses", Config{Scenario: "rate", Target: &Target{}}, "--scheduler-addr"},
+		{"a negative hold", Config{Scenario: "failover", Hold: -time.Second}, "--hold"},
 	} {
 		tc.cfg.Bin = "jobmesh"
 		err := tc.cfg.withDefaults().validate()
@@ -209,7 +213,9 @@ func TestMarkdown(t *testing.T) {
 		Steps: []Step{{TargetRate: 5000, Jobs: 5000, Seconds: 20, Fires: Fires{Expected: 100000, Dispatched: -1, Executed: 99990, Stored: -1, Completed: -1, Lost: 10},
 			LatenessMs: Percentiles{P50: 1.5, P90: 3, P99: 12.25, P999: 40, Max: 250}, CPUMicrosPerFire: 123.4, LoadAvg: [3]float64{1.5},
 			Processes: []ProcUsage{{Name: "scheduler-r1", CPUSeconds: 2, CPUMicrosPerFire: 20, PeakRSSMB: 150}, {Name: "postgres/logsvc", CPUSeconds: 3}},
-			Held:      &held, Why: "10 lost", LostSamples: []string{"job 1 scheduled 12:00:01.000"}}},
+			Held:      &held, Why: "10 lost", LostSamples: []string{"job 1 scheduled 12:00:01.000"},
+			Store: &StoreCheck{Executed: 99990, OK: 99980, Failed: 4, Undecided: 6, Lost: 10, LostWithReason: 8, LostOverloaded: 7, LostNoReason: 2,
+				Reasons: map[string]int{"overloaded": 7, "trigger failed": 1}, FailedSamples: []string{"job 3 scheduled 12:00:02.000: FAIL"}}}},
 		Failover: &Failover{Kills: 2, GapsMs: []float64{1500, 0}, GapMedianMs: 1500, GapMaxMs: 1500, LostPerKill: []int{0, 0}},
 		Notes:    []string{"a note"}}
 	var b bytes.Buffer
@@ -220,7 +226,8 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{"### jobmesh bench ramp, 2026-11-23 12:00 UTC", "2 CPUs (Test CPU), 2.0 GiB",
 		"| 5000 | 5000 | 20.0 | 100000 | n/a | 99990 | n/a | n/a | 10 | 0 |", "1.50 / 3.00 / 12.2 / 40.0 / 250", "| 123 |",
 		"no: 10 lost", "| scheduler-r1 | 2.00 | 20.0 | 150 |", "| postgres/logsvc | 3.00 | 0.0 | – |", "- lost: job 1 scheduled",
-		"Failover: 2 kills", "gaps ms: 1500, 0", "- note: a note", "Highest rate held: **0 fires/s**"} {
+		"of 99990 fires executed, 99980 stored OK (0 without a trigger record), **4 stored failed**, 6 undecided, 0 not stored; of 10 not executed, 8 stored with a reason (7 overloaded), **2 without one** (0 undecided).",
+		`- lost with reason "overloaded": 7`, "- executed but stored failed: job 3 scheduled 12:00:02.000: FAIL", "Failover: 2 kills", "gaps ms: 1500, 0", "- note: a note", "Highest rate held: **0 fires/s**"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, got)
 		}

@@ -78,6 +78,12 @@ type Config struct {
 	CronFraction float64
 	// Route is the jobs' route strategy (FIRST, ROUND, RANDOM, CONSISTENT_HASH, …). Default ROUND.
 	Route string
+	// Hold is how long each fire holds its executor: the bench handler sleeps it after recording
+	// the fire (0: it returns at once, and the bench measures delivery alone).
+	Hold time.Duration
+	// Shell makes the jobs GLUE_SHELL scripts the agents run as processes: each reports its own
+	// fire and sleeps Hold, as a shell job would.
+	Shell bool
 	// CreateWorkers is how many CreateJob calls run at once. Default 16.
 	CreateWorkers int
 
@@ -271,6 +277,9 @@ func (c Config) validate() error {
 	}
 	if _, ok := schedulerv1.RouteStrategy_value["ROUTE_STRATEGY_"+strings.ToUpper(c.Route)]; !ok || strings.EqualFold(c.Route, "UNSPECIFIED") {
 		bad("route", "%q: want a route strategy such as FIRST, ROUND, RANDOM or CONSISTENT_HASH", c.Route)
+	}
+	if c.Hold < 0 {
+		bad("hold", "%v: must not be negative", c.Hold)
 	}
 	if c.CreateWorkers < 1 {
 		bad("create-workers", "%d: want at least 1", c.CreateWorkers)

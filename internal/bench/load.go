@@ -104,12 +104,16 @@ func (l *load) create(ctx context.Context, t *topology, n int) (time.Duration, e
 				if i >= first+n || ctx.Err() != nil {
 					return
 				}
-				resp, err := r.jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+				job := &schedulerv1.Job{
 					GroupId: t.groupID, Name: fmt.Sprintf("bench-%07d", i), Handler: benchHandler,
 					GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING,
 					Schedule: cfg.schedule(i), MisfireStrategy: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING,
 					RouteStrategy: cfg.route(),
-				}})
+				}
+				if cfg.Shell {
+					job.Handler, job.GlueType, job.GlueSource = "", schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, shellScript(cfg.Hold)
+				}
+				resp, err := r.jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: job})
 				if err != nil {
 					errs <- fmt.Errorf("create job %d: %w", i, err)
 					return

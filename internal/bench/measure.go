@@ -50,6 +50,11 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		st.Fires.Dispatched, st.Fires.DispatchFailed, st.Fires.Stored, st.Fires.Completed = s.Dispatched, s.DispatchFailed, s.Stored, s.Completed
 		st.StoredAfterSeconds = time.Since(to).Seconds()
 		st.EndToEndMs = Percentiles{P50: s.E2E50, P99: s.E2E99}
+		runs, err := readRuns(ctx, t.pg, fromMs, toMs)
+		if err != nil {
+			return st, rep, err
+		}
+		st.Store = checkStore(grids, execs, runs)
 	}
 	var total float64
 	for i := range procs {
@@ -69,12 +74,13 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 }
 
 // latenessBySchedule splits the lateness of the window's scheduled fires (first runs) between
-// FIX_RATE and cron jobs; nil when the load has only one kind.
+// FIX_RATE and cron jobs; nil when the load has only one kind. A shell job's record carries no
+// trigger type (the bench fires shell jobs only on their schedules).
 func latenessBySchedule(execs []firecheck.Execution, l *load, fromMs, toMs int64) []ScheduleLateness {
 	var fixRate, cron []time.Duration
 	seen := map[string]bool{}
 	for _, e := range execs {
-		if e.TriggerType != "CRON" || e.ScheduledMs < fromMs || e.ScheduledMs > toMs || seen[e.TriggerID] {
+		if e.TriggerType != "CRON" && e.TriggerType != "" || e.ScheduledMs < fromMs || e.ScheduledMs > toMs || seen[e.TriggerID] {
 			continue
 		}
 		seen[e.TriggerID] = true

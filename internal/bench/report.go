@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,9 @@ type Setup struct {
 	Route        string  `json:"route"`
 	SessionTTL   string  `json:"session_ttl,omitempty"`
 	DispatchLead string  `json:"dispatch_lead,omitempty"`
+	// Hold is how long each fire holds its agent; Shell says the jobs are GLUE_SHELL scripts.
+	Hold  string `json:"hold,omitempty"`
+	Shell bool   `json:"shell,omitempty"`
 	// CreatedPerSecond is the rate at which the API created the jobs.
 	CreatedPerSecond float64 `json:"api_jobs_created_per_s,omitempty"`
 }
@@ -75,6 +79,9 @@ type Step struct {
 	// StoredAfterSeconds is when, after the window's end, the stored counts were read: once every
 	// executed fire's run was complete, or --store-wait passed.
 	StoredAfterSeconds float64 `json:"stored_after_s,omitempty"`
+	// Store sets the agents' executions against logsvc's runs, fire by fire (read with the
+	// stored counts); nil when the bench does not know logsvc's database.
+	Store *StoreCheck `json:"store,omitempty"`
 	// CPUMicrosPerFire is every measured process's CPU time in the window per fire executed.
 	CPUMicrosPerFire float64     `json:"cpu_us_per_fire"`
 	Processes        []ProcUsage `json:"processes"`
@@ -238,6 +245,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if s.DispatchLead != "" {
 		fmt.Fprintf(&b, ", dispatch lead %s", s.DispatchLead)
 	}
+	if s.Shell {
+		b.WriteString(", GLUE_SHELL jobs")
+	}
+	if s.Hold != "" {
+		fmt.Fprintf(&b, ", each fire holds %s", s.Hold)
+	}
 	if s.CreatedPerSecond > 0 {
 		fmt.Fprintf(&b, "; the API created %.0f jobs/s", s.CreatedPerSecond)
 	}
@@ -268,6 +281,45 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if r.Scenario == "ramp" {
 		fmt.Fprintf(&b, "\nHighest rate held: **%.0f fires/s**.\n", r.HighestHeld)
+	}
+	for i, st := range r.Steps {
+		c := st.Store
+		if c == nil {
+			continue
+		}
+		b.WriteString("\nStored against executed")
+		if len(r.Steps) > 1 {
+			fmt.Fprintf(&b, " (%.0f fires/s)", st.TargetRate)
+		}
+		fmt.Fprintf(&b, ": of %d fires executed, %d stored OK (%d without a trigger record), **%d stored failed**, %d undecided, %d not stored; "+
+			"of %d not executed, %d stored with a reason (%d overloaded), **%d without one** (%d undecided)",
+			c.Executed, c.OK, c.NoRecord, c.Failed, c.Undecided, c.NotStored, c.Lost, c.LostWithReason, c.LostOverloaded, c.LostNoReason, c.LostUndecided)
+		if c.LostStoredOK > 0 {
+			fmt.Fprintf(&b, ", %d stored OK", c.LostStoredOK)
+		}
+		b.WriteString(".\n")
+		reasons := make([]string, 0, len(c.Reasons))
+		for k := range c.Reasons {
+			reasons = append(reasons, k)
+		}
+		slices.Sort(reasons)
+		for _, k := range reasons {
+			fmt.Fprintf(&b, "\n- lost with reason %q: %d", k, c.Reasons[k])
+		}
+		if i == len(r.Steps)-1 {
+			for _, s := range c.NoRecordSamples {
+				fmt.Fprintf(&b, "\n- stored OK without a trigger record: %s", s)
+			}
+			for _, s := range c.FailedSamples {
+				fmt.Fprintf(&b, "\n- executed but stored failed: %s", s)
+			}
+			for _, s := range c.NoReasonSamples {
+				fmt.Fprintf(&b, "\n- lost without a reason: %s", s)
+			}
+		}
+		if len(reasons)+len(c.NoRecordSamples)+len(c.FailedSamples)+len(c.NoReasonSamples) > 0 {
+			b.WriteString("\n")
+		}
 	}
 	if n := len(r.Steps); n > 0 && len(r.Steps[n-1].LatenessBySchedule) > 0 {
 		b.WriteString("\nLateness by schedule")

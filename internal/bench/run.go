@@ -32,6 +32,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Setup.SessionTTL = cfg.SessionTTL.String()
 	}
 	rep.Setup.DispatchLead = cfg.DispatchLead
+	rep.Setup.Shell = cfg.Shell
+	if cfg.Hold > 0 {
+		rep.Setup.Hold = cfg.Hold.String()
+	}
 	if cfg.Target != nil {
 		rep.Setup.Schedulers = len(cfg.Target.SchedulerAddrs)
 	}

@@ -367,7 +367,7 @@ func (t *topology) start(ctx context.Context, name string, args, env []string, r
 func (t *topology) startAgent(ctx context.Context, id string) error {
 	args := []string{"bench", "agent", "--app", t.app, "--instance", id, "--registry-addr", t.regAddr,
 		"--logs-addr", t.logsAddr, "--group-token", t.groupToken, "--log-dir", filepath.Join(t.dir, "agents", id),
-		"--log-level", t.cfg.ServiceLogLevel}
+		"--log-level", t.cfg.ServiceLogLevel, "--hold", t.cfg.Hold.String()}
 	args = append(args, t.tlsArgs...)
 	m, err := t.start(ctx, "agent-"+id, args, nil, "agent grpc ", "agent http ")
 	if err != nil {

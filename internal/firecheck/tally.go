@@ -37,24 +37,28 @@ func NewTally() *Tally { return &Tally{changed: make(chan struct{})} }
 
 // Handle is the sdk.HandlerFunc that records job's fire.
 func (tl *Tally) Handle(_ context.Context, job *sdk.Job) error {
-	now := time.Now().UnixNano()
-	sched := job.ScheduledTime.UnixMilli()
+	tl.Record(Execution{JobID: job.ID, TriggerID: job.TriggerID, ScheduledMs: job.ScheduledTime.UnixMilli(),
+		ArrivedNs: time.Now().UnixNano(), TriggerType: job.TriggerType})
+	return nil
+}
+
+// Record records an execution seen elsewhere (a script that reported its own fire).
+func (tl *Tally) Record(e Execution) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	tt := slices.Index(tl.types, job.TriggerType)
+	tt := slices.Index(tl.types, e.TriggerType)
 	if tt < 0 {
 		tt = len(tl.types)
-		tl.types = append(tl.types, job.TriggerType)
+		tl.types = append(tl.types, e.TriggerType)
 	}
-	tl.ids = append(tl.ids, job.TriggerID...)
-	tl.recs = append(tl.recs, tallied{job: job.ID, schedMs: sched, arrivedNs: now, idEnd: len(tl.ids), ttype: tt})
-	tl.lastNs = now
-	tl.maxSched = max(tl.maxSched, sched)
+	tl.ids = append(tl.ids, e.TriggerID...)
+	tl.recs = append(tl.recs, tallied{job: e.JobID, schedMs: e.ScheduledMs, arrivedNs: e.ArrivedNs, idEnd: len(tl.ids), ttype: tt})
+	tl.lastNs = max(tl.lastNs, e.ArrivedNs)
+	tl.maxSched = max(tl.maxSched, e.ScheduledMs)
 	if tl.watched {
 		close(tl.changed)
 		tl.changed, tl.watched = make(chan struct{}), false
 	}
-	return nil
 }
 
 // watchLocked returns the channel the next execution closes.
