@@ -87,6 +87,10 @@ type Spool struct {
 	log  *slog.Logger
 	lock *os.File
 
+	// syncMu makes one sync at a time, so Sync returns only once what it covers is on disk,
+	// even when the sync loop took the acknowledged mark first and is still writing it.
+	syncMu sync.Mutex
+
 	mu        sync.Mutex
 	segs      []*segment // oldest first; the last is being written
 	cur       *os.File
@@ -519,6 +523,8 @@ func (s *Spool) markPending() (pending, filling bool) {
 // syncOnce fsyncs the written segments and, with mark, persists the acknowledged mark and
 // deletes segments that hold only acknowledged records.
 func (s *Spool) syncOnce(mark bool) error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
 	cur, dirty := s.cur, s.dirty
 	s.dirty = false
