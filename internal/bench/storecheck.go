@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,70 +102,55 @@ func checkStore(grids map[int64]firecheck.Grid, execs []firecheck.Execution, run
 		}
 	}
 	c := &StoreCheck{}
-	ids := make([]int64, 0, len(grids))
-	for id := range grids {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		g := grids[id]
-		if g.Period <= 0 {
-			continue
-		}
-		s := g.First
-		if g.From > s {
-			s += (g.From - s + g.Period - 1) / g.Period * g.Period
-		}
-		for ; s <= g.Until; s += g.Period {
-			k := fireKey{id, s}
-			v, worst := judge(byFire[k])
-			if executed[k] {
-				c.Executed++
-				switch v {
-				case vOK:
-					c.OK++
-					if worst.Outcome == logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED {
-						c.NoRecord++
-						c.NoRecordSamples = sample(c.NoRecordSamples, fmt.Sprintf("job %d scheduled %s: %s", id, msClock(s), worst.TriggerID))
-					}
-				case vFailed:
-					c.Failed++
-					c.FailedSamples = sample(c.FailedSamples, fmt.Sprintf("job %d scheduled %s: %s %s %q",
-						id, msClock(s), shortEnum(worst.Status.String()), shortEnum(worst.Outcome.String()), worst.message()))
-				case vUndecided:
-					c.Undecided++
-				default:
-					c.NotStored++
+	firecheck.EachFire(grids, func(id, s int64) {
+		k := fireKey{id, s}
+		v, worst := judge(byFire[k])
+		if executed[k] {
+			c.Executed++
+			switch v {
+			case vOK:
+				c.OK++
+				if worst.Outcome == logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED {
+					c.NoRecord++
+					c.NoRecordSamples = sample(c.NoRecordSamples, fmt.Sprintf("job %d scheduled %s: %s", id, msClock(s), worst.TriggerID))
 				}
-				continue
-			}
-			c.Lost++
-			switch {
-			case v == vFailed && worst.message() != "":
-				c.LostWithReason++
-				msg := worst.message()
-				if strings.Contains(strings.ToLower(msg), "overloaded") {
-					c.LostOverloaded++
-				}
-				if c.Reasons == nil {
-					c.Reasons = map[string]int{}
-				}
-				c.Reasons[reasonOf(msg)]++
-			case v == vOK:
-				c.LostStoredOK++
+			case vFailed:
+				c.Failed++
+				c.FailedSamples = sample(c.FailedSamples, fmt.Sprintf("job %d scheduled %s: %s %s %q",
+					id, msClock(s), shortEnum(worst.Status.String()), shortEnum(worst.Outcome.String()), worst.message()))
+			case vUndecided:
+				c.Undecided++
 			default:
-				c.LostNoReason++
-				if v == vUndecided {
-					c.LostUndecided++
-				}
-				what := "no run stored"
-				if v != vNone {
-					what = fmt.Sprintf("%s %s %q", shortEnum(worst.Status.String()), shortEnum(worst.Outcome.String()), worst.message())
-				}
-				c.NoReasonSamples = sample(c.NoReasonSamples, fmt.Sprintf("job %d scheduled %s: %s", id, msClock(s), what))
+				c.NotStored++
 			}
+			return
 		}
-	}
+		c.Lost++
+		switch {
+		case v == vFailed && worst.message() != "":
+			c.LostWithReason++
+			msg := worst.message()
+			if strings.Contains(strings.ToLower(msg), "overloaded") {
+				c.LostOverloaded++
+			}
+			if c.Reasons == nil {
+				c.Reasons = map[string]int{}
+			}
+			c.Reasons[reasonOf(msg)]++
+		case v == vOK:
+			c.LostStoredOK++
+		default:
+			c.LostNoReason++
+			if v == vUndecided {
+				c.LostUndecided++
+			}
+			what := "no run stored"
+			if v != vNone {
+				what = fmt.Sprintf("%s %s %q", shortEnum(worst.Status.String()), shortEnum(worst.Outcome.String()), worst.message())
+			}
+			c.NoReasonSamples = sample(c.NoReasonSamples, fmt.Sprintf("job %d scheduled %s: %s", id, msClock(s), what))
+		}
+	})
 	return c
 }
 

@@ -49,6 +49,29 @@ func (g Grid) onGrid(ms int64) bool {
 // checked says whether the fire at ms is one the check expects to have run.
 func (g Grid) checked(ms int64) bool { return g.onGrid(ms) && ms >= g.From && ms <= g.Until }
 
+// EachFire calls fn with every fire the grids expect to have run (scheduled within From and
+// Until), by job id, then scheduled time.
+func EachFire(grids map[int64]Grid, fn func(job, ms int64)) {
+	ids := make([]int64, 0, len(grids))
+	for id := range grids {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		g := grids[id]
+		if g.Period <= 0 {
+			continue
+		}
+		s := g.First
+		if g.From > s {
+			s += (g.From - s + g.Period - 1) / g.Period * g.Period
+		}
+		for ; s <= g.Until; s += g.Period {
+			fn(id, s)
+		}
+	}
+}
+
 // Kill is one SIGKILL of the scheduler leader.
 type Kill struct {
 	// N numbers the kills from 1; Replica names the killed replica.
@@ -125,44 +148,29 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 			r.DoubledSameID++
 		}
 	}
-	ids := make([]int64, 0, len(grids))
-	for id := range grids {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		g := grids[id]
-		if g.Period <= 0 {
-			continue
+	EachFire(grids, func(id, s int64) {
+		r.Checked++
+		if perFire[key{id, s}] > 0 {
+			r.Executed++
+			return
 		}
-		s := g.First
-		if g.From > s {
-			s += (g.From - s + g.Period - 1) / g.Period * g.Period
+		r.Lost++
+		i := lastKillBefore(kills, s)
+		if i < 0 {
+			r.LostBeforeKills++
+		} else {
+			r.Kills[i].Lost++
 		}
-		for ; s <= g.Until; s += g.Period {
-			r.Checked++
-			if perFire[key{id, s}] > 0 {
-				r.Executed++
-				continue
+		if len(r.LostSamples) < 10 {
+			where := "before the first kill"
+			if len(kills) == 0 {
+				where = "no kills"
+			} else if i >= 0 {
+				where = fmt.Sprintf("%v after kill %d", time.UnixMilli(s).Sub(kills[i].At).Round(time.Millisecond), kills[i].N)
 			}
-			r.Lost++
-			i := lastKillBefore(kills, s)
-			if i < 0 {
-				r.LostBeforeKills++
-			} else {
-				r.Kills[i].Lost++
-			}
-			if len(r.LostSamples) < 10 {
-				where := "before the first kill"
-				if len(kills) == 0 {
-					where = "no kills"
-				} else if i >= 0 {
-					where = fmt.Sprintf("%v after kill %d", time.UnixMilli(s).Sub(kills[i].At).Round(time.Millisecond), kills[i].N)
-				}
-				r.LostSamples = append(r.LostSamples, fmt.Sprintf("job %d scheduled %s (%s)", id, msTime(s), where))
-			}
+			r.LostSamples = append(r.LostSamples, fmt.Sprintf("job %d scheduled %s (%s)", id, msTime(s), where))
 		}
-	}
+	})
 	// The gap of each kill: to the first arrival of a fire the new leader sent.
 	for i := range r.Kills {
 		k := &r.Kills[i]
