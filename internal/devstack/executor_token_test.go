@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -116,25 +117,8 @@ func TestExecutorAccessToken(t *testing.T) {
 		"hello": func(context.Context, *sdk.Job) error { refusedRan.Add(1); return nil },
 	})
 	mismatched := createGroup("mismatched", groupToken, other.AdvertiseAddr())
-	waitOnline := func(groupID, addr string) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var g struct{ Group struct{ Addresses []string } }
-			if code := call(t, "GET", base+"/executor-groups/"+groupID, nil, &g); code != http.StatusOK {
-				t.Fatalf("GET group %s = %d", groupID, code)
-			}
-			if len(g.Group.Addresses) == 1 && g.Group.Addresses[0] == addr {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("group %s addresses = %v, want [%s] within 30s", groupID, g.Group.Addresses, addr)
-			}
-			time.Sleep(50 * time.Millisecond) // the registry follows etcd asynchronously
-		}
-	}
-	waitOnline(secured, good.AdvertiseAddr())
-	waitOnline(mismatched, other.AdvertiseAddr())
+	waitGroupAddresses(t, base, secured, good.AdvertiseAddr())
+	waitGroupAddresses(t, base, mismatched, other.AdvertiseAddr())
 
 	t.Run("an executor without its group's token cannot register", func(t *testing.T) {
 		for _, tok := range []string{groupToken, st.InternalToken} {
@@ -151,7 +135,7 @@ func TestExecutorAccessToken(t *testing.T) {
 				t.Errorf("registering with token %q: %v, want Unauthenticated", tok, err)
 			}
 		}
-		waitOnline(secured, good.AdvertiseAddr()) // and the real one stays alone in the view
+		waitGroupAddresses(t, base, secured, good.AdvertiseAddr()) // and the real one stays alone in the view
 	})
 
 	t.Run("the group's token runs scheduled fires", func(t *testing.T) {
@@ -366,5 +350,25 @@ func TestExecutorAccessToken(t *testing.T) {
 	})
 	if blocked.Load() != 1 {
 		t.Errorf("blocking handler ran %d times, want 1", blocked.Load())
+	}
+}
+
+// waitGroupAddresses waits until the executor group's live addresses, read through REST at base,
+// are want: the registry follows etcd asynchronously, and the view has no event to wait on here.
+func waitGroupAddresses(t *testing.T, base, groupID string, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var g struct{ Group struct{ Addresses []string } }
+		if code := call(t, "GET", base+"/executor-groups/"+groupID, nil, &g); code != http.StatusOK {
+			t.Fatalf("GET group %s = %d", groupID, code)
+		}
+		if slices.Equal(g.Group.Addresses, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s addresses = %v, want %v within 30s", groupID, g.Group.Addresses, want)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

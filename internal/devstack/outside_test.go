@@ -223,24 +223,7 @@ func TestSDKFromOutsideTheRepository(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("program not ready within 60s\n%s", stderr.String())
 	}
-	waitAddresses := func(want ...string) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var g struct{ Group struct{ Addresses []string } }
-			if code := call(t, "GET", base+"/executor-groups/"+group.Group.ID, nil, &g); code != http.StatusOK {
-				t.Fatalf("GET group = %d", code)
-			}
-			if strings.Join(g.Group.Addresses, ",") == strings.Join(want, ",") {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("group addresses = %v, want %v within 30s", g.Group.Addresses, want)
-			}
-			time.Sleep(50 * time.Millisecond) // the registry follows etcd asynchronously
-		}
-	}
-	waitAddresses(addr)
+	waitGroupAddresses(t, base, group.Group.ID, addr)
 
 	// A job of the group, fired through the scheduler, runs in the program.
 	id := createJob(t, base, map[string]any{"name": "outside", "group_id": group.Group.ID, "handler": "outside",
@@ -287,5 +270,5 @@ func TestSDKFromOutsideTheRepository(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("program still running 30s after SIGTERM")
 	}
-	waitAddresses()
+	waitGroupAddresses(t, base, group.Group.ID)
 }

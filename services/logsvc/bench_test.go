@@ -223,7 +223,7 @@ func BenchmarkIngest(b *testing.B) {
 // acknowledgements (as ackstream does). The streams race, so a fire's result often comes before
 // its record. The alarm passes over the completions run after the last acknowledgement, inside
 // the measurement. It reports fires/s, allocations per fire (client and server together) and, when Postgres runs
-// on this machine, the CPU its server processes spent per fire (pg-µs/fire).
+// on the same host, the CPU its server processes spent per fire (pg-µs/fire).
 //
 // The runs table starts empty, unless JOBMESH_BENCH_STORED_RUNS says how many runs it holds
 // first (a deployment keeps days of them; lookups by trigger id that scan the table show only
