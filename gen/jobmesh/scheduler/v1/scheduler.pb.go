@@ -1733,19 +1733,27 @@ func (*GetStatusRequest) Descriptor() ([]byte, []int) {
 	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
-// GetStatusResponse describes the scheduler cluster as this replica sees it.
+// GetStatusResponse describes the scheduler cluster as this replica sees it. Jobs hash to
+// partition_count partitions; each partition has a leader of its own, elected through etcd, that
+// fires its jobs.
 type GetStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// This replica's id.
 	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	// Whether this replica leads.
+	// Whether this replica leads at least one partition.
 	Leader bool `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	// The leader's replica id, when known.
+	// The leader of partition 0, when known.
 	LeaderId string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	// The leader's epoch (its etcd election revision), which fences its writes.
+	// The highest epoch among the partitions this replica leads (0 when it leads none).
 	Epoch int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// Fires armed in this replica's time ring.
-	RingSize      int64 `protobuf:"varint,5,opt,name=ring_size,json=ringSize,proto3" json:"ring_size,omitempty"`
+	// Fires armed in the time rings of the partitions this replica leads.
+	RingSize int64 `protobuf:"varint,5,opt,name=ring_size,json=ringSize,proto3" json:"ring_size,omitempty"`
+	// How many partitions the cluster's jobs hash to (fixed when the cluster first starts).
+	PartitionCount int32 `protobuf:"varint,6,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
+	// Every partition with its leader as this replica last saw it.
+	Partitions []*PartitionStatus `protobuf:"bytes,7,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Scheduler replicas alive in etcd, by replica id, sorted.
+	Replicas      []string `protobuf:"bytes,8,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1815,6 +1823,101 @@ func (x *GetStatusResponse) GetRingSize() int64 {
 	return 0
 }
 
+func (x *GetStatusResponse) GetPartitionCount() int32 {
+	if x != nil {
+		return x.PartitionCount
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetPartitions() []*PartitionStatus {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *GetStatusResponse) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// PartitionStatus is one partition as a replica sees it.
+type PartitionStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition, 0 to partition_count-1.
+	Partition int32 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The replica that leads it; empty while none does.
+	LeaderId string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// Its leader's epoch (the etcd revision that elected it), which fences the partition's
+	// scheduling writes.
+	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Fires armed in its time ring, when this replica leads it.
+	RingSize      int64 `protobuf:"varint,4,opt,name=ring_size,json=ringSize,proto3" json:"ring_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionStatus) Reset() {
+	*x = PartitionStatus{}
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionStatus) ProtoMessage() {}
+
+func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
+func (*PartitionStatus) Descriptor() ([]byte, []int) {
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *PartitionStatus) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionStatus) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *PartitionStatus) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PartitionStatus) GetRingSize() int64 {
+	if x != nil {
+		return x.RingSize
+	}
+	return 0
+}
+
 // KillTriggerRequest names the fire to kill.
 type KillTriggerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1830,7 +1933,7 @@ type KillTriggerRequest struct {
 
 func (x *KillTriggerRequest) Reset() {
 	*x = KillTriggerRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1945,7 @@ func (x *KillTriggerRequest) String() string {
 func (*KillTriggerRequest) ProtoMessage() {}
 
 func (x *KillTriggerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1958,7 @@ func (x *KillTriggerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTriggerRequest.ProtoReflect.Descriptor instead.
 func (*KillTriggerRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KillTriggerRequest) GetTriggerId() string {
@@ -1892,7 +1995,7 @@ type KillTriggerResponse struct {
 
 func (x *KillTriggerResponse) Reset() {
 	*x = KillTriggerResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2007,7 @@ func (x *KillTriggerResponse) String() string {
 func (*KillTriggerResponse) ProtoMessage() {}
 
 func (x *KillTriggerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2020,7 @@ func (x *KillTriggerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTriggerResponse.ProtoReflect.Descriptor instead.
 func (*KillTriggerResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KillTriggerResponse) GetKilled() bool {
@@ -2057,14 +2160,24 @@ const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x17PreviewScheduleResponse\x129\n" +
 	"\n" +
 	"fire_times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\tfireTimes\"\x12\n" +
-	"\x10GetStatusRequest\"\x9a\x01\n" +
+	"\x10GetStatusRequest\"\xa6\x02\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1b\n" +
-	"\tring_size\x18\x05 \x01(\x03R\bringSize\"d\n" +
+	"\tring_size\x18\x05 \x01(\x03R\bringSize\x12'\n" +
+	"\x0fpartition_count\x18\x06 \x01(\x05R\x0epartitionCount\x12E\n" +
+	"\n" +
+	"partitions\x18\a \x03(\v2%.jobmesh.scheduler.v1.PartitionStatusR\n" +
+	"partitions\x12\x1a\n" +
+	"\breplicas\x18\b \x03(\tR\breplicas\"\x7f\n" +
+	"\x0fPartitionStatus\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1b\n" +
+	"\tring_size\x18\x04 \x01(\x03R\bringSize\"d\n" +
 	"\x12KillTriggerRequest\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2104,7 +2217,7 @@ func file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_jobmesh_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_jobmesh_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_jobmesh_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*Schedule)(nil),                   // 0: jobmesh.scheduler.v1.Schedule
 	(*Job)(nil),                        // 1: jobmesh.scheduler.v1.Job
@@ -2135,85 +2248,87 @@ var file_jobmesh_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*PreviewScheduleResponse)(nil),    // 26: jobmesh.scheduler.v1.PreviewScheduleResponse
 	(*GetStatusRequest)(nil),           // 27: jobmesh.scheduler.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),          // 28: jobmesh.scheduler.v1.GetStatusResponse
-	(*KillTriggerRequest)(nil),         // 29: jobmesh.scheduler.v1.KillTriggerRequest
-	(*KillTriggerResponse)(nil),        // 30: jobmesh.scheduler.v1.KillTriggerResponse
-	(ScheduleType)(0),                  // 31: jobmesh.scheduler.v1.ScheduleType
-	(MisfireStrategy)(0),               // 32: jobmesh.scheduler.v1.MisfireStrategy
-	(RouteStrategy)(0),                 // 33: jobmesh.scheduler.v1.RouteStrategy
-	(BlockStrategy)(0),                 // 34: jobmesh.scheduler.v1.BlockStrategy
-	(RetryBackoff)(0),                  // 35: jobmesh.scheduler.v1.RetryBackoff
-	(GlueType)(0),                      // 36: jobmesh.scheduler.v1.GlueType
-	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
-	(JobStatus)(0),                     // 38: jobmesh.scheduler.v1.JobStatus
-	(*fieldmaskpb.FieldMask)(nil),      // 39: google.protobuf.FieldMask
-	(TriggerType)(0),                   // 40: jobmesh.scheduler.v1.TriggerType
+	(*PartitionStatus)(nil),            // 29: jobmesh.scheduler.v1.PartitionStatus
+	(*KillTriggerRequest)(nil),         // 30: jobmesh.scheduler.v1.KillTriggerRequest
+	(*KillTriggerResponse)(nil),        // 31: jobmesh.scheduler.v1.KillTriggerResponse
+	(ScheduleType)(0),                  // 32: jobmesh.scheduler.v1.ScheduleType
+	(MisfireStrategy)(0),               // 33: jobmesh.scheduler.v1.MisfireStrategy
+	(RouteStrategy)(0),                 // 34: jobmesh.scheduler.v1.RouteStrategy
+	(BlockStrategy)(0),                 // 35: jobmesh.scheduler.v1.BlockStrategy
+	(RetryBackoff)(0),                  // 36: jobmesh.scheduler.v1.RetryBackoff
+	(GlueType)(0),                      // 37: jobmesh.scheduler.v1.GlueType
+	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
+	(JobStatus)(0),                     // 39: jobmesh.scheduler.v1.JobStatus
+	(*fieldmaskpb.FieldMask)(nil),      // 40: google.protobuf.FieldMask
+	(TriggerType)(0),                   // 41: jobmesh.scheduler.v1.TriggerType
 }
 var file_jobmesh_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	31, // 0: jobmesh.scheduler.v1.Schedule.type:type_name -> jobmesh.scheduler.v1.ScheduleType
+	32, // 0: jobmesh.scheduler.v1.Schedule.type:type_name -> jobmesh.scheduler.v1.ScheduleType
 	0,  // 1: jobmesh.scheduler.v1.Job.schedule:type_name -> jobmesh.scheduler.v1.Schedule
-	32, // 2: jobmesh.scheduler.v1.Job.misfire_strategy:type_name -> jobmesh.scheduler.v1.MisfireStrategy
-	33, // 3: jobmesh.scheduler.v1.Job.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
-	34, // 4: jobmesh.scheduler.v1.Job.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
-	35, // 5: jobmesh.scheduler.v1.Job.retry_backoff:type_name -> jobmesh.scheduler.v1.RetryBackoff
-	36, // 6: jobmesh.scheduler.v1.Job.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	37, // 7: jobmesh.scheduler.v1.Job.glue_updated_time:type_name -> google.protobuf.Timestamp
-	38, // 8: jobmesh.scheduler.v1.Job.status:type_name -> jobmesh.scheduler.v1.JobStatus
-	37, // 9: jobmesh.scheduler.v1.Job.last_fire_time:type_name -> google.protobuf.Timestamp
-	37, // 10: jobmesh.scheduler.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	37, // 11: jobmesh.scheduler.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	37, // 12: jobmesh.scheduler.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	36, // 13: jobmesh.scheduler.v1.GlueVersion.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	37, // 14: jobmesh.scheduler.v1.GlueVersion.create_time:type_name -> google.protobuf.Timestamp
+	33, // 2: jobmesh.scheduler.v1.Job.misfire_strategy:type_name -> jobmesh.scheduler.v1.MisfireStrategy
+	34, // 3: jobmesh.scheduler.v1.Job.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	35, // 4: jobmesh.scheduler.v1.Job.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
+	36, // 5: jobmesh.scheduler.v1.Job.retry_backoff:type_name -> jobmesh.scheduler.v1.RetryBackoff
+	37, // 6: jobmesh.scheduler.v1.Job.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	38, // 7: jobmesh.scheduler.v1.Job.glue_updated_time:type_name -> google.protobuf.Timestamp
+	39, // 8: jobmesh.scheduler.v1.Job.status:type_name -> jobmesh.scheduler.v1.JobStatus
+	38, // 9: jobmesh.scheduler.v1.Job.last_fire_time:type_name -> google.protobuf.Timestamp
+	38, // 10: jobmesh.scheduler.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	38, // 11: jobmesh.scheduler.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	38, // 12: jobmesh.scheduler.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	37, // 13: jobmesh.scheduler.v1.GlueVersion.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	38, // 14: jobmesh.scheduler.v1.GlueVersion.create_time:type_name -> google.protobuf.Timestamp
 	1,  // 15: jobmesh.scheduler.v1.CreateJobRequest.job:type_name -> jobmesh.scheduler.v1.Job
 	1,  // 16: jobmesh.scheduler.v1.CreateJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
 	1,  // 17: jobmesh.scheduler.v1.GetJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	38, // 18: jobmesh.scheduler.v1.ListJobsRequest.status:type_name -> jobmesh.scheduler.v1.JobStatus
+	39, // 18: jobmesh.scheduler.v1.ListJobsRequest.status:type_name -> jobmesh.scheduler.v1.JobStatus
 	1,  // 19: jobmesh.scheduler.v1.ListJobsResponse.jobs:type_name -> jobmesh.scheduler.v1.Job
 	1,  // 20: jobmesh.scheduler.v1.UpdateJobRequest.job:type_name -> jobmesh.scheduler.v1.Job
-	39, // 21: jobmesh.scheduler.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
+	40, // 21: jobmesh.scheduler.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
 	1,  // 22: jobmesh.scheduler.v1.UpdateJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
 	1,  // 23: jobmesh.scheduler.v1.StartJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
 	1,  // 24: jobmesh.scheduler.v1.StopJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	40, // 25: jobmesh.scheduler.v1.TriggerJobRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	41, // 25: jobmesh.scheduler.v1.TriggerJobRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
 	1,  // 26: jobmesh.scheduler.v1.CopyJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
 	2,  // 27: jobmesh.scheduler.v1.ListGlueVersionsResponse.versions:type_name -> jobmesh.scheduler.v1.GlueVersion
 	1,  // 28: jobmesh.scheduler.v1.RestoreGlueVersionResponse.job:type_name -> jobmesh.scheduler.v1.Job
 	0,  // 29: jobmesh.scheduler.v1.PreviewScheduleRequest.schedule:type_name -> jobmesh.scheduler.v1.Schedule
-	37, // 30: jobmesh.scheduler.v1.PreviewScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	37, // 31: jobmesh.scheduler.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	3,  // 32: jobmesh.scheduler.v1.JobService.CreateJob:input_type -> jobmesh.scheduler.v1.CreateJobRequest
-	5,  // 33: jobmesh.scheduler.v1.JobService.GetJob:input_type -> jobmesh.scheduler.v1.GetJobRequest
-	7,  // 34: jobmesh.scheduler.v1.JobService.ListJobs:input_type -> jobmesh.scheduler.v1.ListJobsRequest
-	9,  // 35: jobmesh.scheduler.v1.JobService.UpdateJob:input_type -> jobmesh.scheduler.v1.UpdateJobRequest
-	11, // 36: jobmesh.scheduler.v1.JobService.DeleteJob:input_type -> jobmesh.scheduler.v1.DeleteJobRequest
-	13, // 37: jobmesh.scheduler.v1.JobService.StartJob:input_type -> jobmesh.scheduler.v1.StartJobRequest
-	15, // 38: jobmesh.scheduler.v1.JobService.StopJob:input_type -> jobmesh.scheduler.v1.StopJobRequest
-	17, // 39: jobmesh.scheduler.v1.JobService.TriggerJob:input_type -> jobmesh.scheduler.v1.TriggerJobRequest
-	19, // 40: jobmesh.scheduler.v1.JobService.CopyJob:input_type -> jobmesh.scheduler.v1.CopyJobRequest
-	21, // 41: jobmesh.scheduler.v1.JobService.ListGlueVersions:input_type -> jobmesh.scheduler.v1.ListGlueVersionsRequest
-	23, // 42: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:input_type -> jobmesh.scheduler.v1.RestoreGlueVersionRequest
-	25, // 43: jobmesh.scheduler.v1.JobService.PreviewSchedule:input_type -> jobmesh.scheduler.v1.PreviewScheduleRequest
-	27, // 44: jobmesh.scheduler.v1.SchedulerService.GetStatus:input_type -> jobmesh.scheduler.v1.GetStatusRequest
-	29, // 45: jobmesh.scheduler.v1.SchedulerService.KillTrigger:input_type -> jobmesh.scheduler.v1.KillTriggerRequest
-	4,  // 46: jobmesh.scheduler.v1.JobService.CreateJob:output_type -> jobmesh.scheduler.v1.CreateJobResponse
-	6,  // 47: jobmesh.scheduler.v1.JobService.GetJob:output_type -> jobmesh.scheduler.v1.GetJobResponse
-	8,  // 48: jobmesh.scheduler.v1.JobService.ListJobs:output_type -> jobmesh.scheduler.v1.ListJobsResponse
-	10, // 49: jobmesh.scheduler.v1.JobService.UpdateJob:output_type -> jobmesh.scheduler.v1.UpdateJobResponse
-	12, // 50: jobmesh.scheduler.v1.JobService.DeleteJob:output_type -> jobmesh.scheduler.v1.DeleteJobResponse
-	14, // 51: jobmesh.scheduler.v1.JobService.StartJob:output_type -> jobmesh.scheduler.v1.StartJobResponse
-	16, // 52: jobmesh.scheduler.v1.JobService.StopJob:output_type -> jobmesh.scheduler.v1.StopJobResponse
-	18, // 53: jobmesh.scheduler.v1.JobService.TriggerJob:output_type -> jobmesh.scheduler.v1.TriggerJobResponse
-	20, // 54: jobmesh.scheduler.v1.JobService.CopyJob:output_type -> jobmesh.scheduler.v1.CopyJobResponse
-	22, // 55: jobmesh.scheduler.v1.JobService.ListGlueVersions:output_type -> jobmesh.scheduler.v1.ListGlueVersionsResponse
-	24, // 56: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:output_type -> jobmesh.scheduler.v1.RestoreGlueVersionResponse
-	26, // 57: jobmesh.scheduler.v1.JobService.PreviewSchedule:output_type -> jobmesh.scheduler.v1.PreviewScheduleResponse
-	28, // 58: jobmesh.scheduler.v1.SchedulerService.GetStatus:output_type -> jobmesh.scheduler.v1.GetStatusResponse
-	30, // 59: jobmesh.scheduler.v1.SchedulerService.KillTrigger:output_type -> jobmesh.scheduler.v1.KillTriggerResponse
-	46, // [46:60] is the sub-list for method output_type
-	32, // [32:46] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	38, // 30: jobmesh.scheduler.v1.PreviewScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	38, // 31: jobmesh.scheduler.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	29, // 32: jobmesh.scheduler.v1.GetStatusResponse.partitions:type_name -> jobmesh.scheduler.v1.PartitionStatus
+	3,  // 33: jobmesh.scheduler.v1.JobService.CreateJob:input_type -> jobmesh.scheduler.v1.CreateJobRequest
+	5,  // 34: jobmesh.scheduler.v1.JobService.GetJob:input_type -> jobmesh.scheduler.v1.GetJobRequest
+	7,  // 35: jobmesh.scheduler.v1.JobService.ListJobs:input_type -> jobmesh.scheduler.v1.ListJobsRequest
+	9,  // 36: jobmesh.scheduler.v1.JobService.UpdateJob:input_type -> jobmesh.scheduler.v1.UpdateJobRequest
+	11, // 37: jobmesh.scheduler.v1.JobService.DeleteJob:input_type -> jobmesh.scheduler.v1.DeleteJobRequest
+	13, // 38: jobmesh.scheduler.v1.JobService.StartJob:input_type -> jobmesh.scheduler.v1.StartJobRequest
+	15, // 39: jobmesh.scheduler.v1.JobService.StopJob:input_type -> jobmesh.scheduler.v1.StopJobRequest
+	17, // 40: jobmesh.scheduler.v1.JobService.TriggerJob:input_type -> jobmesh.scheduler.v1.TriggerJobRequest
+	19, // 41: jobmesh.scheduler.v1.JobService.CopyJob:input_type -> jobmesh.scheduler.v1.CopyJobRequest
+	21, // 42: jobmesh.scheduler.v1.JobService.ListGlueVersions:input_type -> jobmesh.scheduler.v1.ListGlueVersionsRequest
+	23, // 43: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:input_type -> jobmesh.scheduler.v1.RestoreGlueVersionRequest
+	25, // 44: jobmesh.scheduler.v1.JobService.PreviewSchedule:input_type -> jobmesh.scheduler.v1.PreviewScheduleRequest
+	27, // 45: jobmesh.scheduler.v1.SchedulerService.GetStatus:input_type -> jobmesh.scheduler.v1.GetStatusRequest
+	30, // 46: jobmesh.scheduler.v1.SchedulerService.KillTrigger:input_type -> jobmesh.scheduler.v1.KillTriggerRequest
+	4,  // 47: jobmesh.scheduler.v1.JobService.CreateJob:output_type -> jobmesh.scheduler.v1.CreateJobResponse
+	6,  // 48: jobmesh.scheduler.v1.JobService.GetJob:output_type -> jobmesh.scheduler.v1.GetJobResponse
+	8,  // 49: jobmesh.scheduler.v1.JobService.ListJobs:output_type -> jobmesh.scheduler.v1.ListJobsResponse
+	10, // 50: jobmesh.scheduler.v1.JobService.UpdateJob:output_type -> jobmesh.scheduler.v1.UpdateJobResponse
+	12, // 51: jobmesh.scheduler.v1.JobService.DeleteJob:output_type -> jobmesh.scheduler.v1.DeleteJobResponse
+	14, // 52: jobmesh.scheduler.v1.JobService.StartJob:output_type -> jobmesh.scheduler.v1.StartJobResponse
+	16, // 53: jobmesh.scheduler.v1.JobService.StopJob:output_type -> jobmesh.scheduler.v1.StopJobResponse
+	18, // 54: jobmesh.scheduler.v1.JobService.TriggerJob:output_type -> jobmesh.scheduler.v1.TriggerJobResponse
+	20, // 55: jobmesh.scheduler.v1.JobService.CopyJob:output_type -> jobmesh.scheduler.v1.CopyJobResponse
+	22, // 56: jobmesh.scheduler.v1.JobService.ListGlueVersions:output_type -> jobmesh.scheduler.v1.ListGlueVersionsResponse
+	24, // 57: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:output_type -> jobmesh.scheduler.v1.RestoreGlueVersionResponse
+	26, // 58: jobmesh.scheduler.v1.JobService.PreviewSchedule:output_type -> jobmesh.scheduler.v1.PreviewScheduleResponse
+	28, // 59: jobmesh.scheduler.v1.SchedulerService.GetStatus:output_type -> jobmesh.scheduler.v1.GetStatusResponse
+	31, // 60: jobmesh.scheduler.v1.SchedulerService.KillTrigger:output_type -> jobmesh.scheduler.v1.KillTriggerResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_scheduler_v1_scheduler_proto_init() }
@@ -2228,7 +2343,7 @@ func file_jobmesh_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_scheduler_v1_scheduler_proto_rawDesc), len(file_jobmesh_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
