@@ -1,0 +1,387 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
+)
+
+func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
+
+// tracker is the Lead of every Manager of a test: it fails the test when two Leads of one
+// partition run at once or a partition's epoch does not grow from one leader to the next.
+type tracker struct {
+	t       *testing.T
+	mu      sync.Mutex
+	running map[int]string // partition → replica whose Lead runs
+	epochs  map[int]int64  // partition → the latest epoch a Lead started with
+	starts  int
+}
+
+func newTracker(t *testing.T) *tracker {
+	return &tracker{t: t, running: map[int]string{}, epochs: map[int]int64{}}
+}
+
+func (tr *tracker) lead(id string) func(ctx context.Context, p int, epoch int64) {
+	return func(ctx context.Context, p int, epoch int64) {
+		tr.mu.Lock()
+		if other, ok := tr.running[p]; ok {
+			tr.t.Errorf("partition %d: %s starts leading (epoch %d) while %s still leads it", p, id, epoch, other)
+		}
+		if last := tr.epochs[p]; epoch <= last {
+			tr.t.Errorf("partition %d: %s leads with epoch %d, not above the previous %d", p, id, epoch, last)
+		}
+		tr.running[p], tr.epochs[p] = id, epoch
+		tr.starts++
+		tr.mu.Unlock()
+		<-ctx.Done()
+		tr.mu.Lock()
+		if tr.running[p] == id {
+			delete(tr.running, p)
+		}
+		tr.mu.Unlock()
+	}
+}
+
+// runningBy counts the partitions whose Lead runs, by replica.
+func (tr *tracker) runningBy() map[string]int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	c := map[string]int{}
+	for _, id := range tr.running {
+		c[id]++
+	}
+	return c
+}
+
+// replica is one Manager running in the test.
+type replica struct {
+	id   string
+	m    *partition.Manager
+	cli  *clientv3.Client
+	stop context.CancelFunc
+	done chan error // Run's result
+	once sync.Once
+}
+
+// start runs a Manager with its own etcd client under prefix.
+func start(t *testing.T, tr *tracker, prefix, id string, count int) *replica {
+	t.Helper()
+	cli := etcdtest.Client(t)
+	m, err := partition.New(partition.Config{
+		Etcd: cli, ReplicaID: id, Count: count, SessionTTL: time.Second, Prefix: prefix, Lead: tr.lead(id),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{id: id, m: m, cli: cli, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- m.Run(ctx) }()
+	t.Cleanup(func() { r.leave(t) })
+	return r
+}
+
+// leave cancels the replica's Run and waits for it to return; again, it does nothing.
+func (r *replica) leave(t *testing.T) {
+	t.Helper()
+	r.once.Do(func() {
+		r.stop()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("%s: Run = %v", r.id, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: Run did not return within 10s of its ctx ending", r.id)
+		}
+	})
+}
+
+// eventually polls cond every 20 ms until it returns "" or d passes; then it fails with cond's
+// last answer.
+func eventually(t *testing.T, d time.Duration, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %s", what, d, why)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
+	}
+}
+
+// balanced checks that the replicas lead every partition between them, each between lo and hi,
+// as their Status and the running Leads say, and that every replica sees the same owners.
+func balanced(tr *tracker, count, lo, hi int, rs ...*replica) func() string {
+	return func() string {
+		running := tr.runningBy()
+		total := 0
+		for _, r := range rs {
+			st := r.m.Status()
+			n := len(st.Led)
+			if n < lo || n > hi || running[r.id] != n {
+				return fmt.Sprintf("%s leads %d (Leads running: %d), want %d to %d", r.id, n, running[r.id], lo, hi)
+			}
+			total += n
+			if len(st.Replicas) != len(rs) {
+				return fmt.Sprintf("%s sees replicas %v", r.id, st.Replicas)
+			}
+			for p, o := range st.Owners {
+				if o.Leader == "" {
+					return fmt.Sprintf("%s sees partition %d free", r.id, p)
+				}
+			}
+		}
+		if total != count {
+			return fmt.Sprintf("the replicas lead %d of %d partitions", total, count)
+		}
+		return ""
+	}
+}
+
+// TestBalance: three replicas share 16 partitions 5–6 each; after one leaves, the other two lead
+// all; a newcomer with another count uses the stored one and gets its share; after it is killed
+// (its lease expires), the others take its partitions within the TTL and a second.
+func TestBalance(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(t)
+	prefix := "/test/" + t.Name()
+	a := start(t, tr, prefix, "a", 16)
+	b := start(t, tr, prefix, "b", 16)
+	c := start(t, tr, prefix, "c", 16)
+	eventually(t, 10*time.Second, "3 replicas balanced", balanced(tr, 16, 5, 6, a, b, c))
+
+	c.leave(t)
+	if n := tr.runningBy()["c"]; n != 0 {
+		t.Errorf("c's Run returned with %d Leads running", n)
+	}
+	eventually(t, 10*time.Second, "2 replicas after c left", balanced(tr, 16, 8, 8, a, b))
+
+	d := start(t, tr, prefix, "d", 8)
+	if n, err := d.m.Count(t.Context()); err != nil || n != 16 {
+		t.Fatalf("d: Count = %d, %v; want the stored 16", n, err)
+	}
+	if p := d.m.Of(35); p != 3 {
+		t.Errorf("d: Of(35) = %d, want 3 (35 mod 16)", p)
+	}
+	eventually(t, 10*time.Second, "3 replicas after d joined", balanced(tr, 16, 5, 6, a, b, d))
+	handovers := a.m.Status().Handovers + b.m.Status().Handovers
+	if handovers == 0 {
+		t.Errorf("a and b handed nothing over to d")
+	}
+
+	// Kill d: its client goes, nothing is revoked, its keys vanish when the lease expires.
+	killed := time.Now()
+	d.cli.Close()
+	// The brief's failover target: the lease expires within the TTL (1s), the rest is etcd's
+	// expiry sweep (every 500ms) and the takeover.
+	eventually(t, time.Second+time.Second, "a and b take d's partitions within TTL + 1s", balanced(tr, 16, 8, 8, a, b))
+	t.Logf("a and b led all partitions %v after d was killed (TTL 1s)", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestKeyLost: a partition key deleted by someone else ends its Lead; the replica takes the
+// partition again under a higher epoch.
+func TestKeyLost(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(t)
+	prefix := "/test/" + t.Name()
+	a := start(t, tr, prefix, "a", 4)
+	eventually(t, 10*time.Second, "a leads all", balanced(tr, 4, 4, 4, a))
+	old := a.m.Status().Led[2]
+	if _, err := a.cli.Delete(t.Context(), prefix+"/partitions/2"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "partition 2 led again", func() string {
+		st := a.m.Status()
+		if e := st.Led[2]; e <= old {
+			return fmt.Sprintf("partition 2 led under epoch %d, want above %d", e, old)
+		}
+		if st.Handovers < 1 {
+			return fmt.Sprintf("handovers %d, want at least 1", st.Handovers)
+		}
+		return ""
+	})
+}
+
+// TestSessionLost: a revoked lease ends every Lead; the replica rejoins with a new session and
+// leads every partition again under new epochs.
+func TestSessionLost(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(t)
+	prefix := "/test/" + t.Name()
+	a := start(t, tr, prefix, "a", 4)
+	eventually(t, 10*time.Second, "a leads all", balanced(tr, 4, 4, 4, a))
+	before := a.m.Status()
+	resp, err := a.cli.Get(t.Context(), prefix+"/members/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("member key: %v, %v", resp, err)
+	}
+	if _, err := a.cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a leads all again", func() string {
+		st := a.m.Status()
+		if len(st.Led) != 4 {
+			return fmt.Sprintf("leads %v", st.Led)
+		}
+		for p, e := range st.Led {
+			if e <= before.Led[p] {
+				return fmt.Sprintf("partition %d under epoch %d, want above %d", p, e, before.Led[p])
+			}
+		}
+		if st.Handovers < 4 {
+			return fmt.Sprintf("handovers %d, want at least 4", st.Handovers)
+		}
+		return ""
+	})
+}
+
+// TestLeaveDeletesKeys: after Run returns, the replica's keys are gone.
+func TestLeaveDeletesKeys(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(t)
+	prefix := "/test/" + t.Name()
+	a := start(t, tr, prefix, "a", 4)
+	eventually(t, 10*time.Second, "a leads all", balanced(tr, 4, 4, 4, a))
+	a.leave(t)
+	resp, err := a.cli.Get(t.Context(), prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	if len(keys) != 1 || keys[0] != prefix+"/count" {
+		t.Errorf("keys after leaving = %v, want only %s/count", keys, prefix)
+	}
+	if got := tr.runningBy()["a"]; got != 0 {
+		t.Errorf("%d Leads still run after Run returned", got)
+	}
+	if st := a.m.Status(); st.Handovers != 4 || st.Acquired != 4 {
+		t.Errorf("Status = %d acquired, %d handovers; want 4 and 4", st.Acquired, st.Handovers)
+	}
+}
+
+// TestCountBeforeRun: Count waits for Run; Of answers -1 until then.
+func TestCountBeforeRun(t *testing.T) {
+	t.Parallel()
+	m, err := partition.New(partition.Config{Etcd: etcdtest.Client(t), ReplicaID: "a", Lead: func(context.Context, int, int64) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := m.Count(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Count before Run = %v, want context.Canceled", err)
+	}
+	if p := m.Of(7); p != -1 {
+		t.Errorf("Of before the count is known = %d, want -1", p)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Client(t)
+	lead := func(context.Context, int, int64) {}
+	for _, tc := range []struct {
+		name string
+		cfg  partition.Config
+	}{
+		{"etcd", partition.Config{ReplicaID: "a", Lead: lead}},
+		{"replica id", partition.Config{Etcd: cli, Lead: lead}},
+		{"count", partition.Config{Etcd: cli, ReplicaID: "a", Count: -1, Lead: lead}},
+		{"session ttl", partition.Config{Etcd: cli, ReplicaID: "a", SessionTTL: 1500 * time.Millisecond, Lead: lead}},
+		{"session ttl", partition.Config{Etcd: cli, ReplicaID: "a", SessionTTL: 500 * time.Millisecond, Lead: lead}},
+		{"lead", partition.Config{Etcd: cli, ReplicaID: "a"}},
+	} {
+		_, err := partition.New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("New(%s wrong) = %v, want an error naming %q", tc.name, err, tc.name)
+		}
+	}
+}
+
+func TestPartitionOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		id    int64
+		count int
+		want  int
+	}{
+		{0, 16, 0}, {15, 16, 15}, {16, 16, 0}, {35, 16, 3}, {-1, 16, 15}, {7, 1, 0},
+	} {
+		if got := partition.PartitionOf(tc.id, tc.count); got != tc.want {
+			t.Errorf("PartitionOf(%d, %d) = %d, want %d", tc.id, tc.count, got, tc.want)
+		}
+	}
+}
+
+// TestLeadReturnsEarly: a Lead that returns on its own gives its partition up; the replica
+// leaves it free for a cooldown (on its clock) and then takes it again under a higher epoch.
+func TestLeadReturnsEarly(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	starts := make(chan int64, 16) // partition 0's epochs
+	var once sync.Once
+	m, err := partition.New(partition.Config{
+		Etcd: etcdtest.Client(t), ReplicaID: "a", Count: 2, SessionTTL: time.Second, Prefix: "/test/" + t.Name(), Clock: clk,
+		Lead: func(ctx context.Context, p int, epoch int64) {
+			quit := false
+			if p == 0 {
+				starts <- epoch
+				once.Do(func() { quit = true })
+			}
+			if !quit {
+				<-ctx.Done()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	next := func() int64 {
+		t.Helper()
+		select {
+		case e := <-starts:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("partition 0 not led within 10s")
+			return 0
+		}
+	}
+	first := next()
+	eventually(t, 10*time.Second, "partition 0 given up and left free", func() string {
+		if st := m.Status(); st.Handovers != 1 || st.Owners[0].Leader != "" {
+			return fmt.Sprintf("handovers %d, partition 0 led by %q", st.Handovers, st.Owners[0].Leader)
+		}
+		return ""
+	})
+	clk.Advance(time.Second) // the cooldown ends; the re-plan tick fires
+	if e := next(); e <= first {
+		t.Errorf("partition 0 led again under epoch %d, want above %d", e, first)
+	}
+}
