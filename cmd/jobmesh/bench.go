@@ -80,6 +80,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.integer(&cfg.Schedulers, "schedulers", 0, "`count` of scheduler replicas (default 1; failover 3)")
 	f.integer(&cfg.Agents, "agents", 0, "`count` of bench agents (default 2)")
 	f.dur(&cfg.SessionTTL, "session-ttl", 0, "schedulers' --session-ttl; 0 leaves the scheduler's default")
+	f.integer(&cfg.Partitions, "partitions", 0, "schedulers' --partitions (`count`); 0 leaves the scheduler's default")
 	f.str(&cfg.DispatchLead, "dispatch-lead", "", "schedulers' --dispatch-lead (a `duration`; 0: every fire at its time); empty leaves the scheduler's default")
 	f.str(&cfg.ServiceLogLevel, "service-log-level", "", "services' --log-level `level` (default warn)")
 	f.boolean(&cfg.UnsafeEtcd, "unsafe-etcd", false, "run etcd without fsync")

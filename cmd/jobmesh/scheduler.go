@@ -32,8 +32,10 @@ type schedulerConfig struct {
 	DatabaseURL string
 	// ReplicaID names the replica in the election; empty means hostname-pid.
 	ReplicaID string
-	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership.
+	// SessionTTL is the etcd session TTL: how long a crashed replica keeps its partitions.
 	SessionTTL time.Duration
+	// Partitions is the partition count of a new cluster (scheduler.Config.Partitions).
+	Partitions int
 	// DispatchLead is how long before its time a fire goes to executors that hold it until then;
 	// 0 sends every fire at its time.
 	DispatchLead time.Duration
@@ -53,6 +55,10 @@ const maxMisfireThreshold = 10 * time.Minute
 
 var schedulerPeers = []peer{peerRegistry, peerLogs}
 
+// maxPartitions bounds --partitions: each partition is an etcd key, a fence row and, where it is
+// led, a time ring and a pre-read loop.
+const maxPartitions = 4096
+
 // validate names the flag of everything wrong.
 func (c *schedulerConfig) validate() error {
 	errs := []error{checkAddr("--grpc-addr", c.GRPCAddr)}
@@ -65,6 +71,9 @@ func (c *schedulerConfig) validate() error {
 	errs = append(errs, c.meshConfig.validate(schedulerPeers)...)
 	if c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--session-ttl %v: want whole seconds, at least 1s", c.SessionTTL))
+	}
+	if c.Partitions < 1 || c.Partitions > maxPartitions {
+		errs = append(errs, fmt.Errorf("--partitions %d: want 1 to %d", c.Partitions, maxPartitions))
 	}
 	if c.DispatchLead < 0 || c.DispatchLead > 4*time.Second {
 		errs = append(errs, fmt.Errorf("--dispatch-lead %v: want 0 (off) to 4s, less than the 5s pre-read window", c.DispatchLead))
@@ -97,7 +106,8 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f.str(&c.DatabaseURL, "database-url", "", "Postgres `url` shared by every replica (required)")
 	c.addFlags(f, schedulerPeers, peerAuth)
 	f.str(&c.ReplicaID, "replica-id", "", "this replica's `name` in the election; empty means hostname-pid")
-	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed leader keeps leadership")
+	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed replica keeps its partitions")
+	f.integer(&c.Partitions, "partitions", scheduler.DefaultPartitions, "`count` of partitions the jobs of a new cluster hash to, each led by one replica; fixed at the cluster's first start (a replica given another count uses the stored one)")
 	f.dur(&c.DispatchLead, "dispatch-lead", scheduler.DefaultDispatchLead, "send fires this long before their time to executors that hold them until then (0: at their time)")
 	f.integer(&c.RecordQueue, "record-queue", scheduler.DefaultRecordQueue, "`count` of trigger records held for logsvc until it acknowledges them (about 320 bytes each); beyond it new ones are dropped and logged")
 	f.dur(&c.MisfireThreshold, "misfire-threshold", scheduler.DefaultMisfireThreshold, "how late a fire may be, waiting for a full or silent executor included, before its job's misfire strategy applies (1s to 10m)")
@@ -143,7 +153,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
+	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, Partitions: cfg.Partitions, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
 		MisfireThreshold: cfg.MisfireThreshold, ExecutorQueue: cfg.ExecutorQueue, ExecutorQueueTotal: cfg.ExecutorQueueTotal,
 		DeliverySecret: p.mesh.InternalToken, ExecutorDialOptions: []grpc.DialOption{p.tls.DialOption()}}, scheduler.Deps{
 		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),

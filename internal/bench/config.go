@@ -52,6 +52,8 @@ type Config struct {
 	Agents int
 	// SessionTTL is the schedulers' --session-ttl; 0 leaves the scheduler's default.
 	SessionTTL time.Duration
+	// Partitions is the schedulers' --partitions; 0 leaves the scheduler's default.
+	Partitions int
 	// DispatchLead is the schedulers' --dispatch-lead ("0" sends every fire at its time); empty
 	// leaves the scheduler's default.
 	DispatchLead string
@@ -251,6 +253,9 @@ func (c Config) validate() error {
 	}
 	if c.SessionTTL != 0 && (c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0) {
 		bad("session-ttl", "%v: want whole seconds, at least 1s", c.SessionTTL)
+	}
+	if c.Partitions < 0 || c.Partitions > 4096 {
+		bad("partitions", "%d: want 1 to 4096 (0: the scheduler's default)", c.Partitions)
 	}
 	if c.DispatchLead != "" {
 		if d, err := time.ParseDuration(c.DispatchLead); err != nil || d < 0 || d > 4*time.Second { // as `jobmesh scheduler` checks

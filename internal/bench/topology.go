@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,6 +255,9 @@ func (t *topology) startServices(ctx context.Context) (string, error) {
 			"--replica-id", r.id}, common...)
 		if cfg.SessionTTL > 0 {
 			r.args = append(r.args, "--session-ttl", cfg.SessionTTL.String())
+		}
+		if cfg.Partitions > 0 {
+			r.args = append(r.args, "--partitions", strconv.Itoa(cfg.Partitions))
 		}
 		if cfg.DispatchLead != "" {
 			r.args = append(r.args, "--dispatch-lead", cfg.DispatchLead)

@@ -49,7 +49,11 @@ func (s *Service) CreateJob(ctx context.Context, req *schedulerv1.CreateJobReque
 		return nil, err
 	}
 	j.NextFireMs = firstFire(sch, j.Status, now)
-	id, err := s.jobs.insert(ctx, j)
+	n, err := s.partitionCount(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.jobs.insert(ctx, j, n)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +301,11 @@ func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) 
 	now := s.clk.Now()
 	cp.Status, cp.NextFireMs, cp.LastFireMs = schedulerv1.JobStatus_JOB_STATUS_STOPPED, 0, 0
 	cp.CreateMs, cp.UpdateMs = now.UnixMilli(), now.UnixMilli()
-	id, err := s.jobs.insert(ctx, &cp)
+	n, err := s.partitionCount(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.jobs.insert(ctx, &cp, n)
 	if err != nil {
 		return nil, err
 	}

@@ -6,24 +6,65 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
 )
 
 // maxBackoff caps exponential retry backoff.
 const maxBackoff = time.Hour
 
-// followCompletions follows logsvc's completion stream while this replica leads, and acts on
-// every run that ends: retries, child jobs and the next FIX_DELAY fire. The cursor of the last
-// completion handled is saved, fenced, so a new leader resumes there.
-func (s *Service) followCompletions(ctx context.Context, l *leadership) {
+// completionFollower is the replica's one stream of logsvc's completions, shared by its
+// engines: each partition's completions are acted on under that partition's fence and advance
+// that partition's cursor, so a partition's next leader resumes where its previous one stopped.
+// The stream starts at the lowest cursor of the engines led; an engine that joins with a lower
+// one (a partition just taken over) restarts it from there, and the completions an engine has
+// acted on already are passed over.
+type completionFollower struct {
+	wakeC chan struct{}
+	// at is the cursor of the last batch received (0 before the first).
+	at atomic.Int64
+}
+
+func newCompletionFollower() *completionFollower {
+	return &completionFollower{wakeC: make(chan struct{}, 1)}
+}
+
+// wake tells the follower that the set of engines, or a cursor, changed.
+func (f *completionFollower) wake() {
+	select {
+	case f.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+// errRestart: an engine needs completions from before the stream's position.
+var errRestart = errors.New("completion stream restarts for a partition taken over")
+
+// followCompletions follows logsvc's completion stream while this replica leads any partition,
+// and acts on every run that ends: retries, child jobs and the next FIX_DELAY fire.
+func (s *Service) followCompletions(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.completionSession(ctx, l)
-		if ctx.Err() != nil || errors.Is(err, errDeposed) {
+		from, ok := s.completionStart()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.completions.wakeC:
+			}
+			continue
+		}
+		err := s.completionSession(ctx, from)
+		switch {
+		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errRestart):
+			backoff = 100 * time.Millisecond
+			continue
 		}
 		s.log.Warn("completion stream broken; reconnecting", "error", err)
 		if s.wait(ctx, backoff) != nil {
@@ -33,40 +74,150 @@ func (s *Service) followCompletions(ctx context.Context, l *leadership) {
 	}
 }
 
-func (s *Service) completionSession(ctx context.Context, l *leadership) error {
-	var cursor int64
-	if err := s.store.QueryRowContext(ctx, `SELECT cursor FROM completion_cursor WHERE id = 1`).Scan(&cursor); err != nil {
-		return fmt.Errorf("read completion cursor: %w", err)
+// completionStart returns the lowest cursor of the engines ready for completions; false when
+// there are none.
+func (s *Service) completionStart() (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	from, ok := int64(0), false
+	for _, l := range s.engines {
+		if c := l.cursor.Load(); c >= 0 && (!ok || c < from) {
+			from, ok = c, true
+		}
 	}
-	st, err := s.logs.WatchCompletions(ctx, &logsv1.WatchCompletionsRequest{AfterCursor: cursor})
+	return from, ok
+}
+
+func (s *Service) completionSession(ctx context.Context, from int64) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st, err := s.logs.WatchCompletions(ctx, &logsv1.WatchCompletionsRequest{AfterCursor: from})
 	if err != nil {
 		return err
 	}
+	s.completions.at.Store(from)
+	go func() { // an engine that needs older completions restarts the stream
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.completions.wakeC:
+				if c, ok := s.completionStart(); ok && c < s.completions.at.Load() {
+					cancel(errRestart)
+					return
+				}
+			}
+		}
+	}()
 	for {
 		resp, err := st.Recv()
 		if err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, errRestart) {
+				return cause
+			}
 			return err
 		}
-		if err := s.handleCompletions(ctx, l, resp.GetCompletions()); err != nil {
+		cs := resp.GetCompletions()
+		if len(cs) == 0 {
+			continue
+		}
+		if err := s.handleCompletions(ctx, cs); err != nil {
 			return err
+		}
+		s.completions.at.Store(cs[len(cs)-1].GetCursor())
+	}
+}
+
+// handleCompletions applies one batch for the partitions this replica leads, in one transaction
+// fenced by each of them: schedule changes, the retries and child fires it decides on (as pending
+// fires) and the partitions' cursors. After the commit it arms those fires; if this replica
+// loses a partition first, its next leader finds them in pending_fires. A partition whose fence a
+// newer leader holds is deposed, and the batch applied again without it.
+func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion) error {
+	for {
+		err := s.handleCompletionsOnce(ctx, cs)
+		var d deposedError
+		if !errors.As(err, &d) {
+			return err
+		}
+		for _, l := range d.engines {
+			l.depose()
 		}
 	}
 }
 
-// handleCompletions applies one batch in one fenced transaction: schedule changes, the retries
-// and child fires it decides on (as pending fires) and the cursor. After the commit it arms those
-// fires; if this leader dies first, the next one finds them in pending_fires.
-func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*logsv1.Completion) error {
-	if len(cs) == 0 {
+// deposedError names the engines a completion batch found deposed.
+type deposedError struct{ engines []*engine }
+
+func (e deposedError) Error() string {
+	return fmt.Sprintf("%d partitions: %v", len(e.engines), errDeposed)
+}
+func (e deposedError) Unwrap() error { return errDeposed }
+
+func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Completion) error {
+	last := cs[len(cs)-1].GetCursor()
+	// The engines this batch concerns: ready (the takeover read their cursor) and behind it.
+	s.mu.Lock()
+	byPart := make(map[int]*engine, len(s.engines))
+	from := make(map[int]int64, len(s.engines))
+	var terms []term
+	for p, l := range s.engines {
+		if c := l.cursor.Load(); c >= 0 && c < last && !l.isLost() {
+			byPart[p], from[p] = l, c
+			terms = append(terms, l.term())
+		}
+	}
+	s.mu.Unlock()
+	if len(terms) == 0 {
 		return nil
+	}
+	var mine []*logsv1.Completion
+	for _, c := range cs {
+		p := partition.PartitionOf(c.GetJobId(), s.partCount())
+		if l := byPart[p]; l != nil && c.GetCursor() > from[p] {
+			mine = append(mine, c)
+		}
 	}
 	tx, err := s.store.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
+	if deposed, err := s.jobs.fenceAll(ctx, tx, terms, s.cfg.ReplicaID); err != nil {
+		if !errors.Is(err, errDeposed) {
+			return err
+		}
+		var d deposedError
+		for _, p := range deposed {
+			d.engines = append(d.engines, byPart[p])
+		}
+		return d
+	}
+	after, err := s.actOnCompletions(ctx, tx, byPart, mine)
+	if err != nil {
 		return err
+	}
+	if err := s.jobs.saveCursors(ctx, tx, terms, last); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit completions: %w", err)
+	}
+	for _, l := range byPart {
+		l.cursor.Store(last)
+	}
+	for _, f := range after {
+		f()
+	}
+	return nil
+}
+
+// actOnCompletions decides, inside the fenced tx, what each completion asks of the scheduler,
+// and returns what arms or disarms fires after the commit. byPart are the engines of the
+// completions' partitions.
+func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[int]*engine, cs []*logsv1.Completion) ([]func(), error) {
+	if len(cs) == 0 {
+		return nil, nil
 	}
 	// One query for the batch's jobs that act on a completion (a completion per fire: one query
 	// each cost a round trip per fire), and their child jobs after it. A job that is not read
@@ -77,7 +228,7 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 	}
 	jobs, err := s.jobs.getActing(ctx, tx, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var childIDs []int64
 	for _, c := range cs {
@@ -91,7 +242,7 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 	}
 	children, err := s.jobs.getMany(ctx, tx, childIDs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var after []func()
 	for _, c := range cs {
@@ -99,10 +250,11 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 		if j == nil {
 			continue // nothing to do for its completions, or deleted meanwhile
 		}
+		l := byPart[partition.PartitionOf(j.ID, s.partCount())]
 		if c.GetReplacesStatus() != logsv1.RunStatus_RUN_STATUS_UNSPECIFIED {
 			then, err := s.correct(ctx, tx, l, j, c, jobs, children)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			after = append(after, then...)
 			continue
@@ -114,32 +266,23 @@ func (s *Service) handleCompletions(ctx context.Context, l *leadership, cs []*lo
 			f := pendingRetry(j, c)
 			due := s.clk.Now().Add(retryWait(j, c.GetAttempt())).UnixMilli()
 			if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
-				return err
+				return nil, err
 			}
 			after = append(after, func() { s.armPending(l, f, due) })
 		case ok:
 			then, err := s.fireChildren(ctx, tx, l, j, c, jobs, children)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			after = append(after, then...)
 		}
 		if !retry {
 			if err := s.planFixDelay(ctx, tx, j, c); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE completion_cursor SET cursor = $1 WHERE id = 1`), cs[len(cs)-1].GetCursor()); err != nil {
-		return fmt.Errorf("save completion cursor: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit completions: %w", err)
-	}
-	for _, f := range after {
-		f()
-	}
-	return nil
+	return after, nil
 }
 
 // planFixDelay schedules the next fire of a running FIX_DELAY job one interval after its
@@ -165,7 +308,7 @@ func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *lo
 
 // fireChildren stores the PARENT fires of j's child jobs for its successful completion c, and
 // returns what arms them after the commit. jobs and children are the batch's jobs read.
-func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *leadership, j *jobRow, c *logsv1.Completion,
+func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow, c *logsv1.Completion,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	var after []func()
 	for _, childID := range splitIDs(j.ChildJobIDs) {
@@ -194,7 +337,7 @@ func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *leadership, j
 		if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
 			return nil, err
 		}
-		after = append(after, func() { s.armPending(l, f, due) })
+		after = append(after, func() { s.armOnLeader(f, due) })
 	}
 	return after, nil
 }
@@ -218,7 +361,7 @@ const heldDueMs = math.MaxInt64
 // calls for no retry: the FAIL when it had none to call for, else the retry's own completion,
 // or the correction that drops the retry. It returns what arms or disarms fires after the
 // commit.
-func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *leadership, j *jobRow, c *logsv1.Completion,
+func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow, c *logsv1.Completion,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	retry := pendingRetry(j, c)
 	k := retry.key()
@@ -279,7 +422,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *leadership, j *job
 }
 
 // disarmPending takes a pending fire out of this leadership's ring, if it is armed there.
-func (s *Service) disarmPending(l *leadership, k pendingKey) {
+func (s *Service) disarmPending(l *engine, k pendingKey) {
 	for _, e := range l.ring.RemoveJob(k.job) {
 		if e.Value.pending && e.Value.key() == k {
 			l.disarmEntry(e)

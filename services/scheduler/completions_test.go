@@ -21,7 +21,7 @@ import (
 // running (so what is armed stays there to be looked at) and a fake clock.
 type completionRig struct {
 	s   *Service
-	l   *leadership
+	l   *engine
 	clk *clock.Fake
 }
 
@@ -30,10 +30,14 @@ func newCompletionRig(t *testing.T) *completionRig {
 	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	s := &Service{cfg: Config{ReplicaID: "r1"}, log: slog.New(slog.DiscardHandler), clk: clk, store: d, jobs: store{d}}
-	if err := s.jobs.raiseFence(t.Context(), 1, "r1"); err != nil {
+	if err := s.jobs.raiseFence(t.Context(), 0, 1, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	return &completionRig{s: s, clk: clk, l: &leadership{epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}}
+	// One partition, led here.
+	l := &engine{s: s, epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), deposed: make(chan struct{})}
+	s.engines, s.completions = map[int]*engine{0: l}, newCompletionFollower()
+	s.count.Store(1)
+	return &completionRig{s: s, clk: clk, l: l}
 }
 
 // job creates a job that retries once after 10 s, with the given schedule and children.
@@ -48,7 +52,7 @@ func (r *completionRig) job(t *testing.T, st schedulerv1.ScheduleType, expr stri
 	}
 	id, err := r.s.jobs.insert(t.Context(), &jobRow{GroupID: 1, Name: "j", ScheduleType: st, ScheduleExpr: expr, Misfire: 1, Route: 1,
 		Block: 1, RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED, RetryIntervalMs: 10_000, GlueType: 1,
-		Handler: "h", Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, ChildJobIDs: ids})
+		Handler: "h", Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, ChildJobIDs: ids}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,7 @@ func (r *completionRig) handle(t *testing.T, job, fireMs int64, chain ...[2]logs
 		comp := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
 			Status: c[0], ReplacesStatus: c[1], ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
 			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, Params: "p"}
-		if err := r.s.handleCompletions(t.Context(), r.l, []*logsv1.Completion{comp}); err != nil {
+		if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{comp}); err != nil {
 			t.Fatal(err)
 		}
 		r.clk.Advance(time.Millisecond)

@@ -35,7 +35,7 @@ type fire struct {
 	shard, shardTotal int32
 	// lead is the leadership that armed the fire (nil for manual triggers): it is not dispatched
 	// once that leadership is lost, and is settled (owed or pending) when it leaves the ring.
-	lead *leadership
+	lead *engine
 	// pending: a retry or child fire kept in pending_fires until dispatched; otherwise a
 	// scheduled fire tracked in lead.owed.
 	pending bool

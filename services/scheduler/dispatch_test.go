@@ -127,7 +127,7 @@ func TestHeldRunDoesNotHoldAWorker(t *testing.T) {
 		s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 			AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
 	}
-	lead := &leadership{owed: newOwed()}
+	lead := &engine{owed: newOwed()}
 	fireTo := func(group int64) *fire {
 		f := &fire{job: &jobRow{ID: group, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
 			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: lead}
@@ -175,7 +175,7 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 	const group = 1
 	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
-	lead := &leadership{owed: newOwed()}
+	lead := &engine{owed: newOwed()}
 	fireOf := func(job int64) *fire {
 		f := &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
 			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: lead}

@@ -2,11 +2,13 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/namespace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -45,6 +47,7 @@ func serveGRPC(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
 
 // cluster is the scheduler's world: a real registry and logsvc, one shared scheduler store.
 type cluster struct {
+	ns                string // the etcd namespace of its schedulers
 	store             *db.DB
 	regConn, logsConn *grpc.ClientConn
 }
@@ -73,6 +76,7 @@ func newCluster(t *testing.T) *cluster {
 	}
 	t.Cleanup(logs.Stop)
 	return &cluster{
+		ns:       fmt.Sprintf("/test-%d-%s/", time.Now().UnixNano(), t.Name()),
 		store:    dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", scheduler.MigrationsFS()),
 		regConn:  serveGRPC(t, reg.Register),
 		logsConn: serveGRPC(t, logs.Register),
@@ -91,7 +95,12 @@ func (c *cluster) replicaWith(t *testing.T, cfg scheduler.Config) *scheduler.Ser
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = time.Second
 	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1 // one leader at a time, unless a test asks for more partitions
+	}
 	cli := etcdtest.Client(t)
+	// The package's tests share one etcd: each cluster campaigns in a namespace of its own.
+	cli.KV, cli.Watcher, cli.Lease = namespace.NewKV(cli.KV, c.ns), namespace.NewWatcher(cli.Watcher, c.ns), namespace.NewLease(cli.Lease, c.ns)
 	s, err := scheduler.New(cfg, scheduler.Deps{
 		Store: c.store, Etcd: cli, Registry: registryv1.NewRegistryServiceClient(c.regConn),
 		Ingest: logsv1.NewIngestServiceClient(c.logsConn), Logs: logsv1.NewLogServiceClient(c.logsConn),
@@ -172,7 +181,7 @@ func TestOneLeaderAndTakeover(t *testing.T) {
 	for {
 		var epoch int64
 		var holder string
-		if err := c.store.QueryRowContext(t.Context(), `SELECT epoch, holder FROM leader_fence WHERE id = 1`).Scan(&epoch, &holder); err != nil {
+		if err := c.store.QueryRowContext(t.Context(), `SELECT epoch, holder FROM partition_fence WHERE part = 0`).Scan(&epoch, &holder); err != nil {
 			t.Fatal(err)
 		}
 		if epoch == st2.Epoch && holder == st2.ReplicaId {

@@ -108,7 +108,7 @@ func newMetrics(replicaID string) *metrics {
 func (mt *metrics) observe(s *Service) {
 	m := otel.Meter(meterName)
 	ringSize, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.ring.size", metric.WithUnit("{fire}"),
-		metric.WithDescription("Fires armed in the time ring (0 on a follower)."))
+		metric.WithDescription("Fires armed in the time rings of the partitions this replica leads."))
 	queue, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.pool.queue.size", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires waiting in a trigger pool's queue."))
 	queueCap, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.pool.queue.limit", metric.WithUnit("{fire}"),
@@ -118,31 +118,36 @@ func (mt *metrics) observe(s *Service) {
 	waiting, _ := m.Int64ObservableUpDownCounter("jobmesh.scheduler.dispatch.waiting", metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires waiting for their executors to take them: full, unreachable, or not answering (back-pressure)."))
 	leader, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader",
-		metric.WithDescription("1 while this replica is the elected leader, 0 otherwise."))
-	epoch, _ := m.Int64ObservableGauge("jobmesh.scheduler.leader.epoch",
-		metric.WithDescription("Epoch (etcd election revision) of this replica's leadership; reported only while it leads."))
+		metric.WithDescription("1 while this replica leads at least one partition, 0 otherwise."))
+	led, _ := m.Int64ObservableGauge("jobmesh.scheduler.partitions.led", metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions this replica leads."))
+	epoch, _ := m.Int64ObservableGauge("jobmesh.scheduler.partition.epoch",
+		metric.WithDescription("Epoch (etcd revision that elected this replica) of each partition it leads, by jobmesh.partition."))
+	handovers, _ := m.Int64ObservableCounter("jobmesh.scheduler.partition.handovers", metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions this replica stopped leading: handed over to balance the replicas, at shutdown, or lost."))
 	replica := metric.WithAttributeSet(attribute.NewSet(mt.replica))
 	pools := []*pool{s.fast, s.slow}
 	mt.reg, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s.mu.Lock()
-		l, ep := s.lead, s.epoch
-		s.mu.Unlock()
 		var size int64
-		isLeader := int64(0)
-		if l != nil {
-			size, isLeader = int64(l.ring.Len()), 1
-			o.ObserveInt64(epoch, ep, replica)
+		for p, l := range s.engines {
+			size += int64(l.ring.Len())
+			o.ObserveInt64(epoch, l.epoch, metric.WithAttributes(mt.replica, attribute.Int("jobmesh.partition", p)))
 		}
+		n := int64(len(s.engines))
+		s.mu.Unlock()
 		o.ObserveInt64(ringSize, size, replica)
 		o.ObserveInt64(inflight, s.execs.inflight.Load(), replica)
 		o.ObserveInt64(waiting, int64(s.waits.waiting()), replica)
-		o.ObserveInt64(leader, isLeader, replica)
+		o.ObserveInt64(leader, min(n, 1), replica)
+		o.ObserveInt64(led, n, replica)
+		o.ObserveInt64(handovers, s.parts.Status().Handovers, replica)
 		for _, p := range pools {
 			o.ObserveInt64(queue, int64(len(p.queue)), mt.byPool[p.name])
 			o.ObserveInt64(queueCap, int64(cap(p.queue)), mt.byPool[p.name])
 		}
 		return nil
-	}, ringSize, queue, queueCap, inflight, waiting, leader, epoch)
+	}, ringSize, queue, queueCap, inflight, waiting, leader, led, epoch, handovers)
 }
 
 // stop unregisters the callback.

@@ -76,14 +76,15 @@ func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64)
 	return nil
 }
 
-// duePending reads pending fires due at or before horizonMs with their jobs, oldest first.
+// duePending reads partition part's pending fires due at or before horizonMs with their jobs,
+// oldest first.
 func (s store) duePending(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, horizonMs int64, limit int) ([]*fire, []int64, error) {
+}, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
 	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
 		p.fire_params, p.due_ms, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
 		LEFT JOIN job_state ON job_state.job_id = jobs.id
-		WHERE p.due_ms <= $1 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit)
+		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read pending fires: %w", err)
 	}
@@ -152,7 +153,7 @@ func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int
 }
 
 // armPending arms a pending fire at dueMs unless this leadership already has.
-func (s *Service) armPending(l *leadership, f *fire, dueMs int64) {
+func (s *Service) armPending(l *engine, f *fire, dueMs int64) {
 	f.lead, f.pending = l, true
 	k := f.key()
 	if !l.claims.claim(k) {
@@ -160,6 +161,14 @@ func (s *Service) armPending(l *leadership, f *fire, dueMs int64) {
 	}
 	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Tag: l.tags.Add(1), Value: f}) {
 		l.claims.release(k) // leadership ended: the row waits for the next leader
+	}
+}
+
+// armOnLeader arms a pending fire in the engine of its job's partition when this replica leads
+// it; otherwise the partition's leader arms it from pending_fires at its next pre-read.
+func (s *Service) armOnLeader(f *fire, dueMs int64) {
+	if l := s.engineOf(f.job.ID); l != nil {
+		s.armPending(l, f, dueMs)
 	}
 }
 
@@ -182,7 +191,7 @@ func (s *Service) settle(f *fire) {
 }
 
 // disarmEntry takes back a fire removed from the ring without dispatching it.
-func (l *leadership) disarmEntry(e ringEntry) {
+func (l *engine) disarmEntry(e ringEntry) {
 	if e.Value.pending {
 		l.claims.release(e.Value.key())
 		return
@@ -195,8 +204,9 @@ func (l *leadership) disarmEntry(e ringEntry) {
 // trigger records of those logsvc has no record of (rebuildRecord). The pre-read
 // arms the rest; one that an executor which did not answer may hold goes to it alone (pinned),
 // and one that several may hold is claimed until they say (resolveDoubts).
-func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
-	fires, _, err := s.jobs.duePending(ctx, s.store, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
+func (l *engine) takeOverPending(ctx context.Context) error {
+	s := l.s
+	fires, _, err := s.jobs.duePending(ctx, s.store, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
 	if err != nil {
 		return err
 	}
@@ -265,7 +275,7 @@ func (s *Service) takeOverPending(ctx context.Context, l *leadership) error {
 			"found_on_executors", len(onExec), "executors_skipped", skipped, "pinned", pinned, "in_doubt", len(doubts),
 			"records_rebuilt", rebuilt)
 	}
-	s.resolveLater(ctx, l, doubts)
+	l.resolveLater(ctx, doubts)
 	return nil
 }
 

@@ -13,10 +13,11 @@ import (
 
 // preReadLoop scans for due jobs every PreReadInterval (at once again after a full scan) until
 // ctx ends or a newer leader fences this one off.
-func (s *Service) preReadLoop(ctx context.Context, l *leadership) error {
+func (l *engine) preReadLoop(ctx context.Context) error {
+	s := l.s
 	for ctx.Err() == nil {
 		start := time.Now() // a measurement, not scheduling: the wall clock
-		n, err := s.preRead(ctx, l)
+		n, err := l.preRead(ctx)
 		if err == nil {
 			s.metrics.scanned(time.Since(start), n)
 		}
@@ -24,7 +25,7 @@ func (s *Service) preReadLoop(ctx context.Context, l *leadership) error {
 		case errors.Is(err, errDeposed):
 			return err
 		case err != nil && ctx.Err() == nil:
-			s.log.Error("pre-read failed", "error", err)
+			s.log.Error("pre-read failed", "partition", l.part, "error", err)
 		}
 		wait := s.cfg.PreReadInterval
 		if n >= s.cfg.PreReadBatch {
@@ -40,7 +41,8 @@ func (s *Service) preReadLoop(ctx context.Context, l *leadership) error {
 // preRead arms every fire due inside the window, in one fenced transaction: read the due jobs,
 // compute each job's fires up to a window past it (misfire policy for fires that are too late), advance
 // next_fire, commit, then push the fires into the ring. It returns how many jobs it read.
-func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
+func (l *engine) preRead(ctx context.Context) (int, error) {
+	s := l.s
 	now := s.clk.Now()
 	nowMs := now.UnixMilli()
 	horizon := nowMs + s.cfg.PreReadWindow.Milliseconds()
@@ -53,17 +55,17 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		return 0, fmt.Errorf("pre-read: %w", err)
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return 0, err
 	}
-	if err := s.refreshArmed(ctx, tx, l, nowMs); err != nil {
+	if err := l.refreshArmed(ctx, tx, nowMs); err != nil {
 		return 0, err
 	}
-	due, err := s.jobs.due(ctx, tx, horizon, s.cfg.PreReadBatch)
+	due, err := s.jobs.due(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
 	if err != nil {
 		return 0, err
 	}
-	pending, pendingDue, err := s.jobs.duePending(ctx, tx, horizon, s.cfg.PreReadBatch)
+	pending, pendingDue, err := s.jobs.duePending(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -154,7 +156,7 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 		s.armPending(l, f, pendingDue[i])
 	}
 	if len(armed) > 0 {
-		s.log.Debug("pre-read armed fires", "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
+		s.log.Debug("pre-read armed fires", "partition", l.part, "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
 	return len(due), nil
 }
@@ -163,7 +165,8 @@ func (s *Service) preRead(ctx context.Context, l *leadership) (int, error) {
 // job's fires are disarmed (its tombstone says so), a stopped or rescheduled job's scheduled fires
 // too (the API moved its next fire), and any other change (params, handler, GLUE source…) reaches
 // the armed fires. It reads jobs changed since the previous scan, with a second of overlap.
-func (s *Service) refreshArmed(ctx context.Context, tx *sql.Tx, l *leadership, nowMs int64) error {
+func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) error {
+	s := l.s
 	since := l.lastScanMs - 1000
 	l.lastScanMs = nowMs
 	if l.ring.Len() == 0 {

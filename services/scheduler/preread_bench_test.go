@@ -52,9 +52,9 @@ func BenchmarkPreRead(b *testing.B) {
 		if _, err := d.ExecContext(ctx, `UPDATE job_state SET next_fire_ms = $1::bigint + (job_id % 4000), armed_from_ms = NULL WHERE job_id <= $2`, nowMs, due); err != nil {
 			b.Fatal(err)
 		}
-		l := &leadership{epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: nowMs}
+		l := &engine{s: s, epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: nowMs}
 		b.StartTimer()
-		n, err := s.preRead(ctx, l)
+		n, err := l.preRead(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,7 +1,8 @@
-// Package scheduler is the scheduler service: jobs and their schedules, leader election through
+// Package scheduler is the scheduler service: jobs and their schedules, partitions led through
 // etcd, the pre-read loop, the millisecond time ring, dispatch to executors and trigger records to
-// logsvc. Every replica serves the job API; only the elected leader fires schedules, and every
-// scheduling write it makes is fenced by its epoch.
+// logsvc. Jobs hash to partitions; every replica serves the job API and leads its fair share of
+// the partitions, each through a partition engine (engine.go) whose scheduling writes are fenced
+// by the partition's epoch.
 package scheduler
 
 import (
@@ -13,10 +14,13 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -26,6 +30,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/seal"
 	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
@@ -38,6 +43,9 @@ func MigrationsFS() fs.FS {
 	sub, _ := fs.Sub(migrations, "migrations")
 	return sub
 }
+
+// DefaultPartitions is Config.Partitions's default: the partition count of a new cluster.
+const DefaultPartitions = partition.DefaultCount
 
 // DefaultDispatchLead is Config.DispatchLead's default.
 const DefaultDispatchLead = 200 * time.Millisecond
@@ -99,6 +107,10 @@ type Config struct {
 	RecordQueue int
 	// Clock drives scheduling; default the wall clock.
 	Clock clock.Clock
+	// Partitions is the partition count a new cluster gets (DefaultPartitions when 0). The first
+	// replica of a cluster stores it in etcd; from then on it is fixed, and a replica started with
+	// another count uses the stored one.
+	Partitions int
 	// Logger receives the scheduler's logs; nil discards them.
 	Logger *slog.Logger
 	// ExecutorDialOptions are used to dial executors (credentials, stats handlers).
@@ -225,14 +237,22 @@ type Service struct {
 	// waits holds the fires waiting for their executors to take them (back-pressure).
 	waits *backlogs
 
+	// parts decides which partitions this replica leads; it runs an engine for each (lead).
+	parts *partition.Manager
+	// count is the cluster's partition count, 0 until the manager knows it (partCount).
+	count atomic.Int32
+	// completions is the replica's completion stream, shared by its engines.
+	completions *completionFollower
+	// assignMu guards assigned: whether this replica gave the jobs written before partitions
+	// existed theirs (assignPartitions).
+	assignMu sync.Mutex
+	assigned bool
+
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	lead    *leadership // non-nil while leading
-	leader  string      // leader's replica id as last seen
-	epoch   int64
-	resign  func(context.Context) error
+	engines map[int]*engine // the partitions this replica leads
 }
 
 // New returns a scheduler; Start begins its background work.
@@ -260,6 +280,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.settling = make(chan struct{}, maxSettling)
 	s.fast = newPool("fast", cfg.FastWorkers, cfg.PoolQueue)
 	s.slow = newPool("slow", cfg.SlowWorkers, cfg.PoolQueue)
+	s.engines = map[int]*engine{}
+	s.completions = newCompletionFollower()
+	parts, err := partition.New(partition.Config{Etcd: deps.Etcd, ReplicaID: cfg.ReplicaID, Count: cfg.Partitions,
+		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger, Lead: s.lead})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	s.parts = parts
 	s.records = ackstream.New(ackstream.Config[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]{
 		Name: "trigger records",
 		Open: func(ctx context.Context) (ackstream.Stream[logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse], error) {
@@ -290,8 +318,8 @@ func (s *Service) Register(g *grpc.Server) {
 	schedulerv1.RegisterSchedulerServiceServer(g, s)
 }
 
-// Start begins following the executor view, delivering trigger records and campaigning for
-// leadership.
+// Start begins following the executor view, delivering trigger records, following completions
+// and campaigning for partitions.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -304,14 +332,20 @@ func (s *Service) Start(ctx context.Context) error {
 	s.metrics.observe(s)
 	s.fast.start(s.dispatchScheduled)
 	s.slow.start(s.dispatchScheduled)
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.groups.run(ctx) }()
-	go func() { defer s.wg.Done(); s.campaignLoop(ctx) }()
+	go func() {
+		defer s.wg.Done()
+		if err := s.parts.Run(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("partition manager stopped", "error", err)
+		}
+	}()
+	go func() { defer s.wg.Done(); s.followCompletions(ctx) }()
 	go func() { defer s.wg.Done(); s.execs.pruneLoop(ctx, s.log) }()
 	return nil
 }
 
-// Stop resigns leadership, stops firing, drains the trigger pools, flushes trigger records and
+// Stop hands its partitions over, stops firing, drains the trigger pools, flushes trigger records and
 // closes executor connections. It is idempotent.
 func (s *Service) Stop() {
 	s.mu.Lock()
@@ -321,7 +355,7 @@ func (s *Service) Stop() {
 	if cancel == nil {
 		return
 	}
-	cancel() // ends the campaign: the leader stops its ring and resigns
+	cancel() // ends the partition manager: every engine stops its ring and hands its partition over
 	s.wg.Wait()
 	s.fast.stop()
 	s.slow.stop()
@@ -338,14 +372,51 @@ func (s *Service) Stop() {
 
 // GetStatus implements SchedulerService.
 func (s *Service) GetStatus(context.Context, *schedulerv1.GetStatusRequest) (*schedulerv1.GetStatusResponse, error) {
+	st := s.parts.Status()
+	resp := &schedulerv1.GetStatusResponse{ReplicaId: s.cfg.ReplicaID, PartitionCount: int32(st.Count), Replicas: st.Replicas}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	resp := &schedulerv1.GetStatusResponse{ReplicaId: s.cfg.ReplicaID, LeaderId: s.leader, Epoch: s.epoch}
-	if s.lead != nil {
-		resp.Leader = true
-		resp.RingSize = int64(s.lead.ring.Len())
+	for p, o := range st.Owners {
+		ps := &schedulerv1.PartitionStatus{Partition: int32(p), LeaderId: o.Leader, Epoch: o.Epoch}
+		if l := s.engines[p]; l != nil {
+			ps.RingSize = int64(l.ring.Len())
+			resp.Leader, resp.RingSize, resp.Epoch = true, resp.RingSize+ps.RingSize, max(resp.Epoch, l.epoch)
+		}
+		if p == 0 {
+			resp.LeaderId = o.Leader
+		}
+		resp.Partitions = append(resp.Partitions, ps)
 	}
 	return resp, nil
+}
+
+// partCount returns the cluster's partition count, 0 while the partition manager does not know
+// it yet.
+func (s *Service) partCount() int { return int(s.count.Load()) }
+
+// partitionCount returns the cluster's partition count, waiting for the partition manager to
+// read it from etcd (Unavailable when ctx ends first).
+func (s *Service) partitionCount(ctx context.Context) (int, error) {
+	if n := s.partCount(); n > 0 {
+		return n, nil
+	}
+	n, err := s.parts.Count(ctx)
+	if err != nil {
+		return 0, status.Errorf(codes.Unavailable, "the cluster's partition count is not known yet (etcd unreachable?): %v", err)
+	}
+	s.count.Store(int32(n))
+	return n, nil
+}
+
+// engineOf returns the engine of job id's partition when this replica leads it, else nil.
+func (s *Service) engineOf(id int64) *engine {
+	n := s.partCount()
+	if n == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engines[partition.PartitionOf(id, n)]
 }
 
 // KillTrigger implements SchedulerService.
@@ -367,12 +438,9 @@ func (s *Service) KillTrigger(ctx context.Context, req *schedulerv1.KillTriggerR
 	return &schedulerv1.KillTriggerResponse{Killed: resp.GetKilled(), Message: resp.GetMessage()}, nil
 }
 
-// disarm removes a job's armed fires from the ring when this replica leads.
+// disarm removes a job's armed fires from its partition's ring when this replica leads it.
 func (s *Service) disarm(jobID int64) {
-	s.mu.Lock()
-	l := s.lead
-	s.mu.Unlock()
-	if l != nil {
+	if l := s.engineOf(jobID); l != nil {
 		for _, e := range l.ring.RemoveJob(jobID) {
 			l.disarmEntry(e)
 		}

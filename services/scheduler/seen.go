@@ -147,7 +147,7 @@ type doubt struct {
 // there); one that at most one executor may still hold is armed (pinned to that one); one still
 // in doubt then is recorded UNKNOWN and not re-fired. It holds a dispatch of l, and stops when
 // l is lost (the fires stay owed, or pending, for the next leader).
-func (s *Service) resolveDoubts(ctx context.Context, l *leadership, ds []*doubt) {
+func (s *Service) resolveDoubts(ctx context.Context, l *engine, ds []*doubt) {
 	defer l.end()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -218,7 +218,7 @@ func (s *Service) resolveDoubts(ctx context.Context, l *leadership, ds []*doubt)
 
 // doubtSettled ends a fire in doubt that is not to be re-fired: a scheduled one is no longer
 // owed, a pending one's row is deleted.
-func (s *Service) doubtSettled(ctx context.Context, l *leadership, d *doubt) {
+func (s *Service) doubtSettled(ctx context.Context, l *engine, d *doubt) {
 	if !d.f.pending {
 		l.owed.done(d.f.job.ID, d.f.fireMs)
 		return
@@ -232,7 +232,7 @@ func (s *Service) doubtSettled(ctx context.Context, l *leadership, d *doubt) {
 }
 
 // doubtArmed re-fires a fire that at most one executor may hold: pinned to that one, if any.
-func (s *Service) doubtArmed(l *leadership, d *doubt) {
+func (s *Service) doubtArmed(l *engine, d *doubt) {
 	if len(d.cands) == 1 {
 		l.pin(d.f.key(), d.cands[0].addr)
 	}

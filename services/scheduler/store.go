@@ -1,18 +1,21 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
 )
 
 // errDeposed: a scheduling write was fenced off because a newer leader holds the epoch.
@@ -152,7 +155,9 @@ func (s store) getManyWhere(ctx context.Context, tx *sql.Tx, ids []int64, cond s
 	return out, nil
 }
 
-func (s store) insert(ctx context.Context, j *jobRow) (int64, error) {
+// insert stores a new job; its scheduling state goes to the partition its id hashes to among
+// count.
+func (s store) insert(ctx context.Context, j *jobRow, count int) (int64, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("create job: %w", err)
@@ -171,7 +176,8 @@ func (s store) insert(ctx context.Context, j *jobRow) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("create job: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO job_state (job_id, next_fire_ms) VALUES ($1, $2)`), id, nullMs(j.NextFireMs)); err != nil {
+	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO job_state (job_id, next_fire_ms, part) VALUES ($1, $2, $3)`),
+		id, nullMs(j.NextFireMs), partition.PartitionOf(id, count)); err != nil {
 		return 0, fmt.Errorf("create job: %w", err)
 	}
 	if isScript(j.GlueType) {
@@ -335,19 +341,98 @@ func (s store) glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.Gl
 	return out, rows.Err()
 }
 
-// fence raises the fence to epoch inside tx, or fails with errDeposed when a newer leader holds it.
-// The row stays locked until tx ends: a newer leader's raise waits for the transaction, and one
-// leader's transactions run one at a time (the pre-read and completion batches lock job_state
-// rows in no common order, so letting them overlap deadlocks).
-func (s store) fence(ctx context.Context, tx *sql.Tx, epoch int64, holder string) error {
-	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE leader_fence SET epoch = $1, holder = $2 WHERE id = 1 AND epoch <= $1`), epoch, holder)
+// fence raises partition part's fence to epoch inside tx, or fails with errDeposed when a newer
+// leader holds it. The row stays locked until tx ends: a newer leader's raise waits for the
+// transaction, and one leader's transactions of a partition run one at a time (the pre-read and
+// completion batches lock job_state rows in no common order, so letting them overlap deadlocks).
+func (s store) fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error {
+	res, err := tx.ExecContext(ctx, s.db.Q(fenceQuery), part, epoch, holder)
 	if err != nil {
-		return fmt.Errorf("fence: %w", err)
+		return fmt.Errorf("fence partition %d: %w", part, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return errDeposed
+		return fmt.Errorf("partition %d: %w", part, errDeposed)
 	}
 	return nil
+}
+
+// fenceQuery raises one partition's fence ($1 partition, $2 epoch, $3 holder); it changes no row
+// when a newer epoch holds it.
+const fenceQuery = `INSERT INTO partition_fence (part, epoch, holder) VALUES ($1, $2, $3)
+	ON CONFLICT (part) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder
+	WHERE partition_fence.epoch <= excluded.epoch`
+
+// fenceAll raises the fences of several partitions inside tx, in partition order (so that two
+// transactions never wait on each other's fences), and returns the partitions a newer leader
+// holds, with errDeposed, when there are any; then tx must be rolled back.
+func (s store) fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder string) (deposed []int, err error) {
+	terms = slices.SortedFunc(slices.Values(terms), func(a, b term) int { return cmp.Compare(a.part, b.part) })
+	if s.db.Dialect() == db.Postgres {
+		parts, epochs := make([]int32, len(terms)), make([]int64, len(terms))
+		for i, t := range terms {
+			parts[i], epochs[i] = int32(t.part), t.epoch
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO partition_fence (part, epoch, holder)
+			SELECT u.part, u.epoch, $3 FROM unnest($1::int[], $2::bigint[]) WITH ORDINALITY AS u(part, epoch, n) ORDER BY u.n
+			ON CONFLICT (part) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder
+			WHERE partition_fence.epoch <= excluded.epoch`, parts, epochs, holder)
+		if err != nil {
+			return nil, fmt.Errorf("fence %d partitions: %w", len(terms), err)
+		}
+		if n, _ := res.RowsAffected(); int(n) == len(terms) {
+			return nil, nil
+		}
+	} else {
+		for _, t := range terms {
+			if err := s.fence(ctx, tx, t.part, t.epoch, holder); errors.Is(err, errDeposed) {
+				deposed = append(deposed, t.part)
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		if len(deposed) == 0 {
+			return nil, nil
+		}
+		return deposed, errDeposed
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT part, epoch FROM partition_fence WHERE part = ANY($1)`, partsOf(terms))
+	if err != nil {
+		return nil, fmt.Errorf("read partition fences: %w", err)
+	}
+	defer rows.Close()
+	held := map[int]int64{}
+	for rows.Next() {
+		var p int
+		var e int64
+		if err := rows.Scan(&p, &e); err != nil {
+			return nil, fmt.Errorf("read partition fences: %w", err)
+		}
+		held[p] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read partition fences: %w", err)
+	}
+	for _, t := range terms {
+		if held[t.part] > t.epoch {
+			deposed = append(deposed, t.part)
+		}
+	}
+	return deposed, errDeposed
+}
+
+// term is one partition's leadership: the partition and the epoch that fences its writes.
+type term struct {
+	part  int
+	epoch int64
+}
+
+// partsOf lists the partitions of terms, for a Postgres int array.
+func partsOf(terms []term) []int32 {
+	out := make([]int32, len(terms))
+	for i, t := range terms {
+		out[i] = int32(t.part)
+	}
+	return out
 }
 
 // indexPlans makes the rest of a transaction probe indexes (db.IndexPlans); callers set it
@@ -366,15 +451,15 @@ func (s store) indexPlans(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// raiseFence raises the fence to epoch in a transaction of its own, waiting for the previous
+// raiseFence raises partition part's fence to epoch in a transaction of its own, waiting for the previous
 // leader's fenced transactions to end; errDeposed when a newer leader holds it.
-func (s store) raiseFence(ctx context.Context, epoch int64, holder string) error {
+func (s store) raiseFence(ctx context.Context, part int, epoch int64, holder string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("fence: %w", err)
 	}
 	defer tx.Rollback()
-	if err := s.fence(ctx, tx, epoch, holder); err != nil {
+	if err := s.fence(ctx, tx, part, epoch, holder); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -383,16 +468,18 @@ func (s store) raiseFence(ctx context.Context, epoch int64, holder string) error
 	return nil
 }
 
-// dueQuery reads the running jobs whose next fire is at or before $1, at most $2, soonest first.
-const dueQuery = `SELECT ` + jobColumns + ` FROM job_state JOIN jobs ON jobs.id = job_state.job_id
-	WHERE next_fire_ms <= $1 AND status = 2 ORDER BY next_fire_ms LIMIT $2`
+// dueQuery reads the running jobs of partition $3 whose next fire is at or before $1, at most $2,
+// soonest first.
+var dueQuery = `SELECT ` + jobColumns + ` FROM job_state JOIN jobs ON jobs.id = job_state.job_id
+	WHERE job_state.part = $3 AND next_fire_ms <= $1 AND status = ` + strconv.Itoa(int(schedulerv1.JobStatus_JOB_STATUS_RUNNING)) + `
+	ORDER BY next_fire_ms LIMIT $2`
 
-// due reads, inside the fenced tx, running jobs whose next fire is at or before horizonMs, from
+// due reads, inside the fenced tx, partition part's running jobs whose next fire is at or before horizonMs, from
 // the partial index job_state_due. It takes no row locks: advanceAll moves a job's fire times
 // only if its next fire is still the one read here, so an API change committed in between
 // (start, stop, a new schedule, a delete) wins and the pre-read leaves that job alone.
-func (s store) due(ctx context.Context, tx *sql.Tx, horizonMs int64, limit int) ([]*jobRow, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(dueQuery), horizonMs, limit)
+func (s store) due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error) {
+	rows, err := tx.QueryContext(ctx, s.db.Q(dueQuery), horizonMs, limit, part)
 	if err != nil {
 		return nil, fmt.Errorf("pre-read: %w", err)
 	}
@@ -550,11 +637,12 @@ type armedJob struct {
 	armedFrom int64
 }
 
-// armed reads every job a leader marked as owing fires. Only a new leader's takeover asks, once,
-// and the marks have no index (migration 00005): the scan of job_state serves it.
-func (s store) armed(ctx context.Context) ([]armedJob, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+`, armed_from_ms FROM job_state JOIN jobs ON jobs.id = job_state.job_id
-		WHERE armed_from_ms IS NOT NULL`)
+// armed reads every job of partition part a leader marked as owing fires. Only a new leader's
+// takeover asks, once, and the marks have no index (migration 00005): the scan of job_state
+// serves it.
+func (s store) armed(ctx context.Context, part int) ([]armedJob, error) {
+	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+`, armed_from_ms FROM job_state JOIN jobs ON jobs.id = job_state.job_id
+		WHERE armed_from_ms IS NOT NULL AND job_state.part = $1`), part)
 	if err != nil {
 		return nil, fmt.Errorf("read armed jobs: %w", err)
 	}
@@ -633,4 +721,48 @@ func (s store) reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64
 		}
 		nowMs = ms + 1
 	}
+}
+
+// assignPartitions gives every job_state row the partition its job id hashes to among count:
+// rows written before the cluster had partitions (part -1), and none other once done. Every
+// replica runs it at its first lead; it is idempotent.
+func (s store) assignPartitions(ctx context.Context, count int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.db.Q(`UPDATE job_state SET part = job_id % $1 WHERE part <> job_id % $1`), count)
+	if err != nil {
+		return 0, fmt.Errorf("assign jobs to %d partitions: %w", count, err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// cursor reads partition part's completion cursor: the last completion its leaders acted on,
+// or, before its first, the cursor of the single leader that preceded partitions.
+func (s store) cursor(ctx context.Context, part int) (int64, error) {
+	var c int64
+	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COALESCE((SELECT cursor FROM partition_cursor WHERE part = $1),
+		(SELECT cursor FROM completion_cursor WHERE id = 1), 0)`), part).Scan(&c)
+	if err != nil {
+		return 0, fmt.Errorf("read completion cursor of partition %d: %w", part, err)
+	}
+	return c, nil
+}
+
+// saveCursors stores, inside the fenced tx, the completion cursor of each partition of terms.
+func (s store) saveCursors(ctx context.Context, tx *sql.Tx, terms []term, cursor int64) error {
+	const q = `INSERT INTO partition_cursor (part, cursor) VALUES ($1, $2)
+		ON CONFLICT (part) DO UPDATE SET cursor = excluded.cursor WHERE partition_cursor.cursor < excluded.cursor`
+	if s.db.Dialect() == db.Postgres {
+		_, err := tx.ExecContext(ctx, `INSERT INTO partition_cursor (part, cursor) SELECT u.part, $2 FROM unnest($1::int[]) AS u(part)
+			ON CONFLICT (part) DO UPDATE SET cursor = excluded.cursor WHERE partition_cursor.cursor < excluded.cursor`, partsOf(terms), cursor)
+		if err != nil {
+			return fmt.Errorf("save completion cursors: %w", err)
+		}
+		return nil
+	}
+	for _, t := range terms {
+		if _, err := tx.ExecContext(ctx, s.db.Q(q), t.part, cursor); err != nil {
+			return fmt.Errorf("save completion cursor of partition %d: %w", t.part, err)
+		}
+	}
+	return nil
 }

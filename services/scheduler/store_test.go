@@ -33,7 +33,7 @@ func TestFenceRefusesAnOlderEpoch(t *testing.T) {
 					t.Fatalf("begin: %v", err)
 				}
 				defer tx.Rollback()
-				if err := s.fence(ctx, tx, epoch, "r"); err != nil {
+				if err := s.fence(ctx, tx, 0, epoch, "r"); err != nil {
 					return err
 				}
 				return tx.Commit()
@@ -64,17 +64,17 @@ func TestFenceWaitsForTheOldLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Rollback()
-	if err := s.fence(ctx, old, 5, "r1"); err != nil {
+	if err := s.fence(ctx, old, 0, 5, "r1"); err != nil {
 		t.Fatal(err)
 	}
 	raised := make(chan error, 1)
-	go func() { raised <- s.raiseFence(ctx, 6, "r2") }()
+	go func() { raised <- s.raiseFence(ctx, 0, 6, "r2") }()
 	// The raise must be waiting for the old leader's lock: wait until Postgres says so.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var waiting int
 		if err := d.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE leader_fence%'`).Scan(&waiting); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO partition_fence%'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting == 1 {
@@ -101,27 +101,28 @@ func TestFenceWaitsForTheOldLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := s.fence(ctx, tx, 5, "r1"); !errors.Is(err, errDeposed) {
+	if err := s.fence(ctx, tx, 0, 5, "r1"); !errors.Is(err, errDeposed) {
 		t.Fatalf("fence(5) after epoch 6 = %v, want deposed", err)
 	}
-	if err := s.raiseFence(ctx, 5, "r1"); !errors.Is(err, errDeposed) {
+	tx.Rollback() // a refused fence still locks the row (ON CONFLICT DO UPDATE … WHERE) until its tx ends
+	if err := s.raiseFence(ctx, 0, 5, "r1"); !errors.Is(err, errDeposed) {
 		t.Fatalf("raiseFence(5) after epoch 6 = %v, want deposed", err)
 	}
 }
 
 // TestDueScanUsesTheDueIndex: the pre-read's cost must follow the due jobs, not all jobs, so
-// Postgres must answer it from the partial index job_state_due.
+// Postgres must answer it from the partial index job_state_part_due.
 func TestDueScanUsesTheDueIndex(t *testing.T) {
 	t.Parallel()
 	// 20,000 jobs, one in a hundred running.
 	d := planJobs(t, 100)
 	ctx := context.Background()
-	rows, err := d.QueryContext(ctx, `EXPLAIN `+dueQuery, 1005000, 5000)
+	rows, err := d.QueryContext(ctx, `EXPLAIN `+dueQuery, 1005000, 5000, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := planOf(t, rows); !strings.Contains(got, "job_state_due") || strings.Contains(got, "Seq Scan") {
-		t.Errorf("due scan plan:\n%s\nwant an index scan of job_state_due and no sequential scan", got)
+	if got := planOf(t, rows); !strings.Contains(got, "job_state_part_due") || strings.Contains(got, "Seq Scan") {
+		t.Errorf("due scan plan:\n%s\nwant an index scan of job_state_part_due and no sequential scan", got)
 	}
 }
 
@@ -136,7 +137,7 @@ func planJobs(t *testing.T, runningEvery int) *db.DB {
 			block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
 			SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, CASE WHEN g % ` + strconv.Itoa(runningEvery) + ` = 0 THEN 2 ELSE 1 END, 0, 0
 			FROM generate_series(1, 20000) g`,
-		`INSERT INTO job_state (job_id, next_fire_ms) SELECT id, CASE WHEN status = 2 THEN 1000000 + id END FROM jobs`,
+		`INSERT INTO job_state (job_id, next_fire_ms, part) SELECT id, CASE WHEN status = 2 THEN 1000000 + id END, id % 16 FROM jobs`,
 		`ANALYZE jobs; ANALYZE job_state`,
 	} {
 		if _, err := d.ExecContext(ctx, q); err != nil {
@@ -218,7 +219,7 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 			for i := range 3 {
 				j := &jobRow{GroupID: 1, Name: "j", ScheduleType: 3, ScheduleExpr: "1s", Misfire: 1, Route: 1, Block: 1,
 					RetryBackoff: 1, GlueType: 1, Handler: "h", Status: 2, NextFireMs: 1000 + int64(i)}
-				id, err := s.insert(ctx, j)
+				id, err := s.insert(ctx, j, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -229,7 +230,7 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			due, err := s.due(ctx, tx, 5000, 10)
+			due, err := s.due(ctx, tx, 0, 5000, 10)
 			if err != nil || len(due) != 3 {
 				t.Fatalf("due = %d jobs, %v; want 3", len(due), err)
 			}
@@ -298,7 +299,7 @@ func TestGetManyReadsTheNamedJobs(t *testing.T) {
 			var ids []int64
 			for i := range 5 {
 				id, err := s.insert(ctx, &jobRow{GroupID: 1, Name: "j" + string(rune('a'+i)), ScheduleType: 3, ScheduleExpr: "1s",
-					Misfire: 1, Route: 1, Block: 1, RetryBackoff: 1, GlueType: 1, Status: 2, ChildJobIDs: "7,8", NextFireMs: int64(1000 + i)})
+					Misfire: 1, Route: 1, Block: 1, RetryBackoff: 1, GlueType: 1, Status: 2, ChildJobIDs: "7,8", NextFireMs: int64(1000 + i)}, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -342,7 +343,7 @@ func TestManualFireTimesAreReservedOnce(t *testing.T) {
 			t.Parallel()
 			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
 			s := store{d}
-			id, err := s.insert(t.Context(), &jobRow{Name: "m", GroupID: 1})
+			id, err := s.insert(t.Context(), &jobRow{Name: "m", GroupID: 1}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,7 +371,7 @@ func TestListFiltersMatchWhatIsTyped(t *testing.T) {
 			t.Parallel()
 			s := store{dbtest.Open(t, st.Config, "scheduler", MigrationsFS())}
 			for _, name := range []string{"backup 50%", "backup 500", "a_c", "abc", `x\y`} {
-				if _, err := s.insert(t.Context(), &jobRow{Name: name, GroupID: 1, Handler: name, Author: name}); err != nil {
+				if _, err := s.insert(t.Context(), &jobRow{Name: name, GroupID: 1, Handler: name, Author: name}, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -413,7 +414,7 @@ func TestListSkipsToAPage(t *testing.T) {
 			s := store{dbtest.Open(t, st.Config, "scheduler", MigrationsFS())}
 			var ids []int64 // newest first
 			for i := range 7 {
-				id, err := s.insert(t.Context(), &jobRow{Name: "job-" + strconv.Itoa(i), GroupID: 1})
+				id, err := s.insert(t.Context(), &jobRow{Name: "job-" + strconv.Itoa(i), GroupID: 1}, 1)
 				if err != nil {
 					t.Fatal(err)
 				}

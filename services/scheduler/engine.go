@@ -9,23 +9,26 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 )
 
-// electionPrefix is the etcd election every replica campaigns in.
-const electionPrefix = "/jobmesh/v1/scheduler/leader"
-
-// leadership is the state a replica holds only while it leads.
-type leadership struct {
+// engine is one partition this replica leads: its term (partition and epoch, which fences every
+// scheduling write of the partition), its time ring, the fires it owes and the pending fires it
+// has claimed, its pre-read loop, its completion cursor and its takeover. It is built when the
+// partition's election is won (Service.lead) and runs until the lead ends; then it stops firing,
+// lets the dispatches in flight finish and hands what it still owes to the partition's next
+// leader. The trigger pools, executor connections and trigger-record stream are the replica's,
+// shared by its engines: each fire carries its engine (fire.lead), which admits its dispatch.
+type engine struct {
+	s     *Service
+	part  int
 	epoch int64
 	ring  *ring.Ring[*fire]
 	owed  *owed
-	// claims are the pending fires (retries, child fires) this leadership has armed.
+	// claims are the pending fires (retries, child fires) this engine has armed.
 	claims claims
 	// tags numbers the pending fires it arms, so that two of one job due in the same millisecond
 	// (or one due with a scheduled fire) are two ring entries, not one replacing the other.
@@ -33,6 +36,12 @@ type leadership struct {
 	// lastScanMs is when the previous pre-read started, lastPruneMs when it last pruned job
 	// tombstones (only the pre-read loop touches them).
 	lastScanMs, lastPruneMs int64
+	// cursor is the last completion acted on for this partition; negative until the takeover
+	// has read it (the completion follower leaves the partition alone until then).
+	cursor atomic.Int64
+	// deposed is closed when a fenced write found a newer leader of the partition.
+	deposed     chan struct{}
+	deposedOnce sync.Once
 
 	mu       sync.Mutex
 	lost     bool
@@ -43,8 +52,14 @@ type leadership struct {
 	pins map[pendingKey]string
 }
 
+// term returns the engine's partition and epoch.
+func (l *engine) term() term { return term{part: l.part, epoch: l.epoch} }
+
+// depose ends the engine: a fenced write found a newer leader of its partition.
+func (l *engine) depose() { l.deposedOnce.Do(func() { close(l.deposed) }) }
+
 // pin sends fire k to addr only, when it is dispatched.
-func (l *leadership) pin(k pendingKey, addr string) {
+func (l *engine) pin(k pendingKey, addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pins == nil {
@@ -54,21 +69,21 @@ func (l *leadership) pin(k pendingKey, addr string) {
 }
 
 // pinOf returns the executor fire k is pinned to ("" for none).
-func (l *leadership) pinOf(k pendingKey) string {
+func (l *engine) pinOf(k pendingKey) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pins[k]
 }
 
 // unpin forgets fire k's pin once it is dispatched.
-func (l *leadership) unpin(k pendingKey) {
+func (l *engine) unpin(k pendingKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.pins, k)
 }
 
 // begin admits a dispatch of one of this leadership's fires; false once leadership is lost.
-func (l *leadership) begin() bool {
+func (l *engine) begin() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost {
@@ -79,7 +94,7 @@ func (l *leadership) begin() bool {
 }
 
 // lostChan is closed once this leadership is lost.
-func (l *leadership) lostChan() <-chan struct{} {
+func (l *engine) lostChan() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lostC == nil {
@@ -92,18 +107,18 @@ func (l *leadership) lostChan() <-chan struct{} {
 }
 
 // isLost reports whether this leadership has ended.
-func (l *leadership) isLost() bool {
+func (l *engine) isLost() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lost
 }
 
 // end closes a dispatch admitted by begin.
-func (l *leadership) end() { l.inflight.Done() }
+func (l *engine) end() { l.inflight.Done() }
 
 // stop refuses further dispatches and waits for those in flight; wake (may be nil) is called
 // once they see the leadership lost, to wake those that wait for their executors.
-func (l *leadership) stop(wake func()) {
+func (l *engine) stop(wake func()) {
 	l.mu.Lock()
 	if !l.lost && l.lostC != nil {
 		close(l.lostC)
@@ -116,81 +131,52 @@ func (l *leadership) stop(wake func()) {
 	l.inflight.Wait()
 }
 
-// campaignLoop campaigns until ctx ends; after losing leadership it campaigns again.
-func (s *Service) campaignLoop(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := s.campaign(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.log.Warn("campaign failed; retrying", "error", err, "backoff", backoff)
-			if s.wait(ctx, backoff) != nil {
-				return
-			}
-			backoff = min(2*backoff, 2*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
+// lead runs partition p's engine under epoch until ctx ends (the partition is handed over, the
+// etcd session is lost, or the replica shuts down) or a newer leader fences it off. It is the
+// partition manager's Lead callback.
+func (s *Service) lead(ctx context.Context, p int, epoch int64) {
+	n, err := s.parts.Count(ctx)
+	if err != nil {
+		return // ended before the count was known
 	}
+	s.count.Store(int32(n))
+	if err := s.assignPartitions(ctx); err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("partition not led: jobs not assigned to partitions", "partition", p, "error", err)
+		}
+		return
+	}
+	l := &engine{s: s, part: p, epoch: epoch, owed: newOwed(), lastScanMs: s.clk.Now().UnixMilli(), deposed: make(chan struct{})}
+	l.cursor.Store(-1)
+	l.run(ctx)
 }
 
-// campaign runs one etcd session: wait to be elected, lead until the session ends or ctx ends.
-func (s *Service) campaign(ctx context.Context) error {
-	sess, err := concurrency.NewSession(s.etcd, concurrency.WithTTL(int(s.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
+// assignPartitions gives the jobs written before the cluster had partitions theirs, once per
+// replica, before its first engine reads them.
+func (s *Service) assignPartitions(ctx context.Context) error {
+	s.assignMu.Lock()
+	defer s.assignMu.Unlock()
+	if s.assigned {
+		return nil
+	}
+	n, err := s.jobs.assignPartitions(ctx, s.partCount())
 	if err != nil {
-		return fmt.Errorf("etcd session: %w", err)
+		return err
 	}
-	defer sess.Close() // revokes the lease: followers take over at once after a clean stop
-	el := concurrency.NewElection(sess, electionPrefix)
-
-	octx, ocancel := context.WithCancel(ctx)
-	defer ocancel()
-	go func() {
-		for resp := range el.Observe(octx) {
-			if len(resp.Kvs) > 0 {
-				s.mu.Lock()
-				s.leader = string(resp.Kvs[0].Value)
-				s.mu.Unlock()
-			}
-		}
-	}()
-
-	cctx, ccancel := context.WithCancel(ctx)
-	go func() { // a lost session must also end a campaign that is still waiting
-		select {
-		case <-sess.Done():
-		case <-cctx.Done():
-		}
-		ccancel()
-	}()
-	err = el.Campaign(cctx, s.cfg.ReplicaID)
-	ccancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("campaign: %w", err)
+	if n > 0 {
+		s.log.Info("assigned jobs to partitions", "jobs", n, "partitions", s.partCount())
 	}
-	epoch := el.Rev()
-	s.log.Info("elected scheduler leader", "replica_id", s.cfg.ReplicaID, "epoch", epoch)
-	s.leadUntilLost(ctx, sess, epoch)
-	if ctx.Err() != nil {
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := el.Resign(rctx); err != nil {
-			s.log.Warn("resign failed; the session's lease is revoked anyway", "error", err)
-		}
-	}
+	s.assigned = true
 	return nil
 }
 
-// leadUntilLost schedules until the session ends (leadership lost) or ctx ends (shutdown): first
-// it takes over what the previous leader owed, then it pre-reads and follows completions. On the
-// way out it stops firing at once, lets dispatches in flight finish, and leaves what it still
-// owes in armed_from_ms for the next leader (fenced, so a deposed leader writes nothing).
-func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, epoch int64) {
+// run schedules until ctx ends or the engine is deposed: first it takes over what the
+// partition's previous leader owed, then it pre-reads; the replica's completion follower acts on
+// the partition's completions meanwhile. On the way out it stops firing at once, lets
+// dispatches in flight finish, and leaves what it still owes in armed_from_ms for the next
+// leader (fenced, so a deposed engine writes nothing).
+func (l *engine) run(ctx context.Context) {
+	s := l.s
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := ring.New(s.clk, s.onFire)
@@ -198,38 +184,32 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 		r.SetLead(lead, leadTick(lead))
 	}
 	if err := r.Start(lctx); err != nil {
-		s.log.Error("time ring failed to start", "error", err)
+		s.log.Error("time ring failed to start", "partition", l.part, "error", err)
 		return
 	}
-	l := &leadership{epoch: epoch, ring: r, owed: newOwed(), lastScanMs: s.clk.Now().UnixMilli()}
+	l.ring = r
 	s.mu.Lock()
-	s.lead, s.epoch, s.leader = l, epoch, s.cfg.ReplicaID
+	s.engines[l.part] = l
 	s.mu.Unlock()
+	s.log.Info("leading partition", "partition", l.part, "epoch", l.epoch)
 
-	deposed := make(chan struct{})
-	done := make(chan struct{}, 2)
+	done := make(chan struct{})
 	go func() {
-		defer func() { done <- struct{}{} }()
-		err := s.takeOver(lctx, l)
+		defer close(done)
+		err := l.takeOver(lctx)
 		if err == nil {
-			err = s.preReadLoop(lctx, l)
+			err = l.preReadLoop(lctx)
 		}
 		if errors.Is(err, errDeposed) {
-			close(deposed)
+			l.depose()
 		}
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		s.followCompletions(lctx, l)
 	}()
 
 	select {
-	case <-sess.Done():
-		s.log.Warn("leadership lost: etcd session ended; stopping the ring", "epoch", epoch)
-	case <-deposed:
-		s.log.Warn("leadership lost: a newer leader holds the fence; stopping the ring", "epoch", epoch)
+	case <-l.deposed:
+		s.log.Warn("partition lost: a newer leader holds its fence; stopping its ring", "partition", l.part, "epoch", l.epoch)
 	case <-ctx.Done():
-		s.log.Info("shutting down: stopping the ring and resigning", "epoch", epoch)
+		s.log.Info("partition handed over: stopping its ring", "partition", l.part, "epoch", l.epoch)
 	}
 	r.Drain() // stops firing at once; what it held stays owed
 	// Queued fires are skipped (still owed), in the pools, the lanes and the backlogs; calls in
@@ -237,17 +217,19 @@ func (s *Service) leadUntilLost(ctx context.Context, sess *concurrency.Session, 
 	l.stop(s.waits.kickAll)
 	cancel()
 	<-done
-	<-done
 	r.Stop()
 	s.mu.Lock()
-	s.lead = nil
+	if s.engines[l.part] == l {
+		delete(s.engines, l.part)
+	}
 	s.mu.Unlock()
-	s.flushOwed(l)
+	l.flushOwed()
 }
 
 // flushOwed writes the owed fires' minimum per job to armed_from_ms, fenced, at the end of a
 // leadership.
-func (s *Service) flushOwed(l *leadership) {
+func (l *engine) flushOwed() {
+	s := l.s
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	tx, err := s.store.BeginTx(ctx, nil)
@@ -256,7 +238,7 @@ func (s *Service) flushOwed(l *leadership) {
 		return
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		// A newer leader holds the fence: the armed_from_ms of the last pre-read covers them.
 		s.log.Warn("owed fires not handed over: fenced off; the last pre-read's marks stand", "error", err)
 		return
@@ -275,7 +257,7 @@ func (s *Service) flushOwed(l *leadership) {
 		return
 	}
 	if len(dirty) > 0 {
-		s.log.Info("handed owed fires to the next leader", "jobs", len(dirty))
+		s.log.Info("handed owed fires to the next leader", "partition", l.part, "jobs", len(dirty))
 	}
 }
 
@@ -283,24 +265,18 @@ func (s *Service) flushOwed(l *leadership) {
 // misfires.
 const takeoverLookback = 10 * time.Minute
 
-// takeoverSettle gives executors' RUNNING reports for fires dispatched just before a handover
-// time to reach logsvc before the new leader asks about them.
-const takeoverSettle = 300 * time.Millisecond
-
-// takeOver re-fires what the previous leader armed and did not dispatch: for every job with an
+// takeOver re-fires what the partition's previous leader armed and did not dispatch: for every job with an
 // armed_from_ms mark, the schedule's fires in [armed_from_ms, next_fire_ms) whose trigger ids
 // neither logsvc knows nor an executor of the job's group has seen (seenOnExecutors). They keep
 // their scheduled times and trigger ids, so an executor that got one anyway drops it as a
 // duplicate. A fire that was dispatched but whose trigger record logsvc lacks (an executor has
 // it, or logsvc knows it from the executor's reports alone) gets its record rebuilt
 // (rebuildRecord). Until this succeeds the leader arms nothing new.
-func (s *Service) takeOver(ctx context.Context, l *leadership) error {
-	if err := s.wait(ctx, takeoverSettle); err != nil {
-		return err
-	}
+func (l *engine) takeOver(ctx context.Context) error {
+	s := l.s
 	backoff := 100 * time.Millisecond
 	for {
-		err := s.takeOverOnce(ctx, l)
+		err := l.takeOverOnce(ctx)
 		if err == nil || errors.Is(err, errDeposed) || ctx.Err() != nil {
 			return err
 		}
@@ -312,17 +288,28 @@ func (s *Service) takeOver(ctx context.Context, l *leadership) error {
 	}
 }
 
-func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
+func (l *engine) takeOverOnce(ctx context.Context) error {
+	s := l.s
 	// Fence first: the previous leader, if it is still running (paused, or cut off from etcd
 	// but not from Postgres), may have a pre-read open; its marks must be committed before they
 	// are read here, and its later transactions must fail.
-	if err := s.jobs.raiseFence(ctx, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.raiseFence(ctx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return err
 	}
-	if err := s.takeOverPending(ctx, l); err != nil {
+	// The previous leader can write the cursor no more: the follower may act on the partition's
+	// completions from here.
+	cursor, err := s.jobs.cursor(ctx, l.part)
+	if err != nil {
 		return err
 	}
-	jobs, err := s.jobs.armed(ctx)
+	if l.cursor.Load() < 0 {
+		l.cursor.Store(cursor)
+		s.completions.wake()
+	}
+	if err := l.takeOverPending(ctx); err != nil {
+		return err
+	}
+	jobs, err := s.jobs.armed(ctx, l.part)
 	if err != nil {
 		return err
 	}
@@ -402,20 +389,20 @@ func (s *Service) takeOverOnce(ctx context.Context, l *leadership) error {
 		refire++
 		l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: f.fireMs, Value: f})
 	}
-	s.log.Info("took over from the previous leader", "epoch", l.epoch, "jobs_marked", len(jobs),
+	s.log.Info("took over from the previous leader", "partition", l.part, "epoch", l.epoch, "jobs_marked", len(jobs),
 		"fires_checked", len(cands), "fires_on_executors", len(onExec), "executors_skipped", skipped,
 		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts), "records_rebuilt", rebuilt)
-	s.resolveLater(ctx, l, doubts)
+	l.resolveLater(ctx, doubts)
 	return nil
 }
 
 // resolveLater resolves fires in doubt off the takeover (resolveDoubts), so that the leader
 // schedules meanwhile; nothing when there are none or l is lost already.
-func (s *Service) resolveLater(ctx context.Context, l *leadership, ds []*doubt) {
+func (l *engine) resolveLater(ctx context.Context, ds []*doubt) {
 	if len(ds) == 0 || !l.begin() {
 		return
 	}
-	go s.resolveDoubts(ctx, l, ds)
+	go l.s.resolveDoubts(ctx, l, ds)
 }
 
 // wait pauses on the injected clock.
