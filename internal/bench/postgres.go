@@ -84,9 +84,10 @@ func readStored(ctx context.Context, conn *pgx.Conn, group, fromMs, toMs int64) 
 	}
 	// A result that came before its trigger record has neither the group, nor the trigger type,
 	// nor the scheduled time: find results by job (bench_jobs) and by their trigger id,
-	// <job>-<scheduled ms>-<shard>-<attempt>, first attempts only.
+	// <job>-<scheduled ms>-<shard>-<attempt> (triggerid), first attempts of the jobs' own fires
+	// only (a child fire's id has a fifth field, its parent).
 	err = tx.QueryRow(ctx, `SELECT count(*) FROM logs.runs r JOIN bench_jobs b ON b.id = r.job_id
-		WHERE r.status = $3 AND split_part(r.trigger_id, '-', 4) = '0'
+		WHERE r.status = $3 AND split_part(r.trigger_id, '-', 4) = '0' AND split_part(r.trigger_id, '-', 5) = ''
 			AND split_part(r.trigger_id, '-', 2)::bigint BETWEEN $1 AND $2`,
 		fromMs, toMs, int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)).Scan(&s.Stored)
 	if err != nil {

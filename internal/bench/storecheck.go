@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 )
 
 // StoreCheck sets what the agents executed against what logsvc stored, fire by fire, for the
@@ -175,16 +175,15 @@ func judge(runs []storedRun) (verdict, storedRun) {
 	return v, worst
 }
 
-// parseFireID reads the job and scheduled ms of a scheduler's trigger id,
-// <job>-<scheduled ms>-<shard>-<attempt>.
+// parseFireID reads the job and scheduled ms of a scheduler's trigger id of a job's own fire
+// (triggerid); ok is false for any other id, a child fire's too: its scheduled time is its
+// parent's, not one of its job's.
 func parseFireID(id string) (job, schedMs int64, ok bool) {
-	f := strings.Split(id, "-")
-	if len(f) != 4 {
+	t, ok := triggerid.Parse(id)
+	if !ok || t.Parent != 0 {
 		return 0, 0, false
 	}
-	job, err1 := strconv.ParseInt(f[0], 10, 64)
-	schedMs, err2 := strconv.ParseInt(f[1], 10, 64)
-	return job, schedMs, err1 == nil && err2 == nil
+	return t.Job, t.ScheduledMs, true
 }
 
 // reasonOf is a message's first words, up to a colon: what kind of reason it gives.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 )
 
 // Execution is one run of a fire as an executor saw it.
@@ -110,19 +112,27 @@ type Report struct {
 	LostSamples, DoubledSamples, OffGridSamples []string
 }
 
-// Check compares execs with the grids (by job id) and the kills made meanwhile.
+// Check compares execs with the grids (by job id) and the kills made meanwhile. A child fire
+// (its trigger id names the parent job whose run fired it) is a fire of its own, not one of its
+// job's scheduled fires, though it has its parent's scheduled time: it is checked for doubles
+// only.
 func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 	type key struct {
-		job   int64
-		sched int64
+		job    int64
+		sched  int64
+		parent int64
 	}
 	r := &Report{Executions: len(execs), Kills: slices.Clone(kills)}
 	perFire := make(map[key]int, len(execs))
 	perID := make(map[string]int, len(execs))
 	late := make([]time.Duration, 0, len(execs))
 	for _, e := range execs {
-		perFire[key{e.JobID, e.ScheduledMs}]++
+		id, _ := triggerid.Parse(e.TriggerID)
+		perFire[key{e.JobID, e.ScheduledMs, id.Parent}]++
 		perID[e.TriggerID]++
+		if id.Parent != 0 {
+			continue
+		}
 		g, ok := grids[e.JobID]
 		if !ok || !g.onGrid(e.ScheduledMs) {
 			r.OffGrid++
@@ -139,7 +149,11 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 		if n > 1 {
 			r.Doubled++
 			if len(r.DoubledSamples) < 10 {
-				r.DoubledSamples = append(r.DoubledSamples, fmt.Sprintf("job %d scheduled %s ran %d times", k.job, msTime(k.sched), n))
+				what := ""
+				if k.parent != 0 {
+					what = fmt.Sprintf(" (child fire of job %d)", k.parent)
+				}
+				r.DoubledSamples = append(r.DoubledSamples, fmt.Sprintf("job %d scheduled %s%s ran %d times", k.job, msTime(k.sched), what, n))
 			}
 		}
 	}
@@ -150,7 +164,7 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 	}
 	EachFire(grids, func(id, s int64) {
 		r.Checked++
-		if perFire[key{id, s}] > 0 {
+		if perFire[key{id, s, 0}] > 0 {
 			r.Executed++
 			return
 		}

@@ -57,6 +57,10 @@ func TestCheck(t *testing.T) {
 		{name: "a fire off the grid", execs: plus(ex(1, 11_700, 11_700, "")), offGrid: 1},
 		{name: "a fire before the first", execs: plus(onTime(1, 9_000)), offGrid: 1},
 		{name: "an unknown job", execs: plus(onTime(3, 10_000)), offGrid: 1},
+		{name: "a child fire at a scheduled time is a fire of its own", execs: plus(ex(1, 12_000, 12_050, "1-12000-0-0-p2"))},
+		{name: "a child fire alone does not run the scheduled fire", execs: append(without(2), ex(1, 12_000, 12_050, "1-12000-0-0-p2")), lost: 1},
+		{name: "a child fire run twice", execs: plus(ex(1, 12_000, 12_050, "1-12000-0-0-p2"), ex(1, 12_000, 12_060, "1-12000-0-0-p2")),
+			doubled: 1, doubledSameID: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

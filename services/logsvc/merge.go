@@ -1,14 +1,13 @@
 package logsvc
 
 import (
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 )
 
 // A write cycle (see commit.go) reads the stored rows of the runs its batches name, applies the
@@ -198,39 +197,23 @@ func (rs *runSet) reopen(r *run, st int32) {
 }
 
 // fromID fills, from the trigger id, what a run made by a result before its record knows: the
-// job, scheduled time, shard and attempt of a scheduler's id (and RETRY for an attempt after
-// the first: the first attempt's trigger type is not in the id). It reports whether it could.
+// job, scheduled time, shard and attempt of a scheduler's id (triggerid), and RETRY for an
+// attempt after the first, PARENT for the first attempt of a child fire (the id names its
+// parent; a job's own first attempt's trigger type is not in the id). It reports whether it
+// could.
 func (r *run) fromID(jobID int64) bool {
-	job, sched, shard, attempt, ok := parseTriggerID(r.id)
-	if !ok || jobID != 0 && jobID != job {
+	id, ok := triggerid.Parse(r.id)
+	if !ok || jobID != 0 && jobID != id.Job {
 		return false
 	}
-	r.job, r.schedMs, r.shardIndex, r.attempt = job, sched, shard, attempt
-	if attempt > 0 {
+	r.job, r.schedMs, r.shardIndex, r.attempt = id.Job, id.ScheduledMs, id.Shard, id.Attempt
+	switch {
+	case id.Attempt > 0:
 		r.triggerType = int32(schedulerv1.TriggerType_TRIGGER_TYPE_RETRY)
+	case id.Parent != 0:
+		r.triggerType = int32(schedulerv1.TriggerType_TRIGGER_TYPE_PARENT)
 	}
 	return true
-}
-
-// parseTriggerID reads a scheduler's trigger id, "<job>-<scheduled ms>-<shard>-<attempt>"
-// (scheduler.TriggerID).
-func parseTriggerID(id string) (job, schedMs int64, shard, attempt int32, ok bool) {
-	var parts [4]int64
-	for i := range parts {
-		field, rest, found := strings.Cut(id, "-")
-		if found == (i == 3) || field == "" || field[0] < '0' || field[0] > '9' {
-			return 0, 0, 0, 0, false
-		}
-		n, err := strconv.ParseInt(field, 10, 64)
-		if err != nil {
-			return 0, 0, 0, 0, false
-		}
-		parts[i], id = n, rest
-	}
-	if parts[0] <= 0 || parts[2] > math.MaxInt32 || parts[3] > math.MaxInt32 {
-		return 0, 0, 0, 0, false
-	}
-	return parts[0], parts[1], int32(parts[2]), int32(parts[3]), true
 }
 
 // newFromResult is a run a result makes before its record: scheduled as its trigger id says

@@ -602,29 +602,38 @@ func TestMissingRecordSweepGroupsEndedRunsAtOnce(t *testing.T) {
 	}
 }
 
-func TestParseTriggerID(t *testing.T) {
+// TestRunFromID: a run made by a result before its record takes the job, scheduled time, shard
+// and attempt from a scheduler's trigger id, and the trigger type the id tells (RETRY after the
+// first attempt, PARENT for a child fire's first); another client's id, or another job's, tells
+// nothing.
+func TestRunFromID(t *testing.T) {
 	t.Parallel()
+	var (
+		retry  = int32(schedulerv1.TriggerType_TRIGGER_TYPE_RETRY)
+		parent = int32(schedulerv1.TriggerType_TRIGGER_TYPE_PARENT)
+	)
 	for _, c := range []struct {
 		id             string
+		jobID          int64
+		ok             bool
 		job, sched     int64
 		shard, attempt int32
-		ok             bool
+		trigType       int32
 	}{
-		{"7-1700000000000-0-0", 7, 1700000000000, 0, 0, true},
-		{"123-5-3-2", 123, 5, 3, 2, true},
-		{"7-1700000000000-0", 0, 0, 0, 0, false},
-		{"7-1-0-0-0", 0, 0, 0, 0, false},
-		{"0-1-0-0", 0, 0, 0, 0, false},
-		{"7--1-0-0", 0, 0, 0, 0, false},
-		{"7-1-+1-0", 0, 0, 0, 0, false},
-		{"7-1-0-2147483648", 0, 0, 0, 0, false},
-		{"150-a", 0, 0, 0, 0, false},
-		{"", 0, 0, 0, 0, false},
+		{"7-1700000000000-0-0", 7, true, 7, 1700000000000, 0, 0, 0},
+		{"7-1700000000000-0-0", 0, true, 7, 1700000000000, 0, 0, 0},
+		{"123-5-3-2", 123, true, 123, 5, 3, 2, retry},
+		{"7-1700000000000-1-0-p42", 7, true, 7, 1700000000000, 1, 0, parent},
+		{"7-1700000000000-0-2-p42", 7, true, 7, 1700000000000, 0, 2, retry},
+		{"7-1700000000000-0-0", 8, false, 0, 0, 0, 0, 0},
+		{"7-1700000000000-0-0-x", 7, false, 0, 0, 0, 0, 0},
+		{"my-own-id", 7, false, 0, 0, 0, 0, 0},
 	} {
-		job, sched, shard, attempt, ok := parseTriggerID(c.id)
-		if job != c.job || sched != c.sched || shard != c.shard || attempt != c.attempt || ok != c.ok {
-			t.Errorf("parseTriggerID(%q) = %d %d %d %d %v, want %d %d %d %d %v", c.id, job, sched, shard, attempt, ok,
-				c.job, c.sched, c.shard, c.attempt, c.ok)
+		r := &run{id: c.id}
+		ok := r.fromID(c.jobID)
+		if ok != c.ok || r.job != c.job || r.schedMs != c.sched || r.shardIndex != c.shard || r.attempt != c.attempt || r.triggerType != c.trigType {
+			t.Errorf("fromID(%q, job %d) = %v: job %d sched %d shard %d attempt %d type %d; want %v: %d %d %d %d %d", c.id, c.jobID, ok,
+				r.job, r.schedMs, r.shardIndex, r.attempt, r.triggerType, c.ok, c.job, c.sched, c.shard, c.attempt, c.trigType)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
 )
 
@@ -286,12 +287,16 @@ func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[i
 }
 
 // planFixDelay schedules the next fire of a running FIX_DELAY job one interval after its
-// scheduled run c ended (a manual, API or parent-job run does not move its schedule). The next
-// fire is planned once: only while none is.
+// scheduled run c ended (a manual, API or parent-job run does not move its schedule, nor does
+// the retry of a parent-job run: its trigger id names the parent). The next fire is planned
+// once: only while none is.
 func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *logsv1.Completion) error {
 	if j.ScheduleType != schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY || j.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING ||
 		c.GetTriggerType() == schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL || c.GetTriggerType() == schedulerv1.TriggerType_TRIGGER_TYPE_API ||
 		c.GetTriggerType() == schedulerv1.TriggerType_TRIGGER_TYPE_PARENT {
+		return nil
+	}
+	if id, _ := triggerid.Parse(c.GetTriggerId()); id.Parent != 0 {
 		return nil
 	}
 	sch, err := parseSchedule(j)
@@ -330,9 +335,10 @@ func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jo
 				"group_id", j.GroupID, "child_job_id", childID, "child_group_id", child.GroupID)
 			continue
 		}
-		// The child's scheduled time is the parent's, so its trigger id is the same however
-		// often this completion is handled.
-		f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}
+		// The child's scheduled time is the parent's and its id names the parent, so its trigger
+		// id is the same however often this completion is handled, and not the id of the child's
+		// own fire at that time.
+		f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), parent: j.ID, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}
 		due := s.clk.Now().UnixMilli()
 		if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
 			return nil, err
@@ -365,8 +371,8 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	retry := pendingRetry(j, c)
 	k := retry.key()
-	where := ` WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4`
-	args := []any{k.job, k.fireMs, k.shard, k.attempt}
+	where := ` WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4 AND parent_job_id = $5`
+	args := []any{k.job, k.fireMs, k.shard, k.attempt, k.parent}
 	exec := func(what, q string, args ...any) (bool, error) {
 		res, err := tx.ExecContext(ctx, s.store.Q(q), args...)
 		if err != nil {
@@ -378,7 +384,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 	disarm := func() { s.disarmPending(l, k) }
 	switch st := c.GetStatus(); st {
 	case logsv1.RunStatus_RUN_STATUS_RUNNING:
-		held, err := exec("hold", `UPDATE pending_fires SET due_ms = $5`+where, append(args, int64(heldDueMs))...)
+		held, err := exec("hold", `UPDATE pending_fires SET due_ms = $6`+where, append(args, int64(heldDueMs))...)
 		if err != nil || !held {
 			return nil, err
 		}
@@ -412,7 +418,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 			return nil, nil // the FAIL's retry stands
 		}
 		due := s.clk.Now().Add(retryWait(j, c.GetAttempt())).UnixMilli()
-		released, err := exec("release", `UPDATE pending_fires SET due_ms = $5`+where+` AND due_ms = $6`,
+		released, err := exec("release", `UPDATE pending_fires SET due_ms = $6`+where+` AND due_ms = $7`,
 			append(args, due, int64(heldDueMs))...)
 		if err != nil || !released {
 			return nil, err

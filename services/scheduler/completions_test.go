@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 )
 
@@ -186,6 +188,34 @@ func TestCorrectionsDecideTheRetry(t *testing.T) {
 	}
 }
 
+// TestChildFireRetryLeavesTheFixDelaySchedule: a FIX_DELAY job fired as a child does not move its
+// schedule, nor does the retry of that child fire, whose trigger type is RETRY.
+func TestChildFireRetryLeavesTheFixDelaySchedule(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, "30s")
+	parent := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "", child)
+	const fireMs = 1_699_999_000_000
+	r.handle(t, parent, fireMs, [2]logsv1.RunStatus{stSuccess, stNone})
+	for attempt, tt := range []schedulerv1.TriggerType{schedulerv1.TriggerType_TRIGGER_TYPE_PARENT, schedulerv1.TriggerType_TRIGGER_TYPE_RETRY} {
+		c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), JobId: child, Status: stFail, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+			TriggerId: triggerid.ID{Job: child, ScheduledMs: fireMs, Attempt: int32(attempt), Parent: parent}.String(),
+			Attempt:   int32(attempt), TriggerType: tt}
+		if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+			t.Fatal(err)
+		}
+		r.clk.Advance(time.Millisecond)
+	}
+	if next := r.nextFire(t, child); next != 0 {
+		t.Errorf("next fire after the child fire's retry ended: %d, want none (its own schedule plans it)", next)
+	}
+	// The child's own run plans it (so the check above can fail).
+	r.handle(t, child, fireMs+1000, [2]logsv1.RunStatus{stSuccess, stNone})
+	if next := r.nextFire(t, child); next == 0 {
+		t.Errorf("next fire after the child's own run: none, want one")
+	}
+}
+
 // TestCorrectionPlansFixDelayOnce: a FIX_DELAY job's next fire is planned by the completion
 // that ends its run without a retry: not by a FAIL that stores a retry, but by the correction
 // that drops it; and not again by a correction after a FAIL that planned it.
@@ -205,5 +235,89 @@ func TestCorrectionPlansFixDelayOnce(t *testing.T) {
 	}
 	if _, ok := r.pendingDue(t, j, fireMs, 1); ok {
 		t.Errorf("retry after the SUCCESS correction: pending, want dropped")
+	}
+}
+
+// TestChildFireHasAnIDOfItsOwn: a child fire takes its parent's scheduled time, which the child's
+// own schedule has too. Its trigger id, pending row and ring entry name the parent, so it is not
+// the child's own fire at that time, nor is its retry the retry of the child's own fire; the
+// parent's completion handled twice (a new leader handles it again) gives the same child fire,
+// armed once; a correction acts on the child fire's retry alone.
+func TestChildFireHasAnIDOfItsOwn(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "")
+	parent := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "", child)
+	const fireMs = 1_699_999_000_000
+	own := func(attempt int32) string { return TriggerID(child, fireMs, 0, attempt) }
+	ofParent := func(attempt int32) string {
+		return triggerid.ID{Job: child, ScheduledMs: fireMs, Attempt: attempt, Parent: parent}.String()
+	}
+	pending := func() []string {
+		t.Helper()
+		rows, err := r.s.store.QueryContext(t.Context(), r.s.store.Q(`SELECT job_id, fire_ms, shard, attempt, parent_job_id
+			FROM pending_fires WHERE job_id = $1 ORDER BY parent_job_id, attempt`), child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var ids []string
+		for rows.Next() {
+			var k pendingKey
+			if err := rows.Scan(&k.job, &k.fireMs, &k.shard, &k.attempt, &k.parent); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, k.triggerID())
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	armed := func() []string {
+		var ids []string
+		for _, e := range r.l.ring.RemoveJob(child) {
+			ids = append(ids, e.Value.triggerID(0))
+			r.l.ring.Add(e)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+
+	// The child's own fire at fireMs fails: its retry is stored.
+	r.handle(t, child, fireMs, [2]logsv1.RunStatus{stFail, stNone})
+	// The parent's run at fireMs succeeds, and its completion is handled twice.
+	r.handle(t, parent, fireMs, [2]logsv1.RunStatus{stSuccess, stNone}, [2]logsv1.RunStatus{stSuccess, stNone})
+	if got, want := pending(), []string{own(1), ofParent(0)}; !slices.Equal(got, want) {
+		t.Fatalf("pending after the parent's success: %v, want %v", got, want)
+	}
+	// The child fire fails: its retry keeps the child fire's id form.
+	childFail := func(st, replaces logsv1.RunStatus) {
+		t.Helper()
+		c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: ofParent(0), JobId: child, Status: st, ReplacesStatus: replaces,
+			ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50, TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}
+		if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+			t.Fatal(err)
+		}
+		r.clk.Advance(time.Millisecond)
+	}
+	childFail(stFail, stNone)
+	if got, want := pending(), []string{own(1), ofParent(0), ofParent(1)}; !slices.Equal(got, want) {
+		t.Fatalf("pending after the child fire failed: %v, want %v", got, want)
+	}
+	want := []string{own(1), ofParent(0), ofParent(1)}
+	slices.Sort(want)
+	if got := armed(); !slices.Equal(got, want) {
+		t.Errorf("armed: %v, want %v, each once", got, want)
+	}
+	// The child fire succeeded after all: its retry is dropped, the child's own retry stays.
+	childFail(stSuccess, stFail)
+	if got, want := pending(), []string{own(1), ofParent(0)}; !slices.Equal(got, want) {
+		t.Errorf("pending after the child fire's SUCCESS correction: %v, want %v", got, want)
+	}
+	want = []string{own(1), ofParent(0)}
+	slices.Sort(want)
+	if got := armed(); !slices.Equal(got, want) {
+		t.Errorf("armed after the child fire's SUCCESS correction: %v, want %v", got, want)
 	}
 }

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
@@ -27,6 +27,9 @@ type fire struct {
 	fireMs   int64 // scheduled time, Unix ms: part of the trigger id
 	trigType schedulerv1.TriggerType
 	attempt  int32
+	// parent is the job whose run fired this one as its child (a PARENT fire, and its retries),
+	// 0 otherwise: part of the trigger id, as the child's own schedule may have fireMs too.
+	parent int64
 	// params overrides the job's params when set (manual triggers, retries).
 	params *string
 	// addresses overrides routing (manual triggers with an address list).
@@ -44,18 +47,15 @@ type fire struct {
 	dueMs int64
 }
 
-// TriggerID is the deterministic id of one fire: the same fire always gets the same id, so
-// executors and logsvc drop duplicates after a failover.
+// TriggerID is the deterministic id of a job's own fire (not a child fire: see triggerid): the
+// same fire always gets the same id, so executors and logsvc drop duplicates after a failover.
 func TriggerID(jobID, fireMs int64, shard, attempt int32) string {
-	b := make([]byte, 0, 40)
-	b = strconv.AppendInt(b, jobID, 10)
-	b = append(b, '-')
-	b = strconv.AppendInt(b, fireMs, 10)
-	b = append(b, '-')
-	b = strconv.AppendInt(b, int64(shard), 10)
-	b = append(b, '-')
-	b = strconv.AppendInt(b, int64(attempt), 10)
-	return string(b)
+	return triggerid.ID{Job: jobID, ScheduledMs: fireMs, Shard: shard, Attempt: attempt}.String()
+}
+
+// triggerID is the trigger id of the fire's given shard.
+func (f *fire) triggerID(shard int32) string {
+	return triggerid.ID{Job: f.job.ID, ScheduledMs: f.fireMs, Shard: shard, Attempt: f.attempt, Parent: f.parent}.String()
 }
 
 // onFire is the ring's callback: hand every due fire to a trigger pool without blocking the ring.
@@ -313,7 +313,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	if f.params != nil {
 		params = *f.params
 	}
-	id := TriggerID(j.ID, f.fireMs, shard, f.attempt)
+	id := f.triggerID(shard)
 	ctx, span := startDispatch(ctx, id, t)
 	traceID, tc := traceOf(ctx)
 	sentAt := s.clk.Now()
@@ -407,7 +407,7 @@ func (s *Service) recordFailure(ctx context.Context, f *fire, shard, total int32
 	if f.shardTotal > 0 {
 		shard, total = f.shard, f.shardTotal
 	}
-	id := TriggerID(f.job.ID, f.fireMs, shard, f.attempt)
+	id := f.triggerID(shard)
 	rec := s.record(f, id, shard, total, addr, params)
 	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
 	rec.TriggerMessage = msg

@@ -10,6 +10,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 )
 
 // Pending fires are the fires a leader decides on from a completion: retries (after their
@@ -18,18 +19,22 @@ import (
 // waiting in its ring leaves it to the next one. A leader arms a row at most once (its claimed
 // set); a new leader first asks logsvc which rows the old one already dispatched.
 
-// pendingKey names one pending fire; shard is -1 for "every shard".
+// pendingKey names one pending fire; shard is -1 for "every shard"; parent is the parent job of
+// a child fire (and of its retries), else 0.
 type pendingKey struct {
 	job, fireMs    int64
 	shard, attempt int32
+	parent         int64
 }
 
 // triggerID is the trigger id the fire gets (or its first shard's, for a broadcast).
-func (k pendingKey) triggerID() string { return TriggerID(k.job, k.fireMs, max(k.shard, 0), k.attempt) }
+func (k pendingKey) triggerID() string {
+	return triggerid.ID{Job: k.job, ScheduledMs: k.fireMs, Shard: max(k.shard, 0), Attempt: k.attempt, Parent: k.parent}.String()
+}
 
 // key returns the pending key of a pending fire.
 func (f *fire) key() pendingKey {
-	k := pendingKey{job: f.job.ID, fireMs: f.fireMs, shard: -1, attempt: f.attempt}
+	k := pendingKey{job: f.job.ID, fireMs: f.fireMs, shard: -1, attempt: f.attempt, parent: f.parent}
 	if f.shardTotal > 0 {
 		k.shard = f.shard
 	}
@@ -68,8 +73,8 @@ func (c *claims) release(k pendingKey) {
 func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error {
 	k := f.key()
 	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
-		trigger_type, fire_params, due_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`),
-		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs)
+		trigger_type, fire_params, due_ms, parent_job_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`),
+		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs, k.parent)
 	if err != nil {
 		return fmt.Errorf("save pending %s fire %s: %w", f.trigType, k.triggerID(), err)
 	}
@@ -82,7 +87,7 @@ func (s store) duePending(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
 	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
-		p.fire_params, p.due_ms, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
+		p.fire_params, p.due_ms, p.parent_job_id, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
 		LEFT JOIN job_state ON job_state.job_id = jobs.id
 		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 	if err != nil {
@@ -100,7 +105,7 @@ func (s store) duePending(ctx context.Context, q interface {
 			due    int64
 			j      jobRow
 		)
-		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &f.trigType, &params, &due},
+		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &f.trigType, &params, &due, &f.parent},
 			jobFields(&j)...)...); err != nil {
 			return nil, nil, fmt.Errorf("read pending fires: %w", err)
 		}
@@ -118,8 +123,8 @@ func (s store) duePending(ctx context.Context, q interface {
 
 // deletePending removes a dispatched (or obsolete) pending fire.
 func (s store) deletePending(ctx context.Context, k pendingKey) error {
-	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4`),
-		k.job, k.fireMs, k.shard, k.attempt)
+	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4
+		AND parent_job_id = $5`), k.job, k.fireMs, k.shard, k.attempt, k.parent)
 	if err != nil {
 		return fmt.Errorf("delete pending fire %s: %w", k.triggerID(), err)
 	}
@@ -279,11 +284,12 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 	return nil
 }
 
-// pendingRetry builds the retry of a failed fire: same scheduled time and params, attempt+1, the
-// failed shard only.
+// pendingRetry builds the retry of a failed fire: same scheduled time, params and parent job (a
+// child fire's retry keeps the child fire's id form), attempt+1, the failed shard only.
 func pendingRetry(j *jobRow, c *logsv1.Completion) *fire {
 	params := c.GetParams()
-	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY,
+	id, _ := triggerid.Parse(c.GetTriggerId())
+	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), parent: id.Parent, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY,
 		attempt: c.GetAttempt() + 1, params: &params, pending: true}
 	if c.GetShardTotal() > 1 {
 		f.shard, f.shardTotal = c.GetShardIndex(), c.GetShardTotal()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 	"github.com/jobmesh/jobmesh/services/scheduler"
@@ -307,6 +309,75 @@ func TestEveryFailedShardIsRetried(t *testing.T) {
 			if want := fmt.Sprintf("shard %d attempt %d", sh, a); !got[want] {
 				t.Errorf("no run of %s; runs: %v", want, byID)
 			}
+		}
+	}
+}
+
+// TestChildFireRunsBesideTheChildsOwnFire: parent and child fire every second, so each of the
+// parent's runs fires the child at a millisecond the child's own schedule fires too. Both run,
+// under two trigger ids: the child's own, and the child fire's, which names the parent.
+func TestChildFireRunsBesideTheChildsOwnFire(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executor(t, "child-app", "tick", func(ctx context.Context, j *sdk.Job) error {
+		runs.add(j)
+		return nil
+	})
+	s := c.replica(t, "a")
+	waitLeader(t, s)
+	create := func(name string, children ...int64) int64 {
+		t.Helper()
+		j, err := s.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+			GroupId: group, Name: name, Handler: "tick", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+			Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_CRON, Expression: "* * * * * ?"},
+			Status:   schedulerv1.JobStatus_JOB_STATUS_RUNNING, ChildJobIds: children,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Job.Id
+	}
+	child := create("child")
+	parent := create("parent", child)
+
+	// both returns a scheduled time at which the child's own fire and a child fire both ran, with
+	// the trigger ids of the child's runs then by trigger type; 0 while there is none.
+	both := func() (ms int64, byType map[string][]string) {
+		seen, _ := runs.snapshot()
+		at := map[int64]map[string][]string{}
+		for _, j := range seen {
+			if j.ID != child {
+				continue
+			}
+			ms := j.ScheduledTime.UnixMilli()
+			if at[ms] == nil {
+				at[ms] = map[string][]string{}
+			}
+			at[ms][j.TriggerType] = append(at[ms][j.TriggerType], j.TriggerID)
+		}
+		for ms, byType := range at {
+			if len(byType["CRON"]) > 0 && len(byType["PARENT"]) > 0 {
+				return ms, byType
+			}
+		}
+		return 0, nil
+	}
+	eventually(t, 30*time.Second, "the child's own fire and its child fire at one time both run", func() bool {
+		ms, _ := both()
+		return ms != 0
+	})
+	ms, byType := both()
+	if want := scheduler.TriggerID(child, ms, 0, 0); !slices.Equal(byType["CRON"], []string{want}) {
+		t.Errorf("child's own runs at %d: %v, want one, %s", ms, byType["CRON"], want)
+	}
+	if want := (triggerid.ID{Job: child, ScheduledMs: ms, Parent: parent}).String(); !slices.Equal(byType["PARENT"], []string{want}) {
+		t.Errorf("child fires at %d: %v, want one, %s", ms, byType["PARENT"], want)
+	}
+	_, byID := runs.snapshot()
+	for id, n := range byID {
+		if n != 1 {
+			t.Errorf("trigger %s ran %d times, want once", id, n)
 		}
 	}
 }

@@ -254,7 +254,7 @@ func (s *Service) recordUnknown(ctx context.Context, f *fire, msg string) {
 	if f.shardTotal > 0 {
 		shard, total = f.shard, f.shardTotal
 	}
-	id := TriggerID(f.job.ID, f.fireMs, shard, f.attempt)
+	id := f.triggerID(shard)
 	rec := s.record(f, id, shard, total, "", params)
 	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN
 	rec.TriggerMessage = msg
@@ -279,7 +279,7 @@ func (s *Service) rebuildRecord(ctx context.Context, f *fire, addr string) {
 	if f.shardTotal > 0 {
 		shard, total = f.shard, f.shardTotal
 	}
-	id := TriggerID(f.job.ID, f.fireMs, shard, f.attempt)
+	id := f.triggerID(shard)
 	rec := s.record(f, id, shard, total, addr, params)
 	rec.TriggerUnixMs = 0
 	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
