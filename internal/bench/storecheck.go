@@ -19,8 +19,8 @@ import (
 // Lost do not overlap, except the subsets LostOverloaded and LostUndecided.
 type StoreCheck struct {
 	// Executed counts the expected fires an agent executed at least once. Of those, OK are
-	// stored SUCCESS; Failed are stored as failed although they executed (a run FAIL, TIMEOUT or
-	// KILLED, or a FAILED trigger outcome); Undecided are stored still running or with an
+	// stored SUCCESS; Failed are stored as failed although they executed (a run FAIL, TIMEOUT,
+	// KILLED or SKIPPED, or a FAILED trigger outcome); Undecided are stored still running or with an
 	// UNKNOWN dispatch; NotStored have no run.
 	Executed int `json:"executed"`
 	OK       int `json:"stored_ok"`
@@ -73,7 +73,8 @@ const (
 // failed says whether the run is stored as failed.
 func (r storedRun) failed() bool {
 	switch r.Status {
-	case logsv1.RunStatus_RUN_STATUS_FAIL, logsv1.RunStatus_RUN_STATUS_TIMEOUT, logsv1.RunStatus_RUN_STATUS_KILLED:
+	case logsv1.RunStatus_RUN_STATUS_FAIL, logsv1.RunStatus_RUN_STATUS_TIMEOUT, logsv1.RunStatus_RUN_STATUS_KILLED,
+		logsv1.RunStatus_RUN_STATUS_SKIPPED: // not run, and stored with why: a misfire its strategy skipped
 		return true
 	}
 	return r.Outcome == logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED

@@ -62,7 +62,7 @@ const Usage = `jobmesh client commands:
   jobmesh jobs update ID -f FILE                   replaces the job's fields (version from FILE, else current)
   jobmesh jobs start|stop|delete ID
   jobmesh jobs trigger ID [--params S] [--address HOST:PORT,...]
-  jobmesh runs list [--job N] [--group N] [--status running|success|fail|timeout|killed] [--executor ADDR] [--limit N]
+  jobmesh runs list [--job N] [--group N] [--status running|success|fail|timeout|killed|skipped] [--executor ADDR] [--limit N]
   jobmesh runs tail RUN_ID [--from N]              follow a run's output until it ends
   jobmesh runs kill RUN_ID
   jobmesh executors list [--app NAME]

@@ -398,13 +398,14 @@ var runStatuses = map[string]logsv1.RunStatus{
 	"fail":    logsv1.RunStatus_RUN_STATUS_FAIL,
 	"timeout": logsv1.RunStatus_RUN_STATUS_TIMEOUT,
 	"killed":  logsv1.RunStatus_RUN_STATUS_KILLED,
+	"skipped": logsv1.RunStatus_RUN_STATUS_SKIPPED,
 }
 
 func runsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 	var req logsv1.ListRunsRequest
 	fs.Int64Var(&req.JobId, "job", 0, "only runs of the job with this `id`")
 	fs.Int64Var(&req.GroupId, "group", 0, "only runs of the executor group with this `id`")
-	st := fs.String("status", "", "only runs in this `status`: running, success, fail, timeout or killed")
+	st := fs.String("status", "", "only runs in this `status`: running, success, fail, timeout, killed or skipped")
 	fs.StringVar(&req.ExecutorAddress, "executor", "", "only runs on the executor at this `address`")
 	limit := fs.Int("limit", 50, "show at most `n` runs, newest first")
 	return func(ctx context.Context, c *client, args []string) error {
@@ -413,7 +414,7 @@ func runsList(fs *flag.FlagSet) func(context.Context, *client, []string) error {
 		}
 		s, ok := runStatuses[*st]
 		if !ok {
-			return usagef("--status %q: want running, success, fail, timeout or killed", *st)
+			return usagef("--status %q: want running, success, fail, timeout, killed or skipped", *st)
 		}
 		if *limit < 1 {
 			return usagef("--limit %d: at least 1", *limit)

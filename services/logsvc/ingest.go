@@ -34,10 +34,13 @@ const (
 	statusRunning  = int32(logsv1.RunStatus_RUN_STATUS_RUNNING)
 	statusSuccess  = int32(logsv1.RunStatus_RUN_STATUS_SUCCESS)
 	statusFail     = int32(logsv1.RunStatus_RUN_STATUS_FAIL)
+	statusKilled   = int32(logsv1.RunStatus_RUN_STATUS_KILLED)
+	statusSkipped  = int32(logsv1.RunStatus_RUN_STATUS_SKIPPED)
 	outcomeNone    = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED)
 	outcomeOK      = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK)
 	outcomeFailed  = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED)
 	outcomeUnknown = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN)
+	outcomeSkipped = int32(logsv1.TriggerOutcome_TRIGGER_OUTCOME_SKIPPED)
 )
 
 // final reports whether a run in status st has ended.
@@ -244,8 +247,8 @@ func checkRecords(req *logsv1.IngestTriggerRecordsRequest) (*ticket, error) {
 		if err := checkTriggerID(fmt.Sprintf("records[%d].trigger_id", i), r.GetTriggerId()); err != nil {
 			return nil, err
 		}
-		if o := int32(r.GetTriggerOutcome()); o != outcomeOK && o != outcomeFailed && o != outcomeUnknown {
-			return nil, apierr.Field(fmt.Sprintf("records[%d].trigger_outcome", i), "want OK, FAILED or UNKNOWN, got %s", r.GetTriggerOutcome())
+		if o := int32(r.GetTriggerOutcome()); o != outcomeOK && o != outcomeFailed && o != outcomeUnknown && o != outcomeSkipped {
+			return nil, apierr.Field(fmt.Sprintf("records[%d].trigger_outcome", i), "want OK, FAILED, UNKNOWN or SKIPPED, got %s", r.GetTriggerOutcome())
 		}
 	}
 	return recordsTicket(recs), nil
@@ -261,7 +264,8 @@ func checkResults(req *logsv1.IngestResultsRequest) (*ticket, error) {
 		if err := checkTriggerID(fmt.Sprintf("results[%d].trigger_id", i), r.GetTriggerId()); err != nil {
 			return nil, err
 		}
-		if st := int32(r.GetStatus()); st < statusRunning || logsv1.RunStatus_name[st] == "" {
+		// SKIPPED is the scheduler's word (a SKIPPED trigger record), never an executor's.
+		if st := int32(r.GetStatus()); st < statusRunning || st > statusKilled {
 			return nil, apierr.Field(fmt.Sprintf("results[%d].status", i), "want RUNNING, SUCCESS, FAIL, TIMEOUT or KILLED, got %s", r.GetStatus())
 		}
 	}

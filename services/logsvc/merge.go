@@ -141,8 +141,11 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 			return
 		}
 		r.outcome = want
-		if want == outcomeFailed {
+		switch want {
+		case outcomeFailed:
 			rs.failTrigger(r)
+		case outcomeSkipped:
+			rs.skip(r)
 		}
 	case outcomeUnknown:
 		switch want {
@@ -151,11 +154,13 @@ func (rs *runSet) record(rec *logsv1.TriggerRecord) {
 		case outcomeFailed:
 			rs.failTrigger(r)
 		}
-	case outcomeFailed:
+	case outcomeFailed, outcomeSkipped:
 		if want == outcomeOK && r.reopenable(statusRunning) { // a dispatch of the same fire that an executor accepted
 			rs.reopen(r, statusRunning)
 		}
 	}
+	// A SKIPPED record for a run that has another outcome changes nothing: the fire was sent
+	// (its record came first), and what was sent decides.
 }
 
 // recorded says whether a trigger record made at dispatch has reached r: its outcome is set, and
@@ -174,11 +179,23 @@ func (rs *runSet) failTrigger(r *run) {
 	}
 }
 
+// skip ends a new run as its SKIPPED record says: a misfire the scheduler did not send, ended
+// at its trigger time, with no alarm to send. It is ended without the executor's word, like a
+// failed trigger: an executor's report of it, should one ever come, reopens it.
+func (rs *runSet) skip(r *run) {
+	r.status, r.judged, r.alarm = statusSkipped, judgedByLogsvc, alarmNotNeeded
+	r.handleMsg = "skipped: a misfire the job's misfire strategy did not run (see the trigger message)"
+	r.startMs, r.endMs = 0, r.trigMs
+	if r.endMs <= 0 {
+		r.endMs = rs.now
+	}
+}
+
 // reopenable says whether an executor's report with status st overrules r, which ended without
 // the executor's word: any report of a run that reached no executor as far as anyone knew
-// (outcome FAILED), a final one of a lost run.
+// (outcome FAILED or SKIPPED), a final one of a lost run.
 func (r *run) reopenable(st int32) bool {
-	return r.judged == judgedByLogsvc && final(r.status) && (r.outcome == outcomeFailed || final(st))
+	return r.judged == judgedByLogsvc && final(r.status) && (r.outcome == outcomeFailed || r.outcome == outcomeSkipped || final(st))
 }
 
 // reopen takes the executor's word over the end logsvc gave run r: it reached an executor, and
@@ -186,6 +203,9 @@ func (r *run) reopenable(st int32) bool {
 // is marked reopened, and is never reopened again; one whose end was not (it came in this cycle,
 // or the run waits for its record) is as if that end had never been.
 func (rs *runSet) reopen(r *run, st int32) {
+	if r.status == statusSkipped {
+		r.alarm = alarmPending // a skipped run needed none; the run it turns out to be may
+	}
 	r.judged, r.status = judgedNo, st
 	if old, ok := rs.stored[r.id]; ok && old.published() != 0 {
 		r.judged = judgedReopened

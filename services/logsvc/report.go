@@ -79,9 +79,10 @@ func (c reportCounts) addJob(schedMs, group, job int64, st, replaces int32) {
 	c.bump(k, replaces, -1)
 }
 
-// bump adds n to k's success or fail count by st; a status that has not ended counts nowhere.
+// bump adds n to k's success or fail count by st; a status that has not ended counts nowhere,
+// nor does a skipped misfire (it did not run, and did not fail).
 func (c reportCounts) bump(k reportKey, st int32, n int64) {
-	if !final(st) {
+	if !final(st) || st == statusSkipped {
 		return
 	}
 	i := 1

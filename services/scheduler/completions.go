@@ -261,7 +261,9 @@ func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[i
 			continue
 		}
 		ok := c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS
-		retry := !ok && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED && c.GetAttempt() < j.RetryCount
+		// A killed run is not retried, nor a skipped misfire (it did not run: its strategy said so).
+		retry := !ok && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_KILLED && c.GetStatus() != logsv1.RunStatus_RUN_STATUS_SKIPPED &&
+			c.GetAttempt() < j.RetryCount
 		switch {
 		case retry:
 			f := pendingRetry(j, c)

@@ -29,11 +29,13 @@ const (
 	// outcomeUnknown: the executor did not answer within the misfire threshold, and the fire went
 	// to no other (it may run there: its report decides).
 	outcomeUnknown = "unknown"
+	// outcomeSkipped: a misfire its job's misfire strategy skipped (recorded SKIPPED, not sent).
+	outcomeSkipped = "skipped"
 )
 
 // fireOutcomes lists the outcomes, for precomputing their attribute sets.
 var fireOutcomes = []string{outcomeAccepted, outcomeDuplicate, outcomeRejected, outcomeFailed, outcomeNoRoute, outcomePoolFull,
-	outcomeOverloaded, outcomeUnknown}
+	outcomeOverloaded, outcomeUnknown, outcomeSkipped}
 
 // metrics are the scheduler's instruments. Attribute sets are built once, so recording a fire
 // allocates nothing beyond what the SDK needs.

@@ -78,6 +78,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		}
 	}()
 	var armed []ringEntry
+	var misfires misfired
 	advances := make([]advance, 0, len(due))
 	for _, j := range due {
 		sch, err := parseSchedule(j)
@@ -92,7 +93,8 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		fires, last, next := s.firesInWindow(j, sch, now, armTo)
+		fires, onceNow, skipped, last, next := s.firesInWindow(j, sch, now, armTo)
+		misfires.add(onceNow, skipped)
 		armedFrom, _ := l.owed.min(j.ID)
 		for _, f := range fires {
 			f.lead = l
@@ -122,6 +124,9 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 			}
 		}
 		armed = kept
+	}
+	if err := misfires.store(ctx, s.jobs, tx, advanced, nowMs); err != nil {
+		return 0, err
 	}
 	// The advanced jobs got their marks with the advance; the others get theirs here, unless
 	// this scan was full: then the loop scans again at once (preReadLoop), and the jobs that
@@ -155,6 +160,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	for i, f := range pending {
 		s.armPending(l, f, pendingDue[i])
 	}
+	s.armMisfires(ctx, l, misfires, nowMs)
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "partition", l.part, "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
@@ -211,33 +217,34 @@ func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) erro
 }
 
 // firesInWindow computes a job's fires from its next_fire up to horizon (Unix ms). It returns the
-// fires, the last one armed (0 if none) and the job's new next fire (0 for none).
-func (s *Service) firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time, horizon int64) (fires []*fire, last, next int64) {
+// fires to arm, the misfire's FIRE_ONCE_NOW run (nil for none: armed now as a pending fire), the
+// misfire's skipped fires, the last fire armed (0 if none) and the job's new next fire (0 for
+// none). A next_fire later than the misfire threshold stands for every fire the schedule
+// missed since: planMisfires decides for it, and the schedule carries on from now.
+func (s *Service) firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time, horizon int64) (fires []*fire, onceNow *fire, skipped []skippedFire, last, next int64) {
 	nowMs := now.UnixMilli()
-	misfireBefore := nowMs - s.cfg.MisfireThreshold.Milliseconds()
 	t := j.NextFireMs
 	for t != 0 && t <= horizon {
-		if t < misfireBefore {
-			// Too late: XXL-JOB's misfire rule, then carry on from now.
-			if j.Misfire == schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW {
-				fires = append(fires, &fire{job: j, fireMs: nowMs, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE})
-				last = nowMs
+		if isLate(t, nowMs, s.cfg.MisfireThreshold) {
+			p := planMisfires(misfireStrategyOf(j.Misfire), []int64{t}, nowMs, s.cfg.MisfireThreshold)
+			onceNow, skipped = misfireFires(j, p, nowMs, s.cfg.MisfireThreshold)
+			if onceNow != nil {
+				last = onceNow.fireMs
 			}
-			s.log.Warn("misfire", "job_id", j.ID, "scheduled_ms", t, "late_ms", nowMs-t, "strategy", j.Misfire.String())
 			t = nextAfter(sch, now)
 			if sch.Type() == schedule.FixDelay {
-				t = 0 // the next one follows the misfire's completion, or a restart
+				t = 0 // the next one follows the completion of the misfire's run, or of its SKIPPED record
 			}
 			continue
 		}
 		fires = append(fires, &fire{job: j, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON})
 		last = t
 		if sch.Type() == schedule.FixDelay {
-			return fires, last, 0 // the next fire is set when this one completes
+			return fires, onceNow, skipped, last, 0 // the next fire is set when this one completes
 		}
 		t = nextAfter(sch, time.UnixMilli(t))
 	}
-	return fires, last, t
+	return fires, onceNow, skipped, last, t
 }
 
 func nextAfter(sch *schedule.Schedule, t time.Time) int64 {

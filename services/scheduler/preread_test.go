@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +22,9 @@ func TestFiresInWindow(t *testing.T) {
 		wantFires []int64
 		wantTypes []schedulerv1.TriggerType
 		wantNext  int64
+		// wantOnceNow is the misfire's FIRE_ONCE_NOW run (0: none), wantSkipped its skipped fires.
+		wantOnceNow int64
+		wantSkipped []int64
 	}{
 		{
 			name:      "1 s FIX_RATE arms every fire in the window",
@@ -34,16 +39,28 @@ func TestFiresInWindow(t *testing.T) {
 			wantNext:  ms(7 * time.Second),
 		},
 		{
-			name:     "misfire DO_NOTHING skips and carries on from now",
-			job:      jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING},
-			wantNext: ms(10 * time.Second),
+			name:        "misfire DO_NOTHING skips and carries on from now",
+			job:         jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING},
+			wantSkipped: []int64{ms(-time.Minute)},
+			wantNext:    ms(10 * time.Second),
 		},
 		{
-			name:      "misfire FIRE_ONCE_NOW fires once now",
-			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW},
-			wantFires: []int64{ms(0)},
-			wantTypes: []schedulerv1.TriggerType{schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE},
-			wantNext:  ms(10 * time.Second),
+			name:        "misfire FIRE_ONCE_NOW runs once now as the late fire",
+			job:         jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW},
+			wantOnceNow: ms(-time.Minute),
+			wantNext:    ms(10 * time.Second),
+		},
+		{
+			name:        "misfire of a FIX_DELAY job skips and waits for the skip's completion",
+			job:         jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, ScheduleExpr: "10s", NextFireMs: ms(-6 * time.Second)},
+			wantSkipped: []int64{ms(-6 * time.Second)},
+			wantNext:    0,
+		},
+		{
+			name:      "a fire exactly the threshold late is on time",
+			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-5 * time.Second)},
+			wantFires: []int64{ms(-5 * time.Second), ms(5 * time.Second)},
+			wantNext:  ms(15 * time.Second),
 		},
 		{
 			name:      "FIX_DELAY arms one fire and waits for its completion",
@@ -65,7 +82,24 @@ func TestFiresInWindow(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseSchedule: %v", err)
 			}
-			fires, _, next := s.firesInWindow(&tt.job, sch, now, horizon)
+			fires, onceNow, skipped, _, next := s.firesInWindow(&tt.job, sch, now, horizon)
+			switch {
+			case tt.wantOnceNow == 0 && onceNow != nil:
+				t.Errorf("run now at %d, want none", onceNow.fireMs)
+			case tt.wantOnceNow != 0 && (onceNow == nil || onceNow.fireMs != tt.wantOnceNow ||
+				onceNow.trigType != schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE):
+				t.Errorf("run now = %+v, want a MISFIRE fire at %d", onceNow, tt.wantOnceNow)
+			}
+			var gotSkipped []int64
+			for _, sk := range skipped {
+				gotSkipped = append(gotSkipped, sk.f.fireMs)
+				if !strings.Contains(sk.why, "misfire") || !strings.Contains(sk.why, "DO_NOTHING") {
+					t.Errorf("skipped fire %d: reason %q, want it to say misfire and DO_NOTHING", sk.f.fireMs, sk.why)
+				}
+			}
+			if !slices.Equal(gotSkipped, tt.wantSkipped) {
+				t.Errorf("skipped = %v, want %v", gotSkipped, tt.wantSkipped)
+			}
 			var got []int64
 			for i, f := range fires {
 				got = append(got, f.fireMs)

@@ -40,6 +40,10 @@ const (
 	RunStatus_RUN_STATUS_TIMEOUT RunStatus = 4
 	// The run was killed.
 	RunStatus_RUN_STATUS_KILLED RunStatus = 5
+	// The fire was not run: a misfire (later than the scheduler's misfire threshold) that its
+	// job's DO_NOTHING misfire strategy skipped, or one of the late fires a FIRE_ONCE_NOW run
+	// stood for. Ended at its trigger time; no retry, no child jobs, no alarm.
+	RunStatus_RUN_STATUS_SKIPPED RunStatus = 6
 )
 
 // Enum value maps for RunStatus.
@@ -51,6 +55,7 @@ var (
 		3: "RUN_STATUS_FAIL",
 		4: "RUN_STATUS_TIMEOUT",
 		5: "RUN_STATUS_KILLED",
+		6: "RUN_STATUS_SKIPPED",
 	}
 	RunStatus_value = map[string]int32{
 		"RUN_STATUS_UNSPECIFIED": 0,
@@ -59,6 +64,7 @@ var (
 		"RUN_STATUS_FAIL":        3,
 		"RUN_STATUS_TIMEOUT":     4,
 		"RUN_STATUS_KILLED":      5,
+		"RUN_STATUS_SKIPPED":     6,
 	}
 )
 
@@ -104,6 +110,9 @@ const (
 	// knows (OK or FAILED), or logsvc's lost-run sweep (FAILED: the executor left the registry, or
 	// reported nothing within the lost-run threshold) decides it.
 	TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN TriggerOutcome = 3
+	// The scheduler did not send the fire: a misfire its job's misfire strategy skipped (the
+	// trigger message says how late and which strategy). The run ends SKIPPED at the trigger time.
+	TriggerOutcome_TRIGGER_OUTCOME_SKIPPED TriggerOutcome = 4
 )
 
 // Enum value maps for TriggerOutcome.
@@ -113,12 +122,14 @@ var (
 		1: "TRIGGER_OUTCOME_OK",
 		2: "TRIGGER_OUTCOME_FAILED",
 		3: "TRIGGER_OUTCOME_UNKNOWN",
+		4: "TRIGGER_OUTCOME_SKIPPED",
 	}
 	TriggerOutcome_value = map[string]int32{
 		"TRIGGER_OUTCOME_UNSPECIFIED": 0,
 		"TRIGGER_OUTCOME_OK":          1,
 		"TRIGGER_OUTCOME_FAILED":      2,
 		"TRIGGER_OUTCOME_UNKNOWN":     3,
+		"TRIGGER_OUTCOME_SKIPPED":     4,
 	}
 )
 
@@ -3158,19 +3169,21 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x06params\x18\f \x01(\tR\x06params\x12C\n" +
 	"\x0freplaces_status\x18\r \x01(\x0e2\x1a.jobmesh.logs.v1.RunStatusR\x0ereplacesStatus\"Y\n" +
 	"\x18WatchCompletionsResponse\x12=\n" +
-	"\vcompletions\x18\x01 \x03(\v2\x1b.jobmesh.logs.v1.CompletionR\vcompletions*\x9b\x01\n" +
+	"\vcompletions\x18\x01 \x03(\v2\x1b.jobmesh.logs.v1.CompletionR\vcompletions*\xb3\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x16\n" +
 	"\x12RUN_STATUS_SUCCESS\x10\x02\x12\x13\n" +
 	"\x0fRUN_STATUS_FAIL\x10\x03\x12\x16\n" +
 	"\x12RUN_STATUS_TIMEOUT\x10\x04\x12\x15\n" +
-	"\x11RUN_STATUS_KILLED\x10\x05*\x82\x01\n" +
+	"\x11RUN_STATUS_KILLED\x10\x05\x12\x16\n" +
+	"\x12RUN_STATUS_SKIPPED\x10\x06*\x9f\x01\n" +
 	"\x0eTriggerOutcome\x12\x1f\n" +
 	"\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TRIGGER_OUTCOME_OK\x10\x01\x12\x1a\n" +
 	"\x16TRIGGER_OUTCOME_FAILED\x10\x02\x12\x1b\n" +
-	"\x17TRIGGER_OUTCOME_UNKNOWN\x10\x03*\x92\x01\n" +
+	"\x17TRIGGER_OUTCOME_UNKNOWN\x10\x03\x12\x1b\n" +
+	"\x17TRIGGER_OUTCOME_SKIPPED\x10\x04*\x92\x01\n" +
 	"\vAlarmStatus\x12\x1c\n" +
 	"\x18ALARM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ALARM_STATUS_PENDING\x10\x01\x12\x1b\n" +

@@ -48,7 +48,7 @@ export const BACKOFFS = () => [
   ["RETRY_BACKOFF_EXPONENTIAL", t("Exponential")],
 ];
 export const JOB_STATUSES = () => [["", t("All")], ["JOB_STATUS_RUNNING", t("Running")], ["JOB_STATUS_STOPPED", t("Stopped")]];
-export const RUN_STATUSES = () => [["", t("All")], ...["RUNNING", "SUCCESS", "FAIL", "TIMEOUT", "KILLED"].map((s) => ["RUN_STATUS_" + s, t(s)])];
+export const RUN_STATUSES = () => [["", t("All")], ...["RUNNING", "SUCCESS", "FAIL", "TIMEOUT", "KILLED", "SKIPPED"].map((s) => ["RUN_STATUS_" + s, t(s)])];
 export const TRIGGER_TYPES = () => [["", t("All")], ...["MANUAL", "CRON", "RETRY", "PARENT", "API", "MISFIRE"].map((s) => ["TRIGGER_TYPE_" + s, triggerLabel("TRIGGER_TYPE_" + s)])];
 
 // triggerLabel names a trigger type in the current language (MANUAL is also an address type, so

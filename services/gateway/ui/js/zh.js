@@ -195,6 +195,7 @@ export const zh = {
   "Runs": "调度日志",
   "STOPPED": "已停止",
   "Sent; no answer came. The executor's report decides, or the lost-run sweep when none comes.": "已发送，未收到应答。由执行器的上报决定；若迟迟没有上报，由丢失检测判定。",
+  "Not sent: a misfire its job's misfire strategy skipped (the trigger message says how late).": "未发送：任务的调度过期策略跳过了这次过期的调度（调度备注写明晚了多久）。",
   "Save": "保存",
   "Saved as a new GLUE version.": "已保存为新的 GLUE 版本。",
   "Saved.": "已保存。",
@@ -360,5 +361,6 @@ export const zh = {
   "FAIL": "失败",
   "TIMEOUT": "超时",
   "KILLED": "已终止",
+  "SKIPPED": "已跳过",
   "PENDING": "等待中",
 };

@@ -11,13 +11,16 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const status = (r) => short(r.status, "RUN_STATUS_") || "PENDING";
 
 // outcomeBadge says whether the fire reached an executor: OK, FAILED, UNKNOWN (sent, never
-// answered: the run stays running until it is decided), or nothing before the trigger record.
+// answered: the run stays running until it is decided), SKIPPED (not sent: a misfire its job's
+// strategy skipped), or nothing before the trigger record.
 function outcomeBadge(o) {
   switch (o) {
     case "TRIGGER_OUTCOME_OK": return badge(t("OK"), "SUCCESS");
     case "TRIGGER_OUTCOME_FAILED": return badge(t("FAILED"), "FAIL");
     case "TRIGGER_OUTCOME_UNKNOWN":
       return h("span", { title: t("Sent; no answer came. The executor's report decides, or the lost-run sweep when none comes.") }, badge(t("UNKNOWN"), "PENDING"));
+    case "TRIGGER_OUTCOME_SKIPPED":
+      return h("span", { title: t("Not sent: a misfire its job's misfire strategy skipped (the trigger message says how late).") }, badge(t("SKIPPED"), "SKIPPED"));
     default: return h("span", { class: "muted", text: "…" });
   }
 }
