@@ -317,8 +317,13 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		return nil
 	}
 	now := s.clk.Now()
+	nowMs := now.UnixMilli()
 	oldest := now.Add(-takeoverLookback).UnixMilli()
 	var cands []*fire
+	// skip holds the owed fires later than the misfire threshold that their jobs' misfire
+	// strategy skips, with why; FIRE_ONCE_NOW's one run now is the latest late fire, made a
+	// MISFIRE fire (planMisfires).
+	skip := map[*fire]string{}
 	for _, aj := range jobs {
 		l.owed.touch(aj.ID) // the mark is cleared or replaced at the next pre-read
 		if aj.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING {
@@ -328,14 +333,33 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
+		var mine []*fire
 		for t := aj.armedFrom; t != 0 && (aj.NextFireMs == 0 || t < aj.NextFireMs); t = nextAfter(sch, time.UnixMilli(t)) {
 			if t >= oldest {
-				cands = append(cands, &fire{job: aj.jobRow, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: l})
+				mine = append(mine, &fire{job: aj.jobRow, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: l})
 			}
 			if aj.NextFireMs == 0 {
 				break // FIX_DELAY or ONCE: the armed fire was the only one
 			}
 		}
+		times := make([]int64, len(mine))
+		for i, f := range mine {
+			times[i] = f.fireMs
+		}
+		plan := planMisfires(misfireStrategyOf(aj.Misfire), times, nowMs, s.cfg.MisfireThreshold)
+		onceNow, skipped := misfireFires(aj.jobRow, plan, nowMs, s.cfg.MisfireThreshold)
+		whyByMs := make(map[int64]string, len(skipped))
+		for _, sk := range skipped {
+			whyByMs[sk.f.fireMs] = sk.why
+		}
+		for _, f := range mine {
+			if why, ok := whyByMs[f.fireMs]; ok {
+				skip[f] = why
+			} else if onceNow != nil && f.fireMs == onceNow.fireMs {
+				f.trigType = onceNow.trigType
+			}
+		}
+		cands = append(cands, mine...)
 	}
 	known, unrecorded := map[string]bool{}, map[string]bool{}
 	for start := 0; start < len(cands); start += 10000 {
@@ -363,7 +387,7 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		}
 	}
 	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
-	refire, pinned, rebuilt := 0, 0, 0
+	refire, pinned, rebuilt, misfires := 0, 0, 0, 0
 	var doubts []*doubt
 	for _, f := range cands {
 		id := TriggerID(f.job.ID, f.fireMs, 0, 0)
@@ -374,6 +398,13 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 			continue
 		}
 		if known[id] {
+			continue
+		}
+		if why, ok := skip[f]; ok {
+			// A misfire its job skips: recorded SKIPPED (an executor's report of it, should
+			// one hold it after all, takes precedence in logsvc), and no longer owed.
+			s.recordSkipped(ctx, skippedFire{f: f, why: why})
+			misfires++
 			continue
 		}
 		l.owed.add(f.job.ID, f.fireMs)
@@ -391,7 +422,8 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 	}
 	s.log.Info("took over from the previous leader", "partition", l.part, "epoch", l.epoch, "jobs_marked", len(jobs),
 		"fires_checked", len(cands), "fires_on_executors", len(onExec), "executors_skipped", skipped,
-		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts), "records_rebuilt", rebuilt)
+		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts), "records_rebuilt", rebuilt,
+		"misfires_skipped", misfires)
 	l.resolveLater(ctx, doubts)
 	return nil
 }

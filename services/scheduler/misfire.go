@@ -167,7 +167,7 @@ func (m *misfired) store(ctx context.Context, st store, tx *sql.Tx, advanced map
 
 // armMisfires acts on a committed pre-read's misfire decisions: it arms each run now, due at
 // nowMs, and records each skipped fire SKIPPED.
-func (s *Service) armMisfires(ctx context.Context, l *leadership, m misfired, nowMs int64) {
+func (s *Service) armMisfires(ctx context.Context, l *engine, m misfired, nowMs int64) {
 	for _, f := range m.onceNow {
 		s.log.WarnContext(ctx, "misfire: running once now", "job_id", f.job.ID, "trigger_id", TriggerID(f.job.ID, f.fireMs, 0, 0),
 			"late", time.Duration(nowMs-f.fireMs)*time.Millisecond, "strategy", misfireFireOnceNow.String())

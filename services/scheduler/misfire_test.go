@@ -122,7 +122,7 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	const group = 1
 	manualGroup(s, group, addr)
 	ctx := t.Context()
-	if err := s.jobs.raiseFence(ctx, 1, "t"); err != nil {
+	if err := s.jobs.raiseFence(ctx, 0, 1, "t"); err != nil {
 		t.Fatal(err)
 	}
 	nowMs := clk.Now().UnixMilli()
@@ -132,7 +132,7 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 		id, err := s.jobs.insert(ctx, &jobRow{GroupID: group, Name: m.String(), ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE,
 			ScheduleExpr: "1m", Misfire: m, Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST, Block: schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION,
 			RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE, GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Handler: "count",
-			Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, NextFireMs: lateMs})
+			Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, NextFireMs: lateMs}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,8 +141,8 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	doNothing := newJob(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING)
 	onceNow := newJob(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW)
 	// A ring that is not running: what the pre-read arms stays there to be looked at.
-	l := &leadership{epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: nowMs}
-	if _, err := s.preRead(ctx, l); err != nil {
+	l := &engine{s: s, epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: nowMs}
+	if _, err := l.preRead(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -182,7 +182,7 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 
 	// The next pre-read decides nothing again: the jobs were advanced with the decision.
 	clk.Advance(time.Second)
-	if _, err := s.preRead(ctx, l); err != nil {
+	if _, err := l.preRead(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, job := range []int64{doNothing, onceNow} {
