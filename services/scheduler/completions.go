@@ -163,7 +163,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	from := make(map[int]int64, len(s.engines))
 	var terms []term
 	for p, l := range s.engines {
-		if c := l.cursor.Load(); c >= 0 && c < last && !l.isLost() {
+		if c := l.cursor.Load(); c >= 0 && c < last && !l.ending() {
 			byPart[p], from[p] = l, c
 			terms = append(terms, l.term())
 		}

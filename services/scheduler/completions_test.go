@@ -321,3 +321,75 @@ func TestChildFireHasAnIDOfItsOwn(t *testing.T) {
 		t.Errorf("armed after the child fire's SUCCESS correction: %v, want %v", got, want)
 	}
 }
+
+// TestCompletionsActOnlyForLedPartitions: a replica acts on the completions of the partitions
+// it leads, under each one's fence, and advances only their cursors; a partition whose fence a
+// newer leader holds is deposed and the batch is applied without it.
+func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	ctx := t.Context()
+	// Two partitions; this replica leads partition 0 only (the rig's engine).
+	r.s.count.Store(2)
+	var even, odd int64
+	for even == 0 || odd == 0 {
+		id := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, "1m")
+		if id%2 == 0 {
+			even = id
+		} else {
+			odd = id
+		}
+	}
+	fireMs := r.clk.Now().UnixMilli()
+	failed := func(job int64, cursor int64) *logsv1.Completion {
+		return &logsv1.Completion{Cursor: cursor, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
+			Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+	}
+	if err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(even, 10), failed(odd, 11)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.pendingDue(t, even, fireMs, 1); !ok {
+		t.Error("partition 0's failed fire got no retry")
+	}
+	if _, ok := r.pendingDue(t, odd, fireMs, 1); ok {
+		t.Error("partition 1's failed fire got a retry from a replica that does not lead it")
+	}
+	cursors := func() map[int]int64 {
+		rows, err := r.s.store.QueryContext(ctx, `SELECT part, cursor FROM partition_cursor`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[int]int64{}
+		for rows.Next() {
+			var p int
+			var c int64
+			if err := rows.Scan(&p, &c); err != nil {
+				t.Fatal(err)
+			}
+			out[p] = c
+		}
+		return out
+	}
+	if got := cursors(); len(got) != 1 || got[0] != 11 {
+		t.Errorf("cursors %v, want partition 0 at 11 only", got)
+	}
+
+	// A newer leader raises partition 0's fence: the next batch deposes the engine, writes
+	// nothing, and returns.
+	if err := r.s.jobs.raiseFence(ctx, 0, 2, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(even, 12)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.l.deposed:
+	default:
+		t.Error("the engine of a partition whose fence a newer leader holds was not deposed")
+	}
+	if got := cursors(); got[0] != 11 {
+		t.Errorf("partition 0's cursor %d after it was deposed, want 11", got[0])
+	}
+}

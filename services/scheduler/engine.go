@@ -58,6 +58,17 @@ func (l *engine) term() term { return term{part: l.part, epoch: l.epoch} }
 // depose ends the engine: a fenced write found a newer leader of its partition.
 func (l *engine) depose() { l.deposedOnce.Do(func() { close(l.deposed) }) }
 
+// ending reports whether the engine has lost its partition or is being deposed: it writes
+// nothing more.
+func (l *engine) ending() bool {
+	select {
+	case <-l.deposed:
+		return true
+	default:
+		return l.isLost()
+	}
+}
+
 // pin sends fire k to addr only, when it is dispatched.
 func (l *engine) pin(k pendingKey, addr string) {
 	l.mu.Lock()
