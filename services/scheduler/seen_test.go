@@ -33,6 +33,11 @@ import (
 // agent) or not at all may hold what it was asked about: the takeover goes on without it, and a
 // fire two such executors of a group may hold is not re-fired but recorded UNKNOWN once the
 // misfire threshold has passed.
+//
+// Every owed fire here is later than the misfire threshold, so the jobs are FIRE_ONCE_NOW: the
+// latest late fire of each is the one still owed (re-fired as MISFIRE, or doubted), and the
+// earlier ones, which the strategy would skip, are found on an executor: they ran, and are
+// rebuilt, not recorded SKIPPED.
 func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -98,8 +103,9 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 		t.Helper()
 		j, err := a.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
 			GroupId: group, Name: "seen-" + every, Handler: "count", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
-			Schedule:      &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: every},
-			RouteStrategy: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST, Status: schedulerv1.JobStatus_JOB_STATUS_STOPPED,
+			Schedule:        &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: every},
+			RouteStrategy:   schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST,
+			MisfireStrategy: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW, Status: schedulerv1.JobStatus_JOB_STATUS_STOPPED,
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -111,6 +117,8 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 
 	// What a leader killed after dispatching leaves in the store: running jobs whose
 	// armed_from_ms marks lie before fires it sent, and pending retries it may have sent.
+	// All of them are later than the 2 s misfire threshold: f2 is the latest of job 1's, and
+	// g2fire job 2's only one, so FIRE_ONCE_NOW keeps them (as MISFIRE) and would skip f0 and f1.
 	now := time.Now().UnixMilli()
 	f0, f1, f2 := now-150_000, now-90_000, now-30_000 // job 1's fires in [armed_from_ms, next_fire_ms)
 	g2fire := now - 60_000                            // job 2's only one
@@ -155,20 +163,27 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 	rec.Wait(t, 30*time.Second, "took over pending retries and child fires",
 		"pending=2 already_dispatched=1 found_on_executors=1 executors_skipped=0 pinned=0 in_doubt=0")
 	rec.Wait(t, 30*time.Second, "took over from the previous leader", "jobs_marked=2",
-		"fires_checked=4 fires_on_executors=2 executors_skipped=0 fires_refired=1 fires_pinned=0 fires_in_doubt=1")
+		"fires_checked=4 fires_on_executors=2 executors_skipped=0 fires_refired=1 fires_pinned=0 fires_in_doubt=1 records_rebuilt=2 misfires_skipped=0")
 	rec.Wait(t, time.Second, "WARN executor does not implement Seen", "executor="+oldLn.Addr().String())
 	rec.Wait(t, time.Second, "WARN executor did not say which fires it has seen", "executor="+mute, "DeadlineExceeded")
 	// Job 2's fire: both executors of its group may hold it, and neither says.
 	rec.Wait(t, 30*time.Second, "WARN fire left unknown", "trigger_id="+scheduler.TriggerID(job2, g2fire, 0, 0),
 		"did not say within 2s")
 
-	// What no executor had seen runs, once, where FIRST sends it: f2 and f1's retry.
+	// What no executor had seen runs, once, where FIRST sends it: f2 (job 1's run now for its
+	// late fires, MISFIRE) and f1's retry (a pending retry, not a misfire).
 	refired := []string{scheduler.TriggerID(job1, f2, 0, 0), scheduler.TriggerID(job1, f1, 0, 1)}
 	eventually(t, 30*time.Second, "f2 and f1's retry re-fired on the first executor", func() bool {
 		_, got := runs[first].snapshot()
 		return got[refired[0]] == 1 && got[refired[1]] == 1
 	})
-	_, onFirst := runs[first].snapshot()
+	ranFirst, onFirst := runs[first].snapshot()
+	for _, j := range ranFirst {
+		want := map[string]string{refired[0]: "MISFIRE", refired[1]: "RETRY"}[j.TriggerID]
+		if want != "" && j.TriggerType != want {
+			t.Errorf("fire %s ran as %s, want %s", j.TriggerID, j.TriggerType, want)
+		}
+	}
 	_, onOther := runs[other].snapshot()
 	for _, id := range sent {
 		if onFirst[id] != 0 || onOther[id] != 1 {
@@ -201,6 +216,17 @@ func TestTakeoverAsksExecutorsWhatLogsvcDoesNotKnow(t *testing.T) {
 			!strings.Contains(r.GetTriggerMessage(), "rebuilt by the new leader at takeover") {
 			t.Errorf("run %s: got %v, want group %d, %s, at %s, OK, RUNNING (its executor reports to no logsvc), rebuilt", id, r, g1.Group.Id, tt, other)
 		}
+	}
+	// f2's run is the misfire's run now, sent where FIRST routes.
+	var r2 *logsv1.Run
+	eventually(t, 30*time.Second, "the record of "+refired[0]+" in logsvc", func() bool {
+		resp, err := logs.GetRun(ctx, &logsv1.GetRunRequest{Id: refired[0]})
+		r2 = resp.GetRun()
+		return err == nil && r2.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED
+	})
+	if r2.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE || r2.GetExecutorAddress() != first ||
+		r2.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+		t.Errorf("run %s: got %v, want MISFIRE, at %s, OK", refired[0], r2, first)
 	}
 }
 
@@ -275,6 +301,11 @@ func (p *slowSeenProxy) Seen(ctx context.Context, _ *executorv1.SeenRequest) (*e
 // holds is answered DUPLICATE there and not run again, though routing would send a re-fire to the
 // other executor; the fire it does not hold runs there once. Where two are silent, the fire is
 // not re-fired anywhere: once the misfire threshold has passed it is recorded UNKNOWN.
+//
+// Every owed fire here is later than the misfire threshold, so the jobs are FIRE_ONCE_NOW: the
+// latest late fire of each is the one still owed (re-fired as MISFIRE, or doubted), and an
+// earlier one is skipped by the strategy: recorded SKIPPED, and sent to no executor, silent or
+// not.
 func TestTakeoverWhoseSeenIsNeverAnsweredRunsNothingTwice(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -351,34 +382,40 @@ func TestTakeoverWhoseSeenIsNeverAnsweredRunsNothingTwice(t *testing.T) {
 		j, err := a.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
 			GroupId: group, Name: "silent-" + every, Handler: "count", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
 			Schedule:      &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: every},
-			RouteStrategy: rs, Status: schedulerv1.JobStatus_JOB_STATUS_STOPPED,
+			RouteStrategy: rs, MisfireStrategy: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW,
+			Status: schedulerv1.JobStatus_JOB_STATUS_STOPPED,
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return j.Job.Id
 	}
-	job1, job2 := newJob(g1, "1m", routeTo), newJob(g2, "1h", schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST)
+	// Job 1 and job 3 in group 1, job 2 in group 2.
+	job1, job3 := newJob(g1, "1m", routeTo), newJob(g1, "2m", routeTo)
+	job2 := newJob(g2, "1h", schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST)
 	a.Stop()
 
+	// What the dead leader owed, all of it later than the 2 s misfire threshold: job 1 its fire
+	// f1, job 3 its fires k0 and k1 (FIRE_ONCE_NOW skips k0 and runs k1 as MISFIRE), job 2 h0.
 	now := time.Now().UnixMilli()
-	f0, f1, h0 := now-90_000, now-30_000, now-60_000
+	f1, k0, k1, h0 := now-30_000, now-150_000, now-30_000, now-60_000
 	for _, q := range []struct {
 		sql  string
 		args []any
 	}{
-		{`UPDATE jobs SET status = $1 WHERE id IN ($2, $3)`, []any{int32(schedulerv1.JobStatus_JOB_STATUS_RUNNING), job1, job2}},
-		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job1, f0, f1 + 60_000}},
+		{`UPDATE jobs SET status = $1 WHERE id IN ($2, $3, $4)`, []any{int32(schedulerv1.JobStatus_JOB_STATUS_RUNNING), job1, job2, job3}},
+		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job1, f1, f1 + 60_000}},
+		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job3, k0, k1 + 120_000}},
 		{`UPDATE job_state SET armed_from_ms = $2, next_fire_ms = $3 WHERE job_id = $1`, []any{job2, h0, h0 + 3_600_000}},
 	} {
 		if _, err := c.store.ExecContext(ctx, q.sql, q.args...); err != nil {
 			t.Fatalf("%s: %v", q.sql, err)
 		}
 	}
-	// The dead leader's Run reached the silent executors: f0 on group 1's, h0 on group 2's second.
+	// The dead leader's Run reached the silent executors: f1 on group 1's, h0 on group 2's second.
 	held := map[*executor]*executorv1.Trigger{
-		one[1]: {TriggerId: scheduler.TriggerID(job1, f0, 0, 0), JobId: job1, GroupId: g1, Handler: "count",
-			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, ShardTotal: 1, ScheduledUnixMs: f0},
+		one[1]: {TriggerId: scheduler.TriggerID(job1, f1, 0, 0), JobId: job1, GroupId: g1, Handler: "count",
+			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, ShardTotal: 1, ScheduledUnixMs: f1},
 		two[1]: {TriggerId: scheduler.TriggerID(job2, h0, 0, 0), JobId: job2, GroupId: g2, Handler: "count",
 			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, ShardTotal: 1, ScheduledUnixMs: h0},
 	}
@@ -393,23 +430,56 @@ func TestTakeoverWhoseSeenIsNeverAnsweredRunsNothingTwice(t *testing.T) {
 	rec := logtest.New()
 	b := c.replicaWith(t, scheduler.Config{ReplicaID: "b", Logger: rec.Logger(), MisfireThreshold: 2 * time.Second})
 	waitLeader(t, b)
-	rec.Wait(t, 30*time.Second, "took over from the previous leader", "jobs_marked=2",
-		"fires_checked=3 fires_on_executors=0 executors_skipped=0 fires_refired=2 fires_pinned=2 fires_in_doubt=1")
-	id0, id1, hid := scheduler.TriggerID(job1, f0, 0, 0), scheduler.TriggerID(job1, f1, 0, 0), scheduler.TriggerID(job2, h0, 0, 0)
+	rec.Wait(t, 30*time.Second, "took over from the previous leader", "jobs_marked=3",
+		"fires_checked=4 fires_on_executors=0 executors_skipped=0 fires_refired=2 fires_pinned=2 fires_in_doubt=1 records_rebuilt=0 misfires_skipped=1")
+	id1, kid0, kid1, hid := scheduler.TriggerID(job1, f1, 0, 0), scheduler.TriggerID(job3, k0, 0, 0), scheduler.TriggerID(job3, k1, 0, 0),
+		scheduler.TriggerID(job2, h0, 0, 0)
 	rec.Wait(t, 30*time.Second, "WARN fire left unknown", "trigger_id="+hid, "did not say within 2s")
-	eventually(t, 30*time.Second, "f1 run on the silent executor of group 1", func() bool {
+
+	logs := logsv1.NewLogServiceClient(c.logsConn)
+	runOf := func(id, what string, done func(*logsv1.Run) bool) *logsv1.Run {
+		t.Helper()
+		var r *logsv1.Run
+		eventually(t, 30*time.Second, what, func() bool {
+			resp, err := logs.GetRun(ctx, &logsv1.GetRunRequest{Id: id})
+			r = resp.GetRun()
+			return err == nil && done(r)
+		})
+		return r
+	}
+	// f1's re-fire went to the silent executor that holds it, which answered DUPLICATE.
+	dup := "executor " + one[1].addr + ": DUPLICATE"
+	if r := runOf(id1, "f1 re-fired to the silent executor of group 1 and answered DUPLICATE", func(r *logsv1.Run) bool {
+		return strings.Contains(r.GetTriggerMessage(), dup)
+	}); r.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE || r.GetExecutorAddress() != one[1].addr {
+		t.Errorf("run %s: got %v, want MISFIRE at %s", id1, r, one[1].addr)
+	}
+	// k1's ran there, once, as the misfire's run now; k0 was skipped.
+	eventually(t, 30*time.Second, "k1 run on the silent executor of group 1", func() bool {
 		_, got := one[1].runs.snapshot()
-		return got[id1] == 1
+		return got[kid1] == 1
 	})
+	if r := runOf(kid0, "k0 recorded", func(r *logsv1.Run) bool { return r.GetGroupId() != 0 }); r.GetStatus() != logsv1.RunStatus_RUN_STATUS_SKIPPED ||
+		r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_SKIPPED || !strings.Contains(r.GetTriggerMessage(), "misfire") {
+		t.Errorf("run %s: %s/%s %q, want SKIPPED as a misfire", kid0, r.GetStatus(), r.GetTriggerOutcome(), r.GetTriggerMessage())
+	}
+	if r := runOf(hid, "h0 recorded", func(r *logsv1.Run) bool { return r.GetGroupId() != 0 }); r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNKNOWN {
+		t.Errorf("run %s: %s, want UNKNOWN", hid, r.GetTriggerOutcome())
+	}
 	want := map[*executor]map[string]int{
-		one[0]: {id0: 0, id1: 0}, one[1]: {id0: 1, id1: 1},
+		one[0]: {id1: 0, kid0: 0, kid1: 0}, one[1]: {id1: 1, kid0: 0, kid1: 1},
 		two[0]: {hid: 0}, two[1]: {hid: 1},
 	}
 	for x, ids := range want {
-		_, got := x.runs.snapshot()
+		ran, got := x.runs.snapshot()
 		for id, n := range ids {
 			if got[id] != n {
 				t.Errorf("fire %s ran %d times on %s, want %d", id, got[id], x.addr, n)
+			}
+		}
+		for _, j := range ran {
+			if j.TriggerID == kid1 && j.TriggerType != "MISFIRE" {
+				t.Errorf("fire %s ran as %s, want MISFIRE", kid1, j.TriggerType)
 			}
 		}
 	}
