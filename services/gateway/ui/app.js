@@ -114,7 +114,12 @@ function renderShell() {
   route();
   api("/scheduler/status").then((st) => {
     const el = $("#sched-status");
-    if (el) el.textContent = t("leader {id} · epoch {epoch}", { id: st.leader_id || "?", epoch: st.epoch });
+    if (!el) return;
+    const replicas = (st.replicas || []).length;
+    const partitions = st.partition_count || (st.partitions || []).length;
+    const led = (st.partitions || []).filter((p) => p.leader_id).length;
+    el.textContent = t("{replicas} schedulers · {led}/{partitions} partitions led", { replicas, led, partitions });
+    el.title = (st.partitions || []).map((p) => `${p.partition}: ${p.leader_id || "-"}`).join("\n");
   }).catch(() => {});
 }
 

@@ -263,7 +263,7 @@ export const zh = {
   "following live…": "实时跟踪中…",
   "identical": "相同",
   "job {name}": "任务 {name}",
-  "leader {id} · epoch {epoch}": "主节点 {id} · 任期 {epoch}",
+  "{replicas} schedulers · {led}/{partitions} partitions led": "{replicas} 个调度节点 · {led}/{partitions} 个分区有主",
   "leave empty to keep": "留空则不修改",
   "live; refreshed every 5 s": "实时；每 5 秒刷新",
   "never": "永不",
