@@ -226,6 +226,24 @@ func IsUniqueViolation(err error) bool {
 	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
+// IsRetryable reports whether err says the transaction lost a race with another and may
+// succeed when run again: a serialization failure or deadlock in Postgres (40001, 40P01), a
+// busy or locked database in SQLite.
+func IsRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff { // the primary code of an extended one
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return true
+		}
+	}
+	return false
+}
+
 // Contains returns the LIKE pattern of the values that contain s as it is typed, for a
 // `LIKE $n ESCAPE '\'` clause (both dialects): %, _ and \ in s match only themselves. It
 // returns "" for an empty s, so an empty parameter still means "no filter".

@@ -57,7 +57,7 @@ func (s *Service) CreateJob(ctx context.Context, req *schedulerv1.CreateJobReque
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.jobs.get(ctx, s.store, id)
+	out, err := s.jobs.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (s *Service) CreateJob(ctx context.Context, req *schedulerv1.CreateJobReque
 
 // GetJob implements JobService.
 func (s *Service) GetJob(ctx context.Context, req *schedulerv1.GetJobRequest) (*schedulerv1.GetJobResponse, error) {
-	j, err := s.jobs.get(ctx, s.store, req.GetId())
+	j, err := s.jobs.get(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (s *Service) ListJobs(ctx context.Context, req *schedulerv1.ListJobsRequest
 		return nil, err
 	}
 	rows, total, err := s.jobs.list(ctx, jobFilter{
-		GroupID: req.GetGroupId(), Status: req.GetStatus(), Name: req.GetName(), Handler: req.GetHandler(),
+		GroupID: req.GetGroupId(), Status: jobStatusOf(req.GetStatus()), Name: req.GetName(), Handler: req.GetHandler(),
 		Author: req.GetAuthor(), Limit: size + 1, Skip: int(req.GetSkip()), BeforeID: before,
 	})
 	if err != nil {
@@ -129,7 +129,7 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 	if in == nil {
 		return nil, apierr.Field("job", "required")
 	}
-	cur, err := s.jobs.get(ctx, s.store, in.GetId())
+	cur, err := s.jobs.get(ctx, in.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 	if err := s.jobs.update(ctx, &next, resched, glueChanged); err != nil {
 		return nil, err
 	}
-	out, err := s.jobs.get(ctx, s.store, cur.ID)
+	out, err := s.jobs.get(ctx, cur.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (s *Service) DeleteJob(ctx context.Context, req *schedulerv1.DeleteJobReque
 
 // StartJob implements JobService.
 func (s *Service) StartJob(ctx context.Context, req *schedulerv1.StartJobRequest) (*schedulerv1.StartJobResponse, error) {
-	j, err := s.setStatus(ctx, req.GetId(), schedulerv1.JobStatus_JOB_STATUS_RUNNING)
+	j, err := s.setStatus(ctx, req.GetId(), jobRunning)
 	if err != nil {
 		return nil, err
 	}
@@ -240,16 +240,16 @@ func (s *Service) StartJob(ctx context.Context, req *schedulerv1.StartJobRequest
 
 // StopJob implements JobService.
 func (s *Service) StopJob(ctx context.Context, req *schedulerv1.StopJobRequest) (*schedulerv1.StopJobResponse, error) {
-	j, err := s.setStatus(ctx, req.GetId(), schedulerv1.JobStatus_JOB_STATUS_STOPPED)
+	j, err := s.setStatus(ctx, req.GetId(), jobStopped)
 	if err != nil {
 		return nil, err
 	}
 	return &schedulerv1.StopJobResponse{Job: j}, nil
 }
 
-func (s *Service) setStatus(ctx context.Context, id int64, st schedulerv1.JobStatus) (*schedulerv1.Job, error) {
+func (s *Service) setStatus(ctx context.Context, id int64, st jobStatus) (*schedulerv1.Job, error) {
 	for {
-		cur, err := s.jobs.get(ctx, s.store, id)
+		cur, err := s.jobs.get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -260,7 +260,7 @@ func (s *Service) setStatus(ctx context.Context, id int64, st schedulerv1.JobSta
 		if err != nil {
 			return nil, err
 		}
-		if st == schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+		if st == jobRunning {
 			if err := checkFiresAgain(sch, cur.ScheduleType, s.clk.Now()); err != nil {
 				return nil, err
 			}
@@ -276,7 +276,7 @@ func (s *Service) setStatus(ctx context.Context, id int64, st schedulerv1.JobSta
 			return nil, err
 		}
 		s.disarm(id)
-		out, err := s.jobs.get(ctx, s.store, id)
+		out, err := s.jobs.get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +286,7 @@ func (s *Service) setStatus(ctx context.Context, id int64, st schedulerv1.JobSta
 
 // CopyJob implements JobService.
 func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) (*schedulerv1.CopyJobResponse, error) {
-	cur, err := s.jobs.get(ctx, s.store, req.GetId())
+	cur, err := s.jobs.get(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +299,7 @@ func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) 
 		return nil, apierr.Field("name", "at most %d characters, got %d", maxNameLen, n)
 	}
 	now := s.clk.Now()
-	cp.Status, cp.NextFireMs, cp.LastFireMs = schedulerv1.JobStatus_JOB_STATUS_STOPPED, 0, 0
+	cp.Status, cp.NextFireMs, cp.LastFireMs = jobStopped, 0, 0
 	cp.CreateMs, cp.UpdateMs = now.UnixMilli(), now.UnixMilli()
 	n, err := s.partitionCount(ctx)
 	if err != nil {
@@ -309,7 +309,7 @@ func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) 
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.jobs.get(ctx, s.store, id)
+	out, err := s.jobs.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +318,7 @@ func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) 
 
 // ListGlueVersions implements JobService.
 func (s *Service) ListGlueVersions(ctx context.Context, req *schedulerv1.ListGlueVersionsRequest) (*schedulerv1.ListGlueVersionsResponse, error) {
-	if _, err := s.jobs.get(ctx, s.store, req.GetJobId()); err != nil {
+	if _, err := s.jobs.get(ctx, req.GetJobId()); err != nil {
 		return nil, err
 	}
 	vs, err := s.jobs.glueVersions(ctx, req.GetJobId())
@@ -417,7 +417,7 @@ func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedul
 	checkEnum(&fs, "glue_type", schedulerv1.GlueType_name, int32(j.GlueType))
 	checkEnum(&fs, "status", schedulerv1.JobStatus_name, int32(j.Status))
 	var sch *schedule.Schedule
-	if j.ScheduleType == schedulerv1.ScheduleType_SCHEDULE_TYPE_UNSPECIFIED {
+	if scheduleTypeProto(j.ScheduleType) == schedulerv1.ScheduleType_SCHEDULE_TYPE_UNSPECIFIED {
 		fs.Add("schedule.type", "required: NONE, CRON, FIX_RATE, FIX_DELAY or ONCE")
 	} else if _, ok := schedulerv1.ScheduleType_name[int32(j.ScheduleType)]; ok {
 		var err error
@@ -428,7 +428,7 @@ func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedul
 			} else {
 				return nil, err
 			}
-		} else if j.Status == schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+		} else if j.Status == jobRunning {
 			if err := checkFiresAgain(sch, j.ScheduleType, s.clk.Now()); err != nil {
 				fs = append(fs, err.(*apierr.FieldError))
 			}
@@ -491,7 +491,7 @@ func (s *Service) checkChildren(ctx context.Context, fs *apierr.Fields, j *jobRo
 		case self != 0 && id == self:
 			fs.Add(fmt.Sprintf("child_job_ids[%d]", i), "a job cannot be its own child")
 		default:
-			child, err := s.jobs.get(ctx, s.store, id)
+			child, err := s.jobs.get(ctx, id)
 			if err != nil && !errors.Is(err, apierr.ErrNotFound) {
 				return err
 			}
@@ -519,7 +519,7 @@ func (s *Service) checkChildren(ctx context.Context, fs *apierr.Fields, j *jobRo
 			continue
 		}
 		seen[id] = true
-		child, err := s.jobs.get(ctx, s.store, id)
+		child, err := s.jobs.get(ctx, id)
 		if errors.Is(err, apierr.ErrNotFound) {
 			continue
 		}
@@ -538,7 +538,7 @@ func checkEnum(fs *apierr.Fields, field string, names map[int32]string, v int32)
 }
 
 func parseSchedule(j *jobRow) (*schedule.Schedule, error) {
-	sch, err := schedule.Parse(schedule.Type(j.ScheduleType), j.ScheduleExpr, j.TimeZone)
+	sch, err := schedule.Parse(j.ScheduleType, j.ScheduleExpr, j.TimeZone)
 	if err != nil {
 		return nil, scheduleErr(err)
 	}
@@ -554,8 +554,8 @@ func scheduleErr(err error) error {
 }
 
 // checkFiresAgain refuses to run a CRON or ONCE schedule that has no fire left.
-func checkFiresAgain(sch *schedule.Schedule, typ schedulerv1.ScheduleType, now time.Time) error {
-	if typ != schedulerv1.ScheduleType_SCHEDULE_TYPE_CRON && typ != schedulerv1.ScheduleType_SCHEDULE_TYPE_ONCE {
+func checkFiresAgain(sch *schedule.Schedule, typ schedule.Type, now time.Time) error {
+	if typ != schedule.Cron && typ != schedule.Once {
 		return nil
 	}
 	if _, ok := sch.First(now); !ok {
@@ -565,8 +565,8 @@ func checkFiresAgain(sch *schedule.Schedule, typ schedulerv1.ScheduleType, now t
 }
 
 // firstFire is the next_fire of a job that starts (or is saved) now.
-func firstFire(sch *schedule.Schedule, st schedulerv1.JobStatus, now time.Time) int64 {
-	if sch == nil || st != schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+func firstFire(sch *schedule.Schedule, st jobStatus, now time.Time) int64 {
+	if sch == nil || st != jobRunning {
 		return 0
 	}
 	t, ok := sch.First(now)
@@ -593,21 +593,21 @@ func defaults(j *jobRow) {
 	if j.GlueType == 0 {
 		j.GlueType = schedulerv1.GlueType_GLUE_TYPE_BEAN
 	}
-	if j.Status == 0 {
-		j.Status = schedulerv1.JobStatus_JOB_STATUS_STOPPED
+	if j.Status == jobStatusUnset {
+		j.Status = jobStopped
 	}
 }
 
 func fromProto(p *schedulerv1.Job) *jobRow {
 	j := &jobRow{
 		ID: p.GetId(), GroupID: p.GetGroupId(), Name: p.GetName(), Author: p.GetAuthor(),
-		AlarmEmails: strings.Join(p.GetAlarmEmails(), ","), ScheduleType: p.GetSchedule().GetType(),
+		AlarmEmails: strings.Join(p.GetAlarmEmails(), ","), ScheduleType: scheduleTypeOf(p.GetSchedule().GetType()),
 		ScheduleExpr: strings.TrimSpace(p.GetSchedule().GetExpression()), TimeZone: p.GetSchedule().GetTimeZone(),
 		Misfire: p.GetMisfireStrategy(), Route: p.GetRouteStrategy(), Handler: p.GetHandler(), Params: p.GetParams(),
 		Block: p.GetBlockStrategy(), TimeoutSeconds: p.GetTimeoutSeconds(), RetryCount: p.GetRetryCount(),
 		RetryBackoff: p.GetRetryBackoff(), RetryIntervalMs: p.GetRetryIntervalMs(), GlueType: p.GetGlueType(),
 		GlueSource: p.GetGlueSource(), GlueRemark: p.GetGlueRemark(), ChildJobIDs: joinIDs(p.GetChildJobIds()),
-		Status: p.GetStatus(), Version: p.GetVersion(),
+		Status: jobStatusOf(p.GetStatus()), Version: p.GetVersion(),
 	}
 	defaults(j)
 	return j
@@ -616,12 +616,12 @@ func fromProto(p *schedulerv1.Job) *jobRow {
 func toProto(j *jobRow) *schedulerv1.Job {
 	p := &schedulerv1.Job{
 		Id: j.ID, GroupId: j.GroupID, Name: j.Name, Author: j.Author,
-		Schedule:        &schedulerv1.Schedule{Type: j.ScheduleType, Expression: j.ScheduleExpr, TimeZone: j.TimeZone},
+		Schedule:        &schedulerv1.Schedule{Type: scheduleTypeProto(j.ScheduleType), Expression: j.ScheduleExpr, TimeZone: j.TimeZone},
 		MisfireStrategy: j.Misfire, RouteStrategy: j.Route, Handler: j.Handler, Params: j.Params,
 		BlockStrategy: j.Block, TimeoutSeconds: j.TimeoutSeconds, RetryCount: j.RetryCount,
 		RetryBackoff: j.RetryBackoff, RetryIntervalMs: j.RetryIntervalMs, GlueType: j.GlueType,
 		GlueSource: j.GlueSource, GlueRemark: j.GlueRemark, GlueUpdatedTime: tsMs(j.GlueUpdatedMs),
-		ChildJobIds: splitIDs(j.ChildJobIDs), Status: j.Status, LastFireTime: tsMs(j.LastFireMs),
+		ChildJobIds: splitIDs(j.ChildJobIDs), Status: j.Status.proto(), LastFireTime: tsMs(j.LastFireMs),
 		NextFireTime: tsMs(j.NextFireMs), Version: j.Version, CreateTime: tsMs(j.CreateMs), UpdateTime: tsMs(j.UpdateMs),
 	}
 	if j.AlarmEmails != "" {

@@ -13,6 +13,7 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
 // maxBackoff caps exponential retry backoff.
@@ -133,10 +134,18 @@ func (s *Service) completionSession(ctx context.Context, from int64) error {
 // fenced by each of them: schedule changes, the retries and child fires it decides on (as pending
 // fires) and the partitions' cursors. After the commit it arms those fires; if this replica
 // loses a partition first, its next leader finds them in pending_fires. A partition whose fence a
-// newer leader holds is deposed, and the batch applied again without it.
+// newer leader holds is deposed, and the batch applied again without it. A batch that lost a
+// race with another transaction (errRetryable) is applied again, up to maxCompletionRetries
+// times, rather than restart the completion stream.
 func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion) error {
+	retries := 0
 	for {
 		err := s.handleCompletionsOnce(ctx, cs)
+		if errors.Is(err, errRetryable) && retries < maxCompletionRetries && ctx.Err() == nil {
+			retries++
+			s.log.Warn("completion batch lost a race with another transaction; applying it again", "error", err)
+			continue
+		}
 		var d deposedError
 		if !errors.As(err, &d) {
 			return err
@@ -146,6 +155,9 @@ func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion
 		}
 	}
 }
+
+// maxCompletionRetries is how often handleCompletions applies a batch again that lost a race.
+const maxCompletionRetries = 3
 
 // deposedError names the engines a completion batch found deposed.
 type deposedError struct{ engines []*engine }
@@ -179,7 +191,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 			mine = append(mine, c)
 		}
 	}
-	tx, err := s.store.BeginTx(ctx, nil)
+	tx, err := s.jobs.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -201,8 +213,8 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	if err := s.jobs.saveCursors(ctx, tx, terms, last); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit completions: %w", err)
+	if err := s.jobs.commit(tx); err != nil {
+		return fmt.Errorf("completions: %w", err)
 	}
 	for _, l := range byPart {
 		l.cursor.Store(last)
@@ -293,7 +305,7 @@ func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[i
 // the retry of a parent-job run: its trigger id names the parent). The next fire is planned
 // once: only while none is.
 func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *logsv1.Completion) error {
-	if j.ScheduleType != schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY || j.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING ||
+	if j.ScheduleType != schedule.FixDelay || j.Status != jobRunning ||
 		c.GetTriggerType() == schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL || c.GetTriggerType() == schedulerv1.TriggerType_TRIGGER_TYPE_API ||
 		c.GetTriggerType() == schedulerv1.TriggerType_TRIGGER_TYPE_PARENT {
 		return nil
@@ -306,11 +318,7 @@ func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *lo
 		return nil
 	}
 	next := max(c.GetEndUnixMs(), s.clk.Now().UnixMilli()) + sch.Interval().Milliseconds()
-	if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE job_state SET next_fire_ms = $2 WHERE job_id = $1 AND next_fire_ms IS NULL
-		AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = $1 AND jobs.status = 2)`), j.ID, next); err != nil {
-		return fmt.Errorf("schedule next FIX_DELAY fire of job %d: %w", j.ID, err)
-	}
-	return nil
+	return s.jobs.planNextFire(ctx, tx, j.ID, next)
 }
 
 // fireChildren stores the PARENT fires of j's child jobs for its successful completion c, and
@@ -373,20 +381,10 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	retry := pendingRetry(j, c)
 	k := retry.key()
-	where := ` WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4 AND parent_job_id = $5`
-	args := []any{k.job, k.fireMs, k.shard, k.attempt, k.parent}
-	exec := func(what, q string, args ...any) (bool, error) {
-		res, err := tx.ExecContext(ctx, s.store.Q(q), args...)
-		if err != nil {
-			return false, fmt.Errorf("%s retry %s of a corrected completion: %w", what, k.triggerID(), err)
-		}
-		n, err := res.RowsAffected()
-		return n > 0, err
-	}
 	disarm := func() { s.disarmPending(l, k) }
 	switch st := c.GetStatus(); st {
 	case logsv1.RunStatus_RUN_STATUS_RUNNING:
-		held, err := exec("hold", `UPDATE pending_fires SET due_ms = $6`+where, append(args, int64(heldDueMs))...)
+		held, err := s.jobs.setPendingDue(ctx, tx, k, heldDueMs, 0)
 		if err != nil || !held {
 			return nil, err
 		}
@@ -394,7 +392,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 			"retry_trigger_id", k.triggerID())
 		return []func(){disarm}, nil
 	case logsv1.RunStatus_RUN_STATUS_SUCCESS, logsv1.RunStatus_RUN_STATUS_KILLED:
-		dropped, err := exec("drop", `DELETE FROM pending_fires`+where, args...)
+		dropped, err := s.jobs.dropPending(ctx, tx, k)
 		if err != nil {
 			return nil, err
 		}
@@ -420,8 +418,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 			return nil, nil // the FAIL's retry stands
 		}
 		due := s.clk.Now().Add(retryWait(j, c.GetAttempt())).UnixMilli()
-		released, err := exec("release", `UPDATE pending_fires SET due_ms = $6`+where+` AND due_ms = $7`,
-			append(args, due, int64(heldDueMs))...)
+		released, err := s.jobs.setPendingDue(ctx, tx, k, due, heldDueMs)
 		if err != nil || !released {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
 // completionRig is a leader's completion handling over a real store, with a ring that is not
@@ -31,7 +32,7 @@ func newCompletionRig(t *testing.T) *completionRig {
 	t.Helper()
 	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
-	s := &Service{cfg: Config{ReplicaID: "r1"}, log: slog.New(slog.DiscardHandler), clk: clk, store: d, jobs: store{d}}
+	s := &Service{cfg: Config{ReplicaID: "r1"}, log: slog.New(slog.DiscardHandler), clk: clk, jobs: store{d}}
 	if err := s.jobs.raiseFence(t.Context(), 0, 1, "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func newCompletionRig(t *testing.T) *completionRig {
 }
 
 // job creates a job that retries once after 10 s, with the given schedule and children.
-func (r *completionRig) job(t *testing.T, st schedulerv1.ScheduleType, expr string, children ...int64) int64 {
+func (r *completionRig) job(t *testing.T, st schedule.Type, expr string, children ...int64) int64 {
 	t.Helper()
 	var ids string
 	for i, c := range children {
@@ -54,7 +55,7 @@ func (r *completionRig) job(t *testing.T, st schedulerv1.ScheduleType, expr stri
 	}
 	id, err := r.s.jobs.insert(t.Context(), &jobRow{GroupID: 1, Name: "j", ScheduleType: st, ScheduleExpr: expr, Misfire: 1, Route: 1,
 		Block: 1, RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED, RetryIntervalMs: 10_000, GlueType: 1,
-		Handler: "h", Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, ChildJobIDs: ids}, 1)
+		Handler: "h", Status: jobRunning, ChildJobIDs: ids}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func (r *completionRig) handle(t *testing.T, job, fireMs int64, chain ...[2]logs
 func (r *completionRig) pendingDue(t *testing.T, job, fireMs int64, attempt int32) (int64, bool) {
 	t.Helper()
 	var due int64
-	err := r.s.store.QueryRowContext(t.Context(), r.s.store.Q(`SELECT due_ms FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND attempt = $3`),
+	err := storeDB(r.s).QueryRowContext(t.Context(), storeDB(r.s).Q(`SELECT due_ms FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND attempt = $3`),
 		job, fireMs, attempt).Scan(&due)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false
@@ -104,7 +105,7 @@ func (r *completionRig) armed(job int64) []string {
 func (r *completionRig) nextFire(t *testing.T, job int64) int64 {
 	t.Helper()
 	var next sql.NullInt64
-	if err := r.s.store.QueryRowContext(context.Background(), r.s.store.Q(`SELECT next_fire_ms FROM job_state WHERE job_id = $1`), job).Scan(&next); err != nil {
+	if err := storeDB(r.s).QueryRowContext(context.Background(), storeDB(r.s).Q(`SELECT next_fire_ms FROM job_state WHERE job_id = $1`), job).Scan(&next); err != nil {
 		t.Fatal(err)
 	}
 	return next.Int64
@@ -125,8 +126,8 @@ var (
 func TestCorrectionsDecideTheRetry(t *testing.T) {
 	t.Parallel()
 	r := newCompletionRig(t)
-	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "")
-	parent := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "", child)
+	child := r.job(t, schedule.None, "")
+	parent := r.job(t, schedule.None, "", child)
 	const fireMs = 1_699_999_000_000
 	retryDue := r.clk.Now().Add(10 * time.Second).UnixMilli()
 
@@ -193,8 +194,8 @@ func TestCorrectionsDecideTheRetry(t *testing.T) {
 func TestChildFireRetryLeavesTheFixDelaySchedule(t *testing.T) {
 	t.Parallel()
 	r := newCompletionRig(t)
-	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, "30s")
-	parent := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "", child)
+	child := r.job(t, schedule.FixDelay, "30s")
+	parent := r.job(t, schedule.None, "", child)
 	const fireMs = 1_699_999_000_000
 	r.handle(t, parent, fireMs, [2]logsv1.RunStatus{stSuccess, stNone})
 	for attempt, tt := range []schedulerv1.TriggerType{schedulerv1.TriggerType_TRIGGER_TYPE_PARENT, schedulerv1.TriggerType_TRIGGER_TYPE_RETRY} {
@@ -222,7 +223,7 @@ func TestChildFireRetryLeavesTheFixDelaySchedule(t *testing.T) {
 func TestCorrectionPlansFixDelayOnce(t *testing.T) {
 	t.Parallel()
 	r := newCompletionRig(t)
-	j := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, "30s")
+	j := r.job(t, schedule.FixDelay, "30s")
 	const fireMs = 1_699_999_000_000
 	r.handle(t, j, fireMs, [2]logsv1.RunStatus{stFail, stNone})
 	if next := r.nextFire(t, j); next != 0 {
@@ -246,8 +247,8 @@ func TestCorrectionPlansFixDelayOnce(t *testing.T) {
 func TestChildFireHasAnIDOfItsOwn(t *testing.T) {
 	t.Parallel()
 	r := newCompletionRig(t)
-	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "")
-	parent := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "", child)
+	child := r.job(t, schedule.None, "")
+	parent := r.job(t, schedule.None, "", child)
 	const fireMs = 1_699_999_000_000
 	own := func(attempt int32) string { return TriggerID(child, fireMs, 0, attempt) }
 	ofParent := func(attempt int32) string {
@@ -255,7 +256,7 @@ func TestChildFireHasAnIDOfItsOwn(t *testing.T) {
 	}
 	pending := func() []string {
 		t.Helper()
-		rows, err := r.s.store.QueryContext(t.Context(), r.s.store.Q(`SELECT job_id, fire_ms, shard, attempt, parent_job_id
+		rows, err := storeDB(r.s).QueryContext(t.Context(), storeDB(r.s).Q(`SELECT job_id, fire_ms, shard, attempt, parent_job_id
 			FROM pending_fires WHERE job_id = $1 ORDER BY parent_job_id, attempt`), child)
 		if err != nil {
 			t.Fatal(err)
@@ -333,7 +334,7 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 	r.s.count.Store(2)
 	var even, odd int64
 	for even == 0 || odd == 0 {
-		id := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, "1m")
+		id := r.job(t, schedule.FixRate, "1m")
 		if id%2 == 0 {
 			even = id
 		} else {
@@ -356,7 +357,7 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 		t.Error("partition 1's failed fire got a retry from a replica that does not lead it")
 	}
 	cursors := func() map[int]int64 {
-		rows, err := r.s.store.QueryContext(ctx, `SELECT part, cursor FROM partition_cursor`)
+		rows, err := storeDB(r.s).QueryContext(ctx, `SELECT part, cursor FROM partition_cursor`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,3 +394,6 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 		t.Errorf("partition 0's cursor %d after it was deposed, want 11", got[0])
 	}
 }
+
+// storeDB is the database under s's store, for tests that look at its tables.
+func storeDB(s *Service) *db.DB { return s.jobs.(store).db }

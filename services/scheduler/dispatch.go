@@ -468,7 +468,7 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	if n := len([]rune(req.GetParams())); n > maxParamsLen {
 		return nil, apierr.Field("params", "at most %d characters, got %d", maxParamsLen, n)
 	}
-	j, err := s.jobs.get(ctx, s.store, req.GetId())
+	j, err := s.jobs.get(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}

@@ -243,7 +243,7 @@ func (l *engine) flushOwed() {
 	s := l.s
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	tx, err := s.store.BeginTx(ctx, nil)
+	tx, err := s.jobs.begin(ctx)
 	if err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
@@ -263,7 +263,7 @@ func (l *engine) flushOwed() {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
 	}
-	if err := tx.Commit(); err != nil {
+	if err := s.jobs.commit(tx); err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
 	}
@@ -337,7 +337,7 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 	skip := map[*fire]string{}
 	for _, aj := range jobs {
 		l.owed.touch(aj.ID) // the mark is cleared or replaced at the next pre-read
-		if aj.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING {
+		if aj.Status != jobRunning {
 			continue
 		}
 		sch, err := parseSchedule(aj.jobRow)

@@ -377,7 +377,7 @@ func withAccessToken(ctx context.Context, token string) context.Context {
 // killContext presents, on a Kill of a run of job jobID on addr, the access token of the job's
 // group (see tokenFor); the run of a job deleted meanwhile is killed without one.
 func (s *Service) killContext(ctx context.Context, jobID int64, addr string) context.Context {
-	j, err := s.jobs.get(ctx, s.store, jobID)
+	j, err := s.jobs.get(ctx, jobID)
 	if err != nil {
 		return ctx
 	}

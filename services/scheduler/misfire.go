@@ -142,7 +142,7 @@ func (m *misfired) add(onceNow *fire, skipped []skippedFire) {
 // once, and a leader that dies before dispatching it leaves it to the next one (takeOverPending)
 // instead of to the takeover's walk of the schedule, which would meet the fires the misfire
 // skipped without a record.
-func (m *misfired) store(ctx context.Context, st store, tx *sql.Tx, advanced map[int64]bool, nowMs int64) error {
+func (m *misfired) store(ctx context.Context, st engineStore, tx *sql.Tx, advanced map[int64]bool, nowMs int64) error {
 	kept := m.onceNow[:0]
 	for _, f := range m.onceNow {
 		if !advanced[f.job.ID] {

@@ -11,6 +11,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
 func TestPlanMisfires(t *testing.T) {
@@ -129,10 +130,10 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	lateMs := nowMs - 58_000
 	newJob := func(m schedulerv1.MisfireStrategy) int64 {
 		t.Helper()
-		id, err := s.jobs.insert(ctx, &jobRow{GroupID: group, Name: m.String(), ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE,
+		id, err := s.jobs.insert(ctx, &jobRow{GroupID: group, Name: m.String(), ScheduleType: schedule.FixRate,
 			ScheduleExpr: "1m", Misfire: m, Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST, Block: schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION,
 			RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE, GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Handler: "count",
-			Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING, NextFireMs: lateMs}, 1)
+			Status: jobRunning, NextFireMs: lateMs}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +219,7 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 func pendingCount(t *testing.T, s *Service) int {
 	t.Helper()
 	var n int
-	if err := s.store.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM pending_fires`).Scan(&n); err != nil {
+	if err := storeDB(s).QueryRowContext(t.Context(), `SELECT COUNT(*) FROM pending_fires`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -230,8 +231,8 @@ func pendingCount(t *testing.T, s *Service) int {
 func TestSkippedCompletionPlansTheNextFixDelayFire(t *testing.T) {
 	t.Parallel()
 	r := newCompletionRig(t)
-	child := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE, "")
-	job := r.job(t, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, "10s", child)
+	child := r.job(t, schedule.None, "")
+	job := r.job(t, schedule.FixDelay, "10s", child)
 	fireMs := r.clk.Now().Add(-time.Minute).UnixMilli()
 	r.handle(t, job, fireMs, [2]logsv1.RunStatus{logsv1.RunStatus_RUN_STATUS_SKIPPED})
 	if next, want := r.nextFire(t, job), r.clk.Now().Add(10*time.Second-time.Millisecond).UnixMilli(); next != want {

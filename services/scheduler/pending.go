@@ -74,24 +74,22 @@ func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64)
 	k := f.key()
 	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
 		trigger_type, fire_params, due_ms, parent_job_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`),
-		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs, k.parent)
+		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, triggerTypeOf(f.trigType), f.params, dueMs, k.parent)
 	if err != nil {
-		return fmt.Errorf("save pending %s fire %s: %w", f.trigType, k.triggerID(), err)
+		return storeErr(err, "save pending %s fire %s", f.trigType, k.triggerID())
 	}
 	return nil
 }
 
 // duePending reads partition part's pending fires due at or before horizonMs with their jobs,
 // oldest first.
-func (s store) duePending(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
-	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
+func (s store) duePending(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
 		p.fire_params, p.due_ms, p.parent_job_id, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
 		LEFT JOIN job_state ON job_state.job_id = jobs.id
 		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read pending fires: %w", err)
+		return nil, nil, storeErr(err, "read pending fires")
 	}
 	defer rows.Close()
 	var (
@@ -101,14 +99,16 @@ func (s store) duePending(ctx context.Context, q interface {
 	for rows.Next() {
 		var (
 			f      fire
+			tt     triggerType
 			params sql.NullString
 			due    int64
 			j      jobRow
 		)
-		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &f.trigType, &params, &due, &f.parent},
+		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &tt, &params, &due, &f.parent},
 			jobFields(&j)...)...); err != nil {
-			return nil, nil, fmt.Errorf("read pending fires: %w", err)
+			return nil, nil, storeErr(err, "read pending fires")
 		}
+		f.trigType = tt.proto()
 		if f.shard < 0 {
 			f.shard, f.shardTotal = 0, 0
 		}
@@ -118,23 +118,62 @@ func (s store) duePending(ctx context.Context, q interface {
 		f.job, f.pending = &j, true
 		fires, dues = append(fires, &f), append(dues, due)
 	}
-	return fires, dues, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, nil, storeErr(err, "read pending fires")
+	}
+	return fires, dues, nil
 }
 
 // deletePending removes a dispatched (or obsolete) pending fire.
 func (s store) deletePending(ctx context.Context, k pendingKey) error {
-	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4
-		AND parent_job_id = $5`), k.job, k.fireMs, k.shard, k.attempt, k.parent)
+	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires`+pendingWhere), pendingArgs(k)...)
 	if err != nil {
-		return fmt.Errorf("delete pending fire %s: %w", k.triggerID(), err)
+		return storeErr(err, "delete pending fire %s", k.triggerID())
 	}
 	return nil
+}
+
+// pendingWhere names one pending fire by $1-$5 (pendingArgs).
+const pendingWhere = ` WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4 AND parent_job_id = $5`
+
+// pendingArgs are pendingWhere's arguments for k.
+func pendingArgs(k pendingKey) []any { return []any{k.job, k.fireMs, k.shard, k.attempt, k.parent} }
+
+// setPendingDue moves, inside tx, pending fire k's due time to dueMs, only while it is fromMs
+// when fromMs is not 0; it reports whether the row was there (and moved).
+func (s store) setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error) {
+	q, args := `UPDATE pending_fires SET due_ms = $6`+pendingWhere, append(pendingArgs(k), dueMs)
+	if fromMs != 0 {
+		q, args = q+` AND due_ms = $7`, append(args, fromMs)
+	}
+	res, err := tx.ExecContext(ctx, s.db.Q(q), args...)
+	if err != nil {
+		return false, storeErr(err, "move pending fire %s", k.triggerID())
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, storeErr(err, "move pending fire %s", k.triggerID())
+	}
+	return n > 0, nil
+}
+
+// dropPending deletes, inside tx, pending fire k; it reports whether the row was there.
+func (s store) dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires`+pendingWhere), pendingArgs(k)...)
+	if err != nil {
+		return false, storeErr(err, "drop pending fire %s", k.triggerID())
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, storeErr(err, "drop pending fire %s", k.triggerID())
+	}
+	return n > 0, nil
 }
 
 // pruneTombstones forgets, inside the fenced tx, tombstones older than an hour.
 func (s store) pruneTombstones(ctx context.Context, tx *sql.Tx, nowMs int64) error {
 	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM job_tombstones WHERE deleted_ms < $1`), nowMs-time.Hour.Milliseconds()); err != nil {
-		return fmt.Errorf("prune job tombstones: %w", err)
+		return storeErr(err, "prune job tombstones")
 	}
 	return nil
 }
@@ -143,18 +182,21 @@ func (s store) pruneTombstones(ctx context.Context, tx *sql.Tx, nowMs int64) err
 func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int64, error) {
 	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT job_id FROM job_tombstones WHERE deleted_ms >= $1`), ms)
 	if err != nil {
-		return nil, fmt.Errorf("read deleted jobs: %w", err)
+		return nil, storeErr(err, "read deleted jobs")
 	}
 	defer rows.Close()
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("read deleted jobs: %w", err)
+			return nil, storeErr(err, "read deleted jobs")
 		}
 		ids = append(ids, id)
 	}
-	return ids, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, storeErr(err, "read deleted jobs")
+	}
+	return ids, nil
 }
 
 // armPending arms a pending fire at dueMs unless this leadership already has.
@@ -211,7 +253,12 @@ func (l *engine) disarmEntry(e ringEntry) {
 // and one that several may hold is claimed until they say (resolveDoubts).
 func (l *engine) takeOverPending(ctx context.Context) error {
 	s := l.s
-	fires, _, err := s.jobs.duePending(ctx, s.store, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
+	tx, err := s.jobs.begin(ctx)
+	if err != nil {
+		return err
+	}
+	fires, _, err := s.jobs.duePending(ctx, tx, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
+	tx.Rollback() // a read only
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	// is not due again at the next scans: a job that fires every second is read and advanced
 	// (a job_state row version) once per window instead of once per scan.
 	armTo := horizon + s.cfg.PreReadWindow.Milliseconds()
-	tx, err := s.store.BeginTx(ctx, nil)
+	tx, err := s.jobs.begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pre-read: %w", err)
 	}
@@ -85,10 +85,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		if err != nil {
 			// Stored schedules were validated; one that no longer parses is stopped, not retried forever.
 			s.log.Error("stopping job with an unreadable schedule", "job_id", j.ID, "error", err)
-			if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE jobs SET status = 1 WHERE id = $1`), j.ID); err != nil {
-				return 0, fmt.Errorf("pre-read: %w", err)
-			}
-			if err := s.jobs.setNextFire(ctx, tx, j.ID, 0); err != nil {
+			if err := s.jobs.stopJob(ctx, tx, j.ID); err != nil {
 				return 0, fmt.Errorf("pre-read: %w", err)
 			}
 			continue
@@ -147,8 +144,8 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
 		return 0, err
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("pre-read commit: %w", err)
+	if err := s.jobs.commit(tx); err != nil {
+		return 0, fmt.Errorf("pre-read: %w", err)
 	}
 	committed = true
 	for _, e := range armed {
@@ -202,7 +199,7 @@ func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) erro
 			old := e.Value.job
 			// A retry or child fire outlives a stop or a new schedule (as a manual trigger
 			// would); a scheduled fire does not.
-			if !e.Value.pending && (j.Status != schedulerv1.JobStatus_JOB_STATUS_RUNNING || j.ScheduleType != old.ScheduleType ||
+			if !e.Value.pending && (j.Status != jobRunning || j.ScheduleType != old.ScheduleType ||
 				j.ScheduleExpr != old.ScheduleExpr || j.TimeZone != old.TimeZone) {
 				l.disarmEntry(e)
 				continue

@@ -44,7 +44,7 @@ func BenchmarkPreRead(b *testing.B) {
 	}
 	clk := clock.NewFake(now)
 	s := &Service{cfg: Config{PreReadWindow: 5 * time.Second, PreReadBatch: due, MisfireThreshold: 5 * time.Second, ReplicaID: "bench"},
-		log: slog.New(slog.DiscardHandler), clk: clk, store: d, jobs: store{d}}
+		log: slog.New(slog.DiscardHandler), clk: clk, jobs: store{d}}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
 func TestFiresInWindow(t *testing.T) {
@@ -28,49 +29,49 @@ func TestFiresInWindow(t *testing.T) {
 	}{
 		{
 			name:      "1 s FIX_RATE arms every fire in the window",
-			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "1s", NextFireMs: ms(500 * time.Millisecond)},
+			job:       jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "1s", NextFireMs: ms(500 * time.Millisecond)},
 			wantFires: []int64{ms(500 * time.Millisecond), ms(1500 * time.Millisecond), ms(2500 * time.Millisecond), ms(3500 * time.Millisecond), ms(4500 * time.Millisecond)},
 			wantNext:  ms(5500 * time.Millisecond),
 		},
 		{
 			name:      "slightly late fires still fire at their own time",
-			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-3 * time.Second)},
+			job:       jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-3 * time.Second)},
 			wantFires: []int64{ms(-3 * time.Second)},
 			wantNext:  ms(7 * time.Second),
 		},
 		{
 			name:        "misfire DO_NOTHING skips and carries on from now",
-			job:         jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING},
+			job:         jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING},
 			wantSkipped: []int64{ms(-time.Minute)},
 			wantNext:    ms(10 * time.Second),
 		},
 		{
 			name:        "misfire FIRE_ONCE_NOW runs once now as the late fire",
-			job:         jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW},
+			job:         jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW},
 			wantOnceNow: ms(-time.Minute),
 			wantNext:    ms(10 * time.Second),
 		},
 		{
 			name:        "misfire of a FIX_DELAY job skips and waits for the skip's completion",
-			job:         jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, ScheduleExpr: "10s", NextFireMs: ms(-6 * time.Second)},
+			job:         jobRow{ScheduleType: schedule.FixDelay, ScheduleExpr: "10s", NextFireMs: ms(-6 * time.Second)},
 			wantSkipped: []int64{ms(-6 * time.Second)},
 			wantNext:    0,
 		},
 		{
 			name:      "a fire exactly the threshold late is on time",
-			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, ScheduleExpr: "10s", NextFireMs: ms(-5 * time.Second)},
+			job:       jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-5 * time.Second)},
 			wantFires: []int64{ms(-5 * time.Second), ms(5 * time.Second)},
 			wantNext:  ms(15 * time.Second),
 		},
 		{
 			name:      "FIX_DELAY arms one fire and waits for its completion",
-			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY, ScheduleExpr: "1s", NextFireMs: ms(time.Second)},
+			job:       jobRow{ScheduleType: schedule.FixDelay, ScheduleExpr: "1s", NextFireMs: ms(time.Second)},
 			wantFires: []int64{ms(time.Second)},
 			wantNext:  0,
 		},
 		{
 			name:      "ONCE fires and has no next",
-			job:       jobRow{ScheduleType: schedulerv1.ScheduleType_SCHEDULE_TYPE_ONCE, ScheduleExpr: now.Add(2 * time.Second).Format(time.RFC3339), NextFireMs: ms(2 * time.Second)},
+			job:       jobRow{ScheduleType: schedule.Once, ScheduleExpr: now.Add(2 * time.Second).Format(time.RFC3339), NextFireMs: ms(2 * time.Second)},
 			wantFires: []int64{ms(2 * time.Second)},
 			wantNext:  0,
 		},

@@ -217,8 +217,7 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	clk      clock.Clock
-	store    *db.DB
-	jobs     store
+	jobs     jobStore
 	etcd     *clientv3.Client
 	logs     logsv1.LogServiceClient
 	groups   *routeView
@@ -265,7 +264,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("scheduler: store, etcd, registry, ingest and logs clients are required")
 	}
 	s := &Service{
-		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, store: deps.Store, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
+		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
 		groups: newRouteView(deps.Registry, cfg.Logger, credentialKey(cfg.DeliverySecret)),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}

@@ -16,10 +16,8 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
-
-// errDeposed: a scheduling write was fenced off because a newer leader holds the epoch.
-var errDeposed = errors.New("deposed: a newer leader holds the scheduling fence")
 
 // maxGlueVersions is how many GLUE versions a job keeps, as XXL-JOB does.
 const maxGlueVersions = 30
@@ -31,7 +29,7 @@ type jobRow struct {
 	Name            string
 	Author          string
 	AlarmEmails     string
-	ScheduleType    schedulerv1.ScheduleType
+	ScheduleType    schedule.Type
 	ScheduleExpr    string
 	TimeZone        string
 	Misfire         schedulerv1.MisfireStrategy
@@ -48,7 +46,7 @@ type jobRow struct {
 	GlueRemark      string
 	GlueUpdatedMs   int64
 	ChildJobIDs     string
-	Status          schedulerv1.JobStatus
+	Status          jobStatus
 	LastFireMs      int64
 	NextFireMs      int64
 	Version         int64
@@ -91,18 +89,90 @@ func nullMs(ms int64) any {
 	return ms
 }
 
-// store is the scheduler's SQL.
+// jobStore is the scheduler's storage: what the jobs API (apiStore) and the partition engines
+// (engineStore) ask of it. Its errors are translated (storeErr): callers test them with
+// errors.Is against apierr's and the package's errors (errDeposed, errDuplicate,
+// errRetryable), never against a driver's. Its SQL names the package's enums (enums.go).
+type jobStore interface {
+	apiStore
+	engineStore
+}
+
+// apiStore is what the jobs API reads and writes: whole jobs, by id or by search.
+type apiStore interface {
+	get(ctx context.Context, id int64) (*jobRow, error)
+	insert(ctx context.Context, j *jobRow, partitions int) (int64, error)
+	update(ctx context.Context, j *jobRow, setNext, saveGlue bool) error
+	delete(ctx context.Context, id, nowMs int64) error
+	list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error)
+	glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.GlueVersion, error)
+	reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64, error)
+}
+
+// engineStore is what a partition engine reads and writes. Scheduling writes run in a
+// transaction from begin that opens with fence (or fenceAll, for several partitions at once):
+// errDeposed when a newer leader holds the partition.
+type engineStore interface {
+	begin(ctx context.Context) (*sql.Tx, error)
+	commit(tx *sql.Tx) error
+	fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error
+	fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder string) (deposed []int, err error)
+	raiseFence(ctx context.Context, part int, epoch int64, holder string) error
+	indexPlans(ctx context.Context, tx *sql.Tx) error
+	assignPartitions(ctx context.Context, count int) (int64, error)
+
+	// The pre-read and the takeover.
+	due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error)
+	changedSince(ctx context.Context, tx *sql.Tx, ms int64, keep func(id int64) bool) ([]*jobRow, error)
+	advanceAll(ctx context.Context, tx *sql.Tx, as []advance) (map[int64]bool, error)
+	markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64) error
+	armed(ctx context.Context, part int) ([]armedJob, error)
+	stopJob(ctx context.Context, tx *sql.Tx, id int64) error
+	pruneTombstones(ctx context.Context, tx *sql.Tx, nowMs int64) error
+	tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int64, error)
+
+	// Completions.
+	getMany(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error)
+	getActing(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error)
+	planNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error
+	cursor(ctx context.Context, part int) (int64, error)
+	saveCursors(ctx context.Context, tx *sql.Tx, terms []term, cursor int64) error
+
+	// Pending fires: retries, child fires, FIRE_ONCE_NOW runs.
+	addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error
+	duePending(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
+	setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error)
+	dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool, error)
+	deletePending(ctx context.Context, k pendingKey) error
+}
+
+var _ jobStore = store{}
+
+// store is the scheduler's SQL, the jobStore of a *db.DB (Postgres or SQLite).
 type store struct{ db *db.DB }
 
-func (s store) get(ctx context.Context, q interface {
+// begin starts a transaction, for the store's methods that take one (a fenced scheduling
+// transaction opens with fence or fenceAll).
+func (s store) begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, storeErr(err, "begin")
+	}
+	return tx, nil
+}
+
+// get reads a job; apierr.ErrJobNotFound when there is none.
+func (s store) get(ctx context.Context, id int64) (*jobRow, error) {
+	return s.getIn(ctx, s.db, id)
+}
+
+// getIn is get inside q (the store or a transaction).
+func (s store) getIn(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, id int64) (*jobRow, error) {
 	j, err := scanJob(q.QueryRowContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id = $1`), id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("job %d: %w", id, apierr.ErrJobNotFound)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("read job %d: %w", id, err)
+		return nil, storeErr(err, "job %d", id)
 	}
 	return j, nil
 }
@@ -115,7 +185,7 @@ func (s store) getMany(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]
 
 // actsOnCompletion is the condition on a job whose runs' completions ask something of the
 // scheduler: child jobs to fire, retries to arm, or (FIX_DELAY) the next fire to schedule.
-var actsOnCompletion = fmt.Sprintf(`(child_job_ids <> '' OR retry_count > 0 OR schedule_type = %d)`, schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_DELAY)
+var actsOnCompletion = `(child_job_ids <> '' OR retry_count > 0 OR schedule_type = ` + sqlConst(schedule.FixDelay) + `)`
 
 // getActing is getMany of the jobs among ids that act on their runs' completions
 // (actsOnCompletion): for most jobs a completion asks nothing, and reading their whole row for
@@ -139,18 +209,18 @@ func (s store) getManyWhere(ctx context.Context, tx *sql.Tx, ids []int64, cond s
 		rows, err = tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id IN (SELECT value FROM json_each($1))`+cond), string(list))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+		return nil, storeErr(err, "read %d jobs", len(ids))
 	}
 	defer rows.Close()
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
-			return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+			return nil, storeErr(err, "read %d jobs", len(ids))
 		}
 		out[j.ID] = j
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+		return nil, storeErr(err, "read %d jobs", len(ids))
 	}
 	return out, nil
 }
@@ -160,7 +230,7 @@ func (s store) getManyWhere(ctx context.Context, tx *sql.Tx, ids []int64, cond s
 func (s store) insert(ctx context.Context, j *jobRow, count int) (int64, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("create job: %w", err)
+		return 0, storeErr(err, "create job")
 	}
 	defer tx.Rollback()
 	var id int64
@@ -174,18 +244,21 @@ func (s store) insert(ctx context.Context, j *jobRow, count int) (int64, error) 
 		j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs, j.GlueType,
 		j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, j.CreateMs).Scan(&id)
 	if err != nil {
-		return 0, fmt.Errorf("create job: %w", err)
+		return 0, storeErr(err, "create job")
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO job_state (job_id, next_fire_ms, part) VALUES ($1, $2, $3)`),
 		id, nullMs(j.NextFireMs), partition.PartitionOf(id, count)); err != nil {
-		return 0, fmt.Errorf("create job: %w", err)
+		return 0, storeErr(err, "create job")
 	}
 	if isScript(j.GlueType) {
 		if err := s.saveGlue(ctx, tx, id, j); err != nil {
 			return 0, err
 		}
 	}
-	return id, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return 0, storeErr(err, "create job")
+	}
+	return id, nil
 }
 
 // update writes every mutable column if the stored version is still j.Version; the version is
@@ -195,7 +268,7 @@ func (s store) insert(ctx context.Context, j *jobRow, count int) (int64, error) 
 func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("update job %d: %w", j.ID, err)
+		return storeErr(err, "update job %d", j.ID)
 	}
 	defer tx.Rollback()
 	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET group_id=$3, name=$4, author=$5, alarm_emails=$6, schedule_type=$7,
@@ -208,10 +281,10 @@ func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) er
 		j.Route, j.Handler, j.Params, j.Block, j.TimeoutSeconds, j.RetryCount, j.RetryBackoff, j.RetryIntervalMs,
 		j.GlueType, j.GlueSource, j.GlueRemark, j.GlueUpdatedMs, j.ChildJobIDs, j.Status, j.UpdateMs)
 	if err != nil {
-		return fmt.Errorf("update job %d: %w", j.ID, err)
+		return storeErr(err, "update job %d", j.ID)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.get(ctx, tx, j.ID); err != nil {
+		if _, err := s.getIn(ctx, tx, j.ID); err != nil {
 			return err
 		}
 		return fmt.Errorf("job %d changed since version %d was read: %w", j.ID, j.Version, apierr.ErrVersionConflict)
@@ -226,13 +299,43 @@ func (s store) update(ctx context.Context, j *jobRow, setNext, saveGlue bool) er
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return storeErr(err, "update job %d", j.ID)
+	}
+	return nil
 }
 
 // setNextFire sets a job's next fire (0: none) inside tx.
 func (s store) setNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error {
 	if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE job_state SET next_fire_ms = $2 WHERE job_id = $1`), id, nullMs(ms)); err != nil {
-		return fmt.Errorf("set next fire of job %d: %w", id, err)
+		return storeErr(err, "set next fire of job %d", id)
+	}
+	return nil
+}
+
+// commit commits tx, its failure translated (a lost race is errRetryable).
+func (s store) commit(tx *sql.Tx) error {
+	if err := tx.Commit(); err != nil {
+		return storeErr(err, "commit")
+	}
+	return nil
+}
+
+// stopJob stops a job inside tx, with no next fire, leaving its version: the pre-read stops a
+// job whose stored schedule no longer parses.
+func (s store) stopJob(ctx context.Context, tx *sql.Tx, id int64) error {
+	if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE jobs SET status = `+sqlConst(jobStopped)+` WHERE id = $1`), id); err != nil {
+		return storeErr(err, "stop job %d", id)
+	}
+	return s.setNextFire(ctx, tx, id, 0)
+}
+
+// planNextFire sets, inside tx, the next fire of a running job that has none (FIX_DELAY's next
+// fire after a run ended); it leaves one already planned, and a stopped job, alone.
+func (s store) planNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error {
+	if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE job_state SET next_fire_ms = $2 WHERE job_id = $1 AND next_fire_ms IS NULL
+		AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = $1 AND jobs.status = `+sqlConst(jobRunning)+`)`), id, ms); err != nil {
+		return storeErr(err, "plan the next fire of job %d", id)
 	}
 	return nil
 }
@@ -243,12 +346,12 @@ func (s store) saveGlue(ctx context.Context, tx *sql.Tx, id int64, j *jobRow) er
 		SELECT $1, COALESCE(MAX(version), 0) + 1, $2, $3, $4, $5 FROM glue_versions WHERE job_id = $1`),
 		id, j.GlueType, j.GlueSource, j.GlueRemark, j.UpdateMs)
 	if err != nil {
-		return fmt.Errorf("save glue version of job %d: %w", id, err)
+		return storeErr(err, "save glue version of job %d", id)
 	}
 	_, err = tx.ExecContext(ctx, s.db.Q(`DELETE FROM glue_versions WHERE job_id = $1 AND version <=
 		(SELECT MAX(version) FROM glue_versions WHERE job_id = $1) - $2`), id, maxGlueVersions)
 	if err != nil {
-		return fmt.Errorf("prune glue versions of job %d: %w", id, err)
+		return storeErr(err, "prune glue versions of job %d", id)
 	}
 	return nil
 }
@@ -259,33 +362,36 @@ func (s store) saveGlue(ctx context.Context, tx *sql.Tx, id int64, j *jobRow) er
 func (s store) delete(ctx context.Context, id, nowMs int64) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("delete job %d: %w", id, err)
+		return storeErr(err, "delete job %d", id)
 	}
 	defer tx.Rollback()
 	res, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM jobs WHERE id = $1`), id)
 	if err != nil {
-		return fmt.Errorf("delete job %d: %w", id, err)
+		return storeErr(err, "delete job %d", id)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("job %d: %w", id, apierr.ErrJobNotFound)
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM glue_versions WHERE job_id = $1`), id); err != nil {
-		return fmt.Errorf("delete glue versions of job %d: %w", id, err)
+		return storeErr(err, "delete glue versions of job %d", id)
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM pending_fires WHERE job_id = $1`), id); err != nil {
-		return fmt.Errorf("delete pending fires of job %d: %w", id, err)
+		return storeErr(err, "delete pending fires of job %d", id)
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO job_tombstones (job_id, deleted_ms) VALUES ($1, $2)
 		ON CONFLICT (job_id) DO UPDATE SET deleted_ms = excluded.deleted_ms`), id, nowMs); err != nil {
-		return fmt.Errorf("delete job %d: %w", id, err)
+		return storeErr(err, "delete job %d", id)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return storeErr(err, "delete job %d", id)
+	}
+	return nil
 }
 
 // jobFilter is ListJobs' search.
 type jobFilter struct {
 	GroupID               int64
-	Status                schedulerv1.JobStatus
+	Status                jobStatus
 	Name, Handler, Author string
 	Limit                 int
 	Skip                  int   // rows passed over before the page (jump to a page by number)
@@ -300,30 +406,33 @@ func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) 
 	args := []any{f.GroupID, f.Status, db.Contains(f.Name), db.Contains(f.Handler), db.Contains(f.Author)}
 	var total int64
 	if err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM jobs WHERE `+where), args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count jobs: %w", err)
+		return nil, 0, storeErr(err, "count jobs")
 	}
 	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE `+where+`
 		AND ($6 = 0 OR id < $6) ORDER BY id DESC LIMIT $7 OFFSET $8`), append(args, f.BeforeID, f.Limit, f.Skip)...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list jobs: %w", err)
+		return nil, 0, storeErr(err, "list jobs")
 	}
 	defer rows.Close()
 	var out []*jobRow
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
-			return nil, 0, fmt.Errorf("list jobs: %w", err)
+			return nil, 0, storeErr(err, "list jobs")
 		}
 		out = append(out, j)
 	}
-	return out, total, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, 0, storeErr(err, "list jobs")
+	}
+	return out, total, nil
 }
 
 func (s store) glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.GlueVersion, error) {
 	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT version, glue_type, glue_source, glue_remark, create_ms
 		FROM glue_versions WHERE job_id = $1 ORDER BY version DESC`), jobID)
 	if err != nil {
-		return nil, fmt.Errorf("list glue versions of job %d: %w", jobID, err)
+		return nil, storeErr(err, "list glue versions of job %d", jobID)
 	}
 	defer rows.Close()
 	var out []*schedulerv1.GlueVersion
@@ -333,12 +442,15 @@ func (s store) glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.Gl
 			ms int64
 		)
 		if err := rows.Scan(&v.Version, &v.GlueType, &v.GlueSource, &v.GlueRemark, &ms); err != nil {
-			return nil, fmt.Errorf("list glue versions of job %d: %w", jobID, err)
+			return nil, storeErr(err, "list glue versions of job %d", jobID)
 		}
 		v.CreateTime = tsMs(ms)
 		out = append(out, &v)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, storeErr(err, "list glue versions of job %d", jobID)
+	}
+	return out, nil
 }
 
 // fence raises partition part's fence to epoch inside tx, or fails with errDeposed when a newer
@@ -348,7 +460,7 @@ func (s store) glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.Gl
 func (s store) fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error {
 	res, err := tx.ExecContext(ctx, s.db.Q(fenceQuery), part, epoch, holder)
 	if err != nil {
-		return fmt.Errorf("fence partition %d: %w", part, err)
+		return storeErr(err, "fence partition %d", part)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("partition %d: %w", part, errDeposed)
@@ -377,7 +489,7 @@ func (s store) fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder st
 			ON CONFLICT (part) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder
 			WHERE partition_fence.epoch <= excluded.epoch`, parts, epochs, holder)
 		if err != nil {
-			return nil, fmt.Errorf("fence %d partitions: %w", len(terms), err)
+			return nil, storeErr(err, "fence %d partitions", len(terms))
 		}
 		if n, _ := res.RowsAffected(); int(n) == len(terms) {
 			return nil, nil
@@ -397,7 +509,7 @@ func (s store) fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder st
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT part, epoch FROM partition_fence WHERE part = ANY($1)`, partsOf(terms))
 	if err != nil {
-		return nil, fmt.Errorf("read partition fences: %w", err)
+		return nil, storeErr(err, "read partition fences")
 	}
 	defer rows.Close()
 	held := map[int]int64{}
@@ -405,12 +517,12 @@ func (s store) fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder st
 		var p int
 		var e int64
 		if err := rows.Scan(&p, &e); err != nil {
-			return nil, fmt.Errorf("read partition fences: %w", err)
+			return nil, storeErr(err, "read partition fences")
 		}
 		held[p] = e
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read partition fences: %w", err)
+		return nil, storeErr(err, "read partition fences")
 	}
 	for _, t := range terms {
 		if held[t.part] > t.epoch {
@@ -446,7 +558,7 @@ func (s store) indexPlans(ctx context.Context, tx *sql.Tx) error {
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, db.IndexPlans); err != nil {
-		return fmt.Errorf("index plans: %w", err)
+		return storeErr(err, "index plans")
 	}
 	return nil
 }
@@ -456,14 +568,14 @@ func (s store) indexPlans(ctx context.Context, tx *sql.Tx) error {
 func (s store) raiseFence(ctx context.Context, part int, epoch int64, holder string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("fence: %w", err)
+		return storeErr(err, "fence")
 	}
 	defer tx.Rollback()
 	if err := s.fence(ctx, tx, part, epoch, holder); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fence: %w", err)
+		return storeErr(err, "fence")
 	}
 	return nil
 }
@@ -471,7 +583,7 @@ func (s store) raiseFence(ctx context.Context, part int, epoch int64, holder str
 // dueQuery reads the running jobs of partition $3 whose next fire is at or before $1, at most $2,
 // soonest first.
 var dueQuery = `SELECT ` + jobColumns + ` FROM job_state JOIN jobs ON jobs.id = job_state.job_id
-	WHERE job_state.part = $3 AND next_fire_ms <= $1 AND status = ` + strconv.Itoa(int(schedulerv1.JobStatus_JOB_STATUS_RUNNING)) + `
+	WHERE job_state.part = $3 AND next_fire_ms <= $1 AND status = ` + sqlConst(jobRunning) + `
 	ORDER BY next_fire_ms LIMIT $2`
 
 // due reads, inside the fenced tx, partition part's running jobs whose next fire is at or before horizonMs, from
@@ -481,18 +593,21 @@ var dueQuery = `SELECT ` + jobColumns + ` FROM job_state JOIN jobs ON jobs.id = 
 func (s store) due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error) {
 	rows, err := tx.QueryContext(ctx, s.db.Q(dueQuery), horizonMs, limit, part)
 	if err != nil {
-		return nil, fmt.Errorf("pre-read: %w", err)
+		return nil, storeErr(err, "pre-read")
 	}
 	defer rows.Close()
 	var out []*jobRow
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
-			return nil, fmt.Errorf("pre-read: %w", err)
+			return nil, storeErr(err, "pre-read")
 		}
 		out = append(out, j)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, storeErr(err, "pre-read")
+	}
+	return out, nil
 }
 
 // changedSince reads, inside the fenced tx, the jobs changed through the API at or after ms
@@ -502,21 +617,21 @@ func (s store) due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, l
 func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64, keep func(id int64) bool) ([]*jobRow, error) {
 	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT id FROM jobs WHERE update_ms >= $1`), ms)
 	if err != nil {
-		return nil, fmt.Errorf("read changed jobs: %w", err)
+		return nil, storeErr(err, "read changed jobs")
 	}
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read changed jobs: %w", err)
+			return nil, storeErr(err, "read changed jobs")
 		}
 		if keep(id) {
 			ids = append(ids, id)
 		}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("read changed jobs: %w", err)
+		return nil, storeErr(err, "read changed jobs")
 	}
 	out := make([]*jobRow, 0, len(ids))
 	for len(ids) > 0 {
@@ -524,7 +639,7 @@ func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64, keep func
 		ids = ids[len(chunk):]
 		m, err := s.getMany(ctx, tx, chunk)
 		if err != nil {
-			return nil, fmt.Errorf("read changed jobs: %w", err)
+			return nil, storeErr(err, "read changed jobs")
 		}
 		for _, id := range chunk {
 			if j := m[id]; j != nil {
@@ -569,31 +684,31 @@ func (s store) advanceAll(ctx context.Context, tx *sql.Tx, as []advance) (map[in
 		}
 		rows, err := tx.QueryContext(ctx, advanceAllPG, ids, reads, lasts, nexts, armed)
 		if err != nil {
-			return nil, fmt.Errorf("advance %d jobs: %w", len(as), err)
+			return nil, storeErr(err, "advance %d jobs", len(as))
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var id int64
 			if err := rows.Scan(&id); err != nil {
-				return nil, fmt.Errorf("advance %d jobs: %w", len(as), err)
+				return nil, storeErr(err, "advance %d jobs", len(as))
 			}
 			done[id] = true
 		}
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("advance %d jobs: %w", len(as), err)
+			return nil, storeErr(err, "advance %d jobs", len(as))
 		}
 		return done, nil
 	}
 	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE job_state SET last_fire_ms = COALESCE($3, last_fire_ms), next_fire_ms = $4,
 		armed_from_ms = $5 WHERE job_id = $1 AND next_fire_ms = $2`))
 	if err != nil {
-		return nil, fmt.Errorf("advance jobs: %w", err)
+		return nil, storeErr(err, "advance jobs")
 	}
 	defer stmt.Close()
 	for _, a := range as {
 		res, err := stmt.ExecContext(ctx, a.id, a.readMs, nullMs(a.lastMs), nullMs(a.nextMs), nullMs(a.armedFromMs))
 		if err != nil {
-			return nil, fmt.Errorf("advance job %d: %w", a.id, err)
+			return nil, storeErr(err, "advance job %d", a.id)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			done[a.id] = true
@@ -614,18 +729,18 @@ func (s store) markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64)
 		}
 		_, err := tx.ExecContext(ctx, markArmedPG, ids, ms)
 		if err != nil {
-			return fmt.Errorf("mark armed fires of %d jobs: %w", len(marks), err)
+			return storeErr(err, "mark armed fires of %d jobs", len(marks))
 		}
 		return nil
 	}
 	stmt, err := tx.PrepareContext(ctx, s.db.Q(`UPDATE job_state SET armed_from_ms = $2 WHERE job_id = $1`))
 	if err != nil {
-		return fmt.Errorf("mark armed fires: %w", err)
+		return storeErr(err, "mark armed fires")
 	}
 	defer stmt.Close()
 	for id, ms := range marks {
 		if _, err := stmt.ExecContext(ctx, id, nullMs(ms)); err != nil {
-			return fmt.Errorf("mark armed fires of job %d: %w", id, err)
+			return storeErr(err, "mark armed fires of job %d", id)
 		}
 	}
 	return nil
@@ -644,7 +759,7 @@ func (s store) armed(ctx context.Context, part int) ([]armedJob, error) {
 	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+`, armed_from_ms FROM job_state JOIN jobs ON jobs.id = job_state.job_id
 		WHERE armed_from_ms IS NOT NULL AND job_state.part = $1`), part)
 	if err != nil {
-		return nil, fmt.Errorf("read armed jobs: %w", err)
+		return nil, storeErr(err, "read armed jobs")
 	}
 	defer rows.Close()
 	var out []armedJob
@@ -652,11 +767,14 @@ func (s store) armed(ctx context.Context, part int) ([]armedJob, error) {
 		var j jobRow
 		var a int64
 		if err := rows.Scan(append(jobFields(&j), &a)...); err != nil {
-			return nil, fmt.Errorf("read armed jobs: %w", err)
+			return nil, storeErr(err, "read armed jobs")
 		}
 		out = append(out, armedJob{&j, a})
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, storeErr(err, "read armed jobs")
+	}
+	return out, nil
 }
 
 func encodeCursor(id int64) string {
@@ -714,7 +832,7 @@ func (s store) reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64
 			THEN manual_fires.last_ms + 1 ELSE excluded.last_ms END
 			RETURNING last_ms`), jobID, nowMs).Scan(&ms)
 		if err != nil {
-			return 0, fmt.Errorf("reserve manual trigger of job %d: %w", jobID, err)
+			return 0, storeErr(err, "reserve manual trigger of job %d", jobID)
 		}
 		if ms%1000 != 0 {
 			return ms, nil
@@ -729,7 +847,7 @@ func (s store) reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64
 func (s store) assignPartitions(ctx context.Context, count int) (int64, error) {
 	res, err := s.db.ExecContext(ctx, s.db.Q(`UPDATE job_state SET part = job_id % $1 WHERE part <> job_id % $1`), count)
 	if err != nil {
-		return 0, fmt.Errorf("assign jobs to %d partitions: %w", count, err)
+		return 0, storeErr(err, "assign jobs to %d partitions", count)
 	}
 	n, _ := res.RowsAffected()
 	return n, nil
@@ -742,7 +860,7 @@ func (s store) cursor(ctx context.Context, part int) (int64, error) {
 	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COALESCE((SELECT cursor FROM partition_cursor WHERE part = $1),
 		(SELECT cursor FROM completion_cursor WHERE id = 1), 0)`), part).Scan(&c)
 	if err != nil {
-		return 0, fmt.Errorf("read completion cursor of partition %d: %w", part, err)
+		return 0, storeErr(err, "read completion cursor of partition %d", part)
 	}
 	return c, nil
 }
@@ -755,13 +873,13 @@ func (s store) saveCursors(ctx context.Context, tx *sql.Tx, terms []term, cursor
 		_, err := tx.ExecContext(ctx, `INSERT INTO partition_cursor (part, cursor) SELECT u.part, $2 FROM unnest($1::int[]) AS u(part)
 			ON CONFLICT (part) DO UPDATE SET cursor = excluded.cursor WHERE partition_cursor.cursor < excluded.cursor`, partsOf(terms), cursor)
 		if err != nil {
-			return fmt.Errorf("save completion cursors: %w", err)
+			return storeErr(err, "save completion cursors")
 		}
 		return nil
 	}
 	for _, t := range terms {
 		if _, err := tx.ExecContext(ctx, s.db.Q(q), t.part, cursor); err != nil {
-			return fmt.Errorf("save completion cursor of partition %d: %w", t.part, err)
+			return storeErr(err, "save completion cursor of partition %d", t.part)
 		}
 	}
 	return nil

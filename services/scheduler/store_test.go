@@ -17,6 +17,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
 func TestFenceRefusesAnOlderEpoch(t *testing.T) {
@@ -217,8 +218,8 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 			ctx := context.Background()
 			var ids []int64
 			for i := range 3 {
-				j := &jobRow{GroupID: 1, Name: "j", ScheduleType: 3, ScheduleExpr: "1s", Misfire: 1, Route: 1, Block: 1,
-					RetryBackoff: 1, GlueType: 1, Handler: "h", Status: 2, NextFireMs: 1000 + int64(i)}
+				j := &jobRow{GroupID: 1, Name: "j", ScheduleType: schedule.FixRate, ScheduleExpr: "1s", Misfire: 1, Route: 1, Block: 1,
+					RetryBackoff: 1, GlueType: 1, Handler: "h", Status: jobRunning, NextFireMs: 1000 + int64(i)}
 				id, err := s.insert(ctx, j, 1)
 				if err != nil {
 					t.Fatal(err)
@@ -274,7 +275,7 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 				t.Errorf("advanced %v, want only job %d", done, ids[0])
 			}
 			for i, want := range []int64{61000, 9000, 0} {
-				j, err := s.get(ctx, d, ids[i])
+				j, err := s.get(ctx, ids[i])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -298,8 +299,8 @@ func TestGetManyReadsTheNamedJobs(t *testing.T) {
 			ctx := context.Background()
 			var ids []int64
 			for i := range 5 {
-				id, err := s.insert(ctx, &jobRow{GroupID: 1, Name: "j" + string(rune('a'+i)), ScheduleType: 3, ScheduleExpr: "1s",
-					Misfire: 1, Route: 1, Block: 1, RetryBackoff: 1, GlueType: 1, Status: 2, ChildJobIDs: "7,8", NextFireMs: int64(1000 + i)}, 1)
+				id, err := s.insert(ctx, &jobRow{GroupID: 1, Name: "j" + string(rune('a'+i)), ScheduleType: schedule.FixRate, ScheduleExpr: "1s",
+					Misfire: 1, Route: 1, Block: 1, RetryBackoff: 1, GlueType: 1, Status: jobRunning, ChildJobIDs: "7,8", NextFireMs: int64(1000 + i)}, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -318,7 +319,7 @@ func TestGetManyReadsTheNamedJobs(t *testing.T) {
 				t.Fatalf("getMany = %v, want jobs %d and %d", got, ids[0], ids[3])
 			}
 			for _, id := range []int64{ids[0], ids[3]} {
-				want, err := s.get(ctx, tx, id)
+				want, err := s.getIn(ctx, tx, id)
 				if err != nil {
 					t.Fatal(err)
 				}
