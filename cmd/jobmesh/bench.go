@@ -97,7 +97,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.integer(&cfg.Jobs, "jobs", 0, "scale: `count` of jobs stored (default 1000000)")
 	f.integer(&cfg.APIJobs, "api-jobs", 0, "scale: `count` of jobs created through the API, the rest by SQL (default 1000)")
 	f.str(&cfg.PreReadMetric, "preread-metric", "", "scale: `name` of the schedulers' Prometheus histogram of pre-read scan seconds")
-	f.integer(&cfg.Kills, "kills", 0, "failover: `count` of leader kills (default 20)")
+	f.integer(&cfg.Kills, "kills", 0, "failover: `count` of SIGKILLs of random scheduler replicas (default 20)")
 	f.dur(&cfg.KillEvery, "kill-every", 0, "failover: mean time between kills, uniformly half to one and a half of it (default 2s)")
 	f.integer(&seed, "seed", 0, "failover: kill schedule `seed`; 0 picks one (reported)")
 	f.float(&cfg.StartRate, "start-rate", 0, "ramp: first `rate` (default 1000)")

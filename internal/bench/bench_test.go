@@ -216,7 +216,7 @@ func TestMarkdown(t *testing.T) {
 			Held:      &held, Why: "10 lost", LostSamples: []string{"job 1 scheduled 12:00:01.000"},
 			Store: &StoreCheck{Executed: 99990, OK: 99980, Failed: 4, Undecided: 6, Lost: 10, LostWithReason: 8, LostOverloaded: 7, LostNoReason: 2,
 				Reasons: map[string]int{"overloaded": 7, "trigger failed": 1}, FailedSamples: []string{"job 3 scheduled 12:00:02.000: FAIL"}}}},
-		Failover: &Failover{Kills: 2, GapsMs: []float64{1500, 0}, GapMedianMs: 1500, GapMaxMs: 1500, LostPerKill: []int{0, 0}},
+		Failover: &Failover{Kills: 2, GapsMs: []float64{1500, 0}, GapMedianMs: 1500, GapMaxMs: 1500, LostPerKill: []int{0, 0}, PartitionsPerKill: []int{5, 6}},
 		Notes:    []string{"a note"}}
 	var b bytes.Buffer
 	if err := rep.WriteMarkdown(&b); err != nil {
@@ -227,7 +227,7 @@ func TestMarkdown(t *testing.T) {
 		"| 5000 | 5000 | 20.0 | 100000 | n/a | 99990 | n/a | n/a | 10 | 0 |", "1.50 / 3.00 / 12.2 / 40.0 / 250", "| 123 |",
 		"no: 10 lost", "| scheduler-r1 | 2.00 | 20.0 | 150 |", "| postgres/logsvc | 3.00 | 0.0 | – |", "- lost: job 1 scheduled",
 		"of 99990 fires executed, 99980 stored OK (0 without a trigger record), **4 stored failed**, 6 undecided, 0 not stored; of 10 not executed, 8 stored with a reason (7 overloaded), **2 without one** (0 undecided).",
-		`- lost with reason "overloaded": 7`, "- executed but stored failed: job 3 scheduled 12:00:02.000: FAIL", "Failover: 2 kills", "gaps ms: 1500, 0", "- note: a note", "Highest rate held: **0 fires/s**"} {
+		`- lost with reason "overloaded": 7`, "- executed but stored failed: job 3 scheduled 12:00:02.000: FAIL", "Failover: 2 kills of random replicas", "gaps ms: 1500, 0", "partitions led per kill: [5 6]", "- note: a note", "Highest rate held: **0 fires/s**"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, got)
 		}

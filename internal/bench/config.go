@@ -97,10 +97,11 @@ type Config struct {
 	// PreReadMetric is the scheduler's Prometheus histogram of pre-read scan durations.
 	PreReadMetric string
 
-	// Kills is how many times failover SIGKILLs the leader. Default 20.
+	// Kills is how many times failover SIGKILLs a random replica (with a scheduler without
+	// partitions, the leader). Default 20.
 	Kills int
-	// KillEvery is the mean time the leader leads before the kill: uniformly KillEvery/2 to
-	// 3·KillEvery/2. Default 2s.
+	// KillEvery is the mean time from every partition being led to the next kill: uniformly
+	// KillEvery/2 to 3·KillEvery/2. Default 2s.
 	KillEvery time.Duration
 	// Seed seeds the kill schedule; 0 picks one (reported).
 	Seed uint64

@@ -148,12 +148,16 @@ type ScheduleLateness struct {
 type Failover struct {
 	Kills int    `json:"kills"`
 	Seed  uint64 `json:"seed"`
-	// GapsMs: per kill, SIGKILL → the first arrival of a fire scheduled after it (0: none).
+	// GapsMs: per kill, SIGKILL → the first arrival of a fire scheduled after it, for each
+	// partition the killed replica led, the worst of them (0: none measured).
 	GapsMs      []float64 `json:"gaps_ms"`
 	GapMedianMs float64   `json:"gap_median_ms"`
 	GapMaxMs    float64   `json:"gap_max_ms"`
 	// LostPerKill: lost fires scheduled between each kill and the next.
 	LostPerKill []int `json:"lost_per_kill"`
+	// PartitionsPerKill: how many partitions each killed replica led (0 for every kill of a
+	// scheduler without partitions, whose leader was killed).
+	PartitionsPerKill []int `json:"partitions_per_kill,omitempty"`
 }
 
 // Scale is what the scale scenario measured beyond the fires.
@@ -368,8 +372,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		for i, g := range f.GapsMs {
 			gaps[i] = fmt.Sprintf("%.0f", g)
 		}
-		fmt.Fprintf(&b, "\nFailover: %d kills of the leader (seed %d); gap SIGKILL → next fire of the new leader: median %.0f ms, worst %.0f ms; gaps ms: %s; lost per kill: %v.\n",
-			f.Kills, f.Seed, f.GapMedianMs, f.GapMaxMs, strings.Join(gaps, ", "), f.LostPerKill)
+		fmt.Fprintf(&b, "\nFailover: %d kills of random replicas (seed %d); gap SIGKILL → next fire of each partition the killed replica led, worst per kill: median %.0f ms, worst %.0f ms; gaps ms: %s; partitions led per kill: %v; lost per kill: %v.\n",
+			f.Kills, f.Seed, f.GapMedianMs, f.GapMaxMs, strings.Join(gaps, ", "), f.PartitionsPerKill, f.LostPerKill)
 	}
 	if sc := r.Scale; sc != nil {
 		fmt.Fprintf(&b, "\nScale: %d jobs stored (%d through the API, the rest by SQL INSERT … SELECT in %.1f s). Scheduler leader memory: largest VmRSS in the window %.0f MB, VmHWM %.0f MB.",

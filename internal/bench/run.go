@@ -15,6 +15,7 @@ import (
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/cluster"
 	"github.com/jobmesh/jobmesh/internal/firecheck"
 )
 
@@ -184,26 +185,23 @@ func runFailover(ctx context.Context, t *topology, l *load, rep *Report) error {
 	t.windowStart(ctx)
 	var kills []firecheck.Kill
 	for k := range cfg.Kills {
-		lead, err := t.leader(ctx, 60*time.Second)
-		if err != nil {
+		if err := t.waitPartitionsLed(ctx, 60*time.Second); err != nil {
 			return err
 		}
 		wait := cfg.KillEvery/2 + time.Duration(rng.Int64N(int64(cfg.KillEvery)))
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
-		if now, err := t.leader(ctx, 60*time.Second); err != nil {
-			return err
-		} else if now != lead {
-			t.log.Info("leadership moved without a kill", "from", lead.id, "to", now.id)
-			lead = now
-		}
-		at, err := t.killAndRestart(ctx, lead)
+		victim, kill, err := t.pickVictim(ctx, rng)
 		if err != nil {
 			return err
 		}
-		kills = append(kills, firecheck.Kill{N: k + 1, Replica: lead.id, At: at, Lead: cfg.dispatchLead()})
-		t.log.Info("killed the leader", "kill", k+1, "replica", lead.id)
+		kill.N, kill.Lead = k+1, cfg.dispatchLead()
+		if kill.At, err = t.killAndRestart(ctx, victim); err != nil {
+			return err
+		}
+		kills = append(kills, kill)
+		t.log.Info("killed a replica", "kill", k+1, "replica", victim.id, "partitions", kill.Partitions)
 	}
 	if len(kills) > 0 {
 		if err := t.waitScheduledAfter(ctx, kills[len(kills)-1].At, time.Minute); err != nil {
@@ -221,6 +219,7 @@ func runFailover(ctx context.Context, t *topology, l *load, rep *Report) error {
 		for _, k := range fr.Kills {
 			f.GapsMs = append(f.GapsMs, msOf(k.Gap))
 			f.LostPerKill = append(f.LostPerKill, k.Lost)
+			f.PartitionsPerKill = append(f.PartitionsPerKill, len(k.Partitions))
 		}
 		if gaps := fr.Gaps(); len(gaps) > 0 {
 			f.GapMedianMs, f.GapMaxMs = msOf(gaps[len(gaps)/2]), msOf(gaps[len(gaps)-1])
@@ -228,6 +227,64 @@ func runFailover(ctx context.Context, t *topology, l *load, rep *Report) error {
 		rep.Failover = f
 	}
 	return err
+}
+
+// pickVictim chooses the replica to kill: a random one, with the partitions it says it leads
+// (the kill's gap is measured per partition). A scheduler without partitions (whose replicas
+// report no partition count: see waitPartitionsLed) has one leader of every job: that one is the
+// victim, as before partitions.
+func (t *topology) pickVictim(ctx context.Context, rng *rand.Rand) (*replica, firecheck.Kill, error) {
+	r := t.scheds[rng.IntN(len(t.scheds))]
+	st, err := r.status.GetStatus(ctx, &schedulerv1.GetStatusRequest{})
+	if err != nil {
+		return nil, firecheck.Kill{}, fmt.Errorf("status of scheduler %s: %w", r.id, err)
+	}
+	if n := int64(t.partitions); n > 0 {
+		return r, firecheck.Kill{Replica: r.id, Partitions: cluster.Led(st),
+			PartitionOf: func(job int64) int { return int((job%n + n) % n) }}, nil
+	}
+	if r, err = t.leader(ctx, 60*time.Second); err != nil {
+		return nil, firecheck.Kill{}, err
+	}
+	return r, firecheck.Kill{Replica: r.id}, nil
+}
+
+// waitPartitionsLed waits until every partition has a leader among the replicas (each asked
+// which it leads itself), or, for a scheduler without partitions, until one replica leads.
+func (t *topology) waitPartitionsLed(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := t.checkCrashes(); err != nil {
+			return err
+		}
+		count, led, asked := 0, map[int]bool{}, 0
+		for _, r := range t.scheds {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := r.status.GetStatus(cctx, &schedulerv1.GetStatusRequest{})
+			cancel()
+			if err != nil {
+				continue
+			}
+			asked++
+			count = max(count, int(st.GetPartitionCount()))
+			for _, p := range cluster.Led(st) {
+				led[p] = true
+			}
+			if st.GetPartitionCount() == 0 && st.GetLeader() {
+				return nil // a scheduler without partitions: one leader is all it takes
+			}
+		}
+		if count > 0 && len(led) == count {
+			t.partitions = count
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d partitions led among %d answering scheduler replicas after %v", len(led), count, asked, timeout)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // waitScheduledAfter waits until some agent has run a fire scheduled after at.

@@ -83,6 +83,9 @@ type topology struct {
 	// complete after it (logsvc numbers completions as it writes them).
 	completionsFrom int64
 	crashes         []string
+	// partitions is the schedulers' partition count as they report it (0: not known yet, or a
+	// scheduler without partitions); only the failover driver's goroutine uses it.
+	partitions int
 }
 
 // up starts (or, with Target, reaches) the cluster and the bench agents, creates the bench's

@@ -22,3 +22,15 @@ func Leader(ctx context.Context, replicas []schedulerv1.SchedulerServiceClient, 
 	}
 	return index, epoch
 }
+
+// Led returns the partitions a replica's status says it leads (those whose leader is the replica
+// itself), in order.
+func Led(s *schedulerv1.GetStatusResponse) []int {
+	var out []int
+	for _, p := range s.GetPartitions() {
+		if p.GetLeaderId() != "" && p.GetLeaderId() == s.GetReplicaId() {
+			out = append(out, int(p.GetPartition()))
+		}
+	}
+	return out
+}

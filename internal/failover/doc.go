@@ -1,7 +1,9 @@
-// Package failover holds the scheduler's failover guarantee test (design.md §2.8, issue 3): real
-// etcd, real Postgres, several `jobmesh scheduler` processes and an agent that counts what it runs;
-// the leader is killed with SIGKILL again and again under load, and afterwards every scheduled
-// fire must have run exactly once. The package has no code of its own: the test is
-// failover_test.go, and it checks the runs with internal/firecheck and runs the replicas with
-// internal/cluster, which the load tool (`jobmesh bench failover`) shares.
+// Package failover holds the scheduler's failover guarantee tests (design.md §2.8, issues 3 and
+// 22): real etcd, real Postgres, several `jobmesh scheduler` processes sharing 16 partitions and
+// an agent that counts what it runs. TestReplicaKill kills random replicas with SIGKILL and
+// restarts others gracefully again and again under load, and afterwards every scheduled fire must
+// have run exactly once; TestBalance checks that the partitions spread evenly over the replicas
+// and move to the others when one leaves. The package has no code of its own: the tests check the
+// runs with internal/firecheck and run the replicas with internal/cluster, which the load tool
+// (`jobmesh bench failover`) shares.
 package failover

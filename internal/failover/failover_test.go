@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,14 +33,17 @@ import (
 )
 
 var (
-	killsFlag = flag.Int("kills", 20, "leader kills in TestLeaderKill (0 checks the harness on a steady run)")
-	jobsFlag  = flag.Int("jobs", 200, "1 s FIX_RATE jobs in TestLeaderKill")
-	seedFlag  = flag.Uint64("seed", 0, "random seed of the kill schedule; 0 picks one (logged)")
+	killsFlag    = flag.Int("kills", 20, "SIGKILLs of random replicas in TestReplicaKill (0 with -restarts=0 checks the harness on a steady run)")
+	restartsFlag = flag.Int("restarts", 5, "graceful restarts (SIGTERM, clean exit, start again) in TestReplicaKill, interleaved with the kills")
+	jobsFlag     = flag.Int("jobs", 200, "1 s FIX_RATE jobs in TestReplicaKill")
+	seedFlag     = flag.Uint64("seed", 0, "random seed of the kill schedule; 0 picks one (logged)")
 )
 
 const (
 	nReplicas = 3
-	// sessionTTL is the replicas' etcd session TTL: how long a killed leader keeps leadership.
+	// partitions is the replicas' --partitions: a job's partition is its id mod partitions.
+	partitions = 16
+	// sessionTTL is the replicas' etcd session TTL: how long a killed replica keeps its partitions.
 	sessionTTL = "1s"
 	// stopMargin excludes the fires scheduled just before the jobs were stopped, which race the stop.
 	stopMargin = 2 * time.Second
@@ -47,113 +52,58 @@ const (
 	steadyRun = 5 * time.Second
 	// quiet is how long no execution may arrive before the run counts as settled.
 	quiet = 2 * time.Second
+	// balanceWithin is how soon after a replica joins or leaves the partitions must be spread
+	// over the live replicas again.
+	balanceWithin = 10 * time.Second
 )
 
-// TestLeaderKill is the failover guarantee: while ≥ 200 jobs fire every second, the scheduler
-// leader is killed with SIGKILL at random moments (a replacement replica starts each time), and
-// afterwards every scheduled fire of the run window has executed exactly once: no fire lost, none
-// doubled. It reports the gap between each kill and the first execution of a fire scheduled after
-// it: the new leader's first fire. (The first execution of any fire after the kill would not do:
-// Runs the killed leader had in flight still land a millisecond later.)
+// partitionOf is the partition of a job: its id mod partitions, as the scheduler hashes it.
+func partitionOf(job int64) int { return int(job % partitions) }
+
+// TestReplicaKill is the failover guarantee: while ≥ 200 jobs fire every second on 3 replicas that
+// share 16 partitions, random replicas (leaders of some partitions, whichever they are) are killed
+// with SIGKILL at random moments and others are restarted gracefully (SIGTERM, clean exit, start
+// again), a replacement of the same id starting each time; afterwards every scheduled fire of the
+// run window has executed exactly once: no fire lost, none doubled, none off schedule. It reports,
+// per kill and per partition the victim led just before, the gap between the kill and the first
+// execution of a fire of that partition scheduled after it: the next leader's first fire of it.
+// (The first execution of any fire after the kill would not do: runs the killed replica had in
+// flight still land a millisecond later, and the other replicas' partitions never stopped.)
 //
-// Run it alone with: go test ./internal/failover -run TestLeaderKill -v [-args -kills=N -jobs=N -seed=S]
-func TestLeaderKill(t *testing.T) {
+// Run it alone with:
+//
+//	go test ./internal/failover -run TestReplicaKill -v [-args -kills=N -restarts=N -jobs=N -seed=S]
+func TestReplicaKill(t *testing.T) {
 	if testing.Short() {
-		t.Skip("about 80 s of processes and kills; CI runs it (without -short)")
+		t.Skip("about 2 minutes of processes and kills; CI runs it (without -short)")
 	}
 	t.Parallel()
-	kills, nJobs := *killsFlag, *jobsFlag
+	kills, restarts, nJobs := *killsFlag, *restartsFlag, *jobsFlag
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
-	t.Logf("failover: %d jobs, %d kills, seed %d (rerun with -args -seed=%d)", nJobs, kills, seed, seed)
+	t.Logf("failover: %d jobs, %d kills, %d graceful restarts, %d partitions, seed %d (rerun with -args -seed=%d)",
+		nJobs, kills, restarts, partitions, seed, seed)
 
-	bin := buildJobmesh(t)
-	logDir := t.TempDir()
-	dbURL := dbtest.NewPostgres(t)
-	tl := firecheck.NewTally()
-	probed := make(chan struct{}, 1)
-	stackLog, err := os.Create(filepath.Join(logDir, "stack.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stackLog.Close() })
-
-	startCtx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	any0 := "127.0.0.1:0"
-	st, err := devstack.Start(startCtx, devstack.Config{
-		DataDir: t.TempDir(), DatabaseURL: dbURL, UnsafeEtcd: true, NoScheduler: true,
-		HTTPAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
-		Logger: slog.New(slog.NewTextHandler(stackLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		AgentHandlers: map[string]sdk.HandlerFunc{
-			"count": tl.Handle,
-			"probe": func(context.Context, *sdk.Job) error {
-				select {
-				case probed <- struct{}{}:
-				default:
-				}
-				return nil
-			},
-		},
-	})
-	if err != nil {
-		t.Fatalf("devstack.Start: %v", err)
-	}
-	t.Cleanup(st.Stop)
-	cancel()
+	h := newHarness(t)
+	c := h.c
 	ctx := t.Context() // and every call has a deadline: boundCalls
-
-	c := &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, tls: st.TLS, args: append([]string{
-		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
-		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
-		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr,
-	}, tlsArgs(st)...)}
-	t.Cleanup(func() {
-		if t.Failed() {
-			c.dumpLogs()
-		}
-	})
-	// One at a time, so the first replica migrates the schema alone, and the election queue is r1, r2, r3.
+	// One at a time, so the first replica migrates the schema alone.
 	for i := range nReplicas {
 		c.start(fmt.Sprintf("r%d", i+1))
 	}
-	leader := c.waitLeader()
-	t.Logf("first leader %s", leader.id)
-
-	// The leader must see the agent before the first scheduled fire, or that fire fails for want
-	// of an executor, which is not what this test is about.
-	jobs := leader.jobs
-	probe, err := jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
-		GroupId: st.GroupID, Name: "probe", Handler: "probe", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
-		Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
-	}})
-	if err != nil {
-		t.Fatalf("create probe job: %v", err)
-	}
-	probeUntil := time.Now().Add(30 * time.Second)
-	for probeOK := false; !probeOK; {
-		if time.Now().After(probeUntil) {
-			t.Fatal("the leader never ran a manual fire on the agent within 30s")
-		}
-		if _, err := leader.jobs.TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: probe.GetJob().GetId()}); err != nil {
-			t.Fatalf("trigger probe: %v", err)
-		}
-		select {
-		case <-probed:
-			probeOK = true
-		case <-time.After(500 * time.Millisecond): // then trigger again
-		}
-	}
+	c.waitOwners(30*time.Second, everyPartitionLed)
+	h.probeEveryReplica()
 
 	// The load: nJobs jobs firing every second, created in parallel so their fires spread over the second.
+	jobs := c.any().jobs
 	first := make(map[int64]int64, nJobs) // job id → first scheduled fire, Unix ms
 	var mu sync.Mutex
 	parallel(t, nJobs, 8, func(i int) error {
 		resp, err := jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
-			GroupId: st.GroupID, Name: fmt.Sprintf("count-%03d", i), Handler: "count",
+			GroupId: h.st.GroupID, Name: fmt.Sprintf("count-%03d", i), Handler: "count",
 			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING,
 			Schedule:        &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: "1s"},
 			MisfireStrategy: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING,
@@ -173,24 +123,49 @@ func TestLeaderKill(t *testing.T) {
 	created := time.Now()
 	t.Logf("%d jobs created", nJobs)
 
-	// The kills: find the leader, let it lead for a random 1–3 s, kill it, start its replacement.
+	// The kills and restarts, in random order: once every partition has a leader again, let the
+	// replicas run a random 1–3 s, then stop a random live replica (after reading which
+	// partitions it leads) and start its replacement, of the same id. Half the time the
+	// replacement starts at once, and finds and deletes its predecessor's keys; the other half it
+	// starts only once the others lead every partition (after a SIGKILL, once the victim's
+	// session has expired), so the gaps cover both ways a partition changes hands.
+	events := make([]bool, kills+restarts) // true: a graceful restart
+	for i := range restarts {
+		events[i] = true
+	}
+	rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
 	var killLog []firecheck.Kill
-	for k := range kills {
-		l := c.waitLeader()
+	var replaced []string // per event, how its replacement started
+	for n, graceful := range events {
+		c.waitOwners(30*time.Second, everyPartitionLed)
 		wait := time.NewTimer(time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))) // the workload's schedule, not a synchronization
 		<-wait.C
-		if now := c.waitLeader(); now != l {
-			t.Logf("kill %d: leadership moved from %s to %s without a kill", k+1, l.id, now.id)
-			l = now
+		live := c.liveReplicas()
+		victim := live[rng.IntN(len(live))]
+		st, err := victim.sched.GetStatus(ctx, &schedulerv1.GetStatusRequest{})
+		if err != nil {
+			t.Fatalf("event %d: status of %s: %v", n+1, victim.id, err)
 		}
-		at := l.kill()
-		killLog = append(killLog, firecheck.Kill{N: k + 1, Replica: l.id, At: at, Lead: scheduler.DefaultDispatchLead})
-		c.start(l.id)
+		k := firecheck.Kill{N: n + 1, Replica: victim.id, Graceful: graceful, Lead: scheduler.DefaultDispatchLead,
+			Partitions: cluster.Led(st), PartitionOf: partitionOf}
+		if graceful {
+			k.At = c.stop(victim)
+		} else {
+			k.At = c.kill(victim)
+		}
+		killLog = append(killLog, k)
+		how := "replacement started at once"
+		if rng.IntN(2) == 0 {
+			c.waitOwners(30*time.Second, everyPartitionLed)
+			how = fmt.Sprintf("replacement started once the others led every partition, %v after", time.Since(k.At).Round(time.Millisecond))
+		}
+		c.start(victim.id)
+		replaced = append(replaced, fmt.Sprintf("%s, serving %v after", how, time.Since(k.At).Round(time.Millisecond)))
 	}
 	steadyFrom := created
-	if kills > 0 {
+	if len(killLog) > 0 {
 		last := killLog[len(killLog)-1].At
-		if !tl.WaitScheduledAfter(last, 30*time.Second) {
+		if !h.tl.WaitScheduledAfter(last, 30*time.Second) {
 			t.Errorf("no fire scheduled after the last kill ran within 30s")
 		}
 		steadyFrom = time.Now()
@@ -198,9 +173,9 @@ func TestLeaderKill(t *testing.T) {
 	wait := time.NewTimer(time.Until(steadyFrom.Add(steadyRun)))
 	<-wait.C
 
-	// Stop every job (through the leader, whose ring holds their armed fires), then let the
-	// executions settle before counting.
-	stopper := c.waitLeader()
+	// Stop every job through the leader of its partition (whose ring holds its armed fires), then
+	// let the executions settle before counting.
+	leaders := c.waitOwners(30*time.Second, everyPartitionLed)
 	stopped := make(map[int64]int64, nJobs) // job id → when its StopJob was sent, Unix ms
 	ids := make([]int64, 0, nJobs)
 	for id := range first {
@@ -208,8 +183,12 @@ func TestLeaderKill(t *testing.T) {
 	}
 	slices.Sort(ids)
 	parallel(t, len(ids), 8, func(i int) error {
+		r := c.byID(leaders.leader[partitionOf(ids[i])])
+		if r == nil {
+			r = c.any()
+		}
 		at := time.Now().UnixMilli()
-		if _, err := stopper.jobs.StopJob(ctx, &schedulerv1.StopJobRequest{Id: ids[i]}); err != nil {
+		if _, err := r.jobs.StopJob(ctx, &schedulerv1.StopJobRequest{Id: ids[i]}); err != nil {
 			return fmt.Errorf("stop job %d: %w", ids[i], err)
 		}
 		mu.Lock()
@@ -217,20 +196,252 @@ func TestLeaderKill(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	if !tl.WaitQuiet(quiet, 30*time.Second) {
+	if !h.tl.WaitQuiet(quiet, 30*time.Second) {
 		t.Errorf("executions still arriving 30s after the jobs were stopped")
 	}
 	c.stopAll()
 	c.checkNoCrash()
 
-	rep := firecheck.Check(tl.Snapshot(math.MinInt64, math.MaxInt64), grids(first, stopped), killLog)
-	logReport(t, rep)
+	rep := firecheck.Check(h.tl.Snapshot(math.MinInt64, math.MaxInt64), grids(first, stopped), killLog)
+	logReport(t, rep, replaced)
 	if rep.Lost > 0 || rep.Doubled > 0 || rep.OffGrid > 0 {
-		t.Errorf("failover guarantee broken: %d fires lost, %d doubled, %d off schedule (of %d checked, %d kills)",
-			rep.Lost, rep.Doubled, rep.OffGrid, rep.Checked, len(killLog))
+		t.Errorf("failover guarantee broken: %d fires lost, %d doubled, %d off schedule (of %d checked, %d kills, %d graceful restarts)",
+			rep.Lost, rep.Doubled, rep.OffGrid, rep.Checked, kills, restarts)
 	}
 	if rep.Checked == 0 {
 		t.Errorf("no fire checked: the run window is empty")
+	}
+}
+
+// TestBalance: 3 replicas sharing 16 partitions each lead 5 or 6 of them within 10 s of the last
+// one's start, every partition with exactly one leader; once one replica stops gracefully, the
+// other two lead all 16 within 10 s. Each replica is asked which partitions it leads itself.
+// (Not parallel: it runs before TestReplicaKill's load, so the timing it checks is the
+// scheduler's, not the machine's.)
+func TestBalance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a stack and three scheduler processes; CI runs it (without -short)")
+	}
+	h := newHarness(t)
+	c := h.c
+	for i := range nReplicas {
+		c.start(fmt.Sprintf("r%d", i+1))
+	}
+	joined := time.Now()
+	o := c.waitOwners(balanceWithin, func(o owners) error {
+		if err := o.exactlyOneLeader(); err != nil {
+			return err
+		}
+		for id, ps := range o.led {
+			if n := len(ps); n < partitions/nReplicas || n > (partitions+nReplicas-1)/nReplicas {
+				return fmt.Errorf("%s leads %d partitions %v, want %d or %d", id, n, ps, partitions/nReplicas, (partitions+nReplicas-1)/nReplicas)
+			}
+		}
+		return nil
+	})
+	t.Logf("balanced %v after the last join: %s", time.Since(joined).Round(time.Millisecond), o)
+
+	leaving := c.byID("r2")
+	at := c.stop(leaving)
+	o = c.waitOwners(balanceWithin, owners.exactlyOneLeader)
+	t.Logf("%s's partitions led by the others %v after its SIGTERM: %s", leaving.id, time.Since(at).Round(time.Millisecond), o)
+	c.stopAll()
+	c.checkNoCrash()
+}
+
+// harness is a stack (etcd, Postgres, registry, logsvc, gateway, one agent) without a scheduler,
+// and the scheduler replicas the test starts against it.
+type harness struct {
+	t  *testing.T
+	st *devstack.Stack
+	c  *replicaSet
+	// tl records the runs of the "count" handler; probed gets the params of each "probe" job
+	// run: the replica that was asked to fire it.
+	tl     *firecheck.Tally
+	probed chan string
+}
+
+// newHarness starts the stack; the replicas it will start share partitions partitions.
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	bin := buildJobmesh(t)
+	logDir := t.TempDir()
+	dbURL := dbtest.NewPostgres(t)
+	h := &harness{t: t, tl: firecheck.NewTally(), probed: make(chan string, 16)}
+	stackLog, err := os.Create(filepath.Join(logDir, "stack.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stackLog.Close() })
+
+	startCtx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	any0 := "127.0.0.1:0"
+	h.st, err = devstack.Start(startCtx, devstack.Config{
+		DataDir: t.TempDir(), DatabaseURL: dbURL, UnsafeEtcd: true, NoScheduler: true,
+		HTTPAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
+		Logger: slog.New(slog.NewTextHandler(stackLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		AgentHandlers: map[string]sdk.HandlerFunc{
+			"count": h.tl.Handle,
+			"probe": func(_ context.Context, j *sdk.Job) error {
+				select {
+				case h.probed <- j.Params:
+				default:
+				}
+				return nil
+			},
+		},
+	})
+	if err != nil {
+		t.Fatalf("devstack.Start: %v", err)
+	}
+	t.Cleanup(h.st.Stop)
+	st := h.st
+	h.c = &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, tls: st.TLS, args: append([]string{
+		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
+		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
+		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr, "--partitions", strconv.Itoa(partitions),
+	}, tlsArgs(st)...)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			h.c.dumpLogs()
+		}
+	})
+	return h
+}
+
+// probeEveryReplica runs a manual fire of a probe job through each live replica (a manual fire is
+// dispatched by the replica that takes it), so every replica has seen the agent before the first
+// scheduled fire, which would otherwise fail for want of an executor: not what these tests are
+// about.
+func (h *harness) probeEveryReplica() {
+	t := h.t
+	t.Helper()
+	ctx := t.Context()
+	live := h.c.liveReplicas()
+	probe, err := live[0].jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+		GroupId: h.st.GroupID, Name: "probe", Handler: "probe", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+		Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+	}})
+	if err != nil {
+		t.Fatalf("create probe job: %v", err)
+	}
+	id := probe.GetJob().GetId()
+	for _, r := range live {
+		until := time.Now().Add(30 * time.Second)
+		for ok := false; !ok; {
+			if time.Now().After(until) {
+				t.Fatalf("replica %s never ran a manual fire on the agent within 30s", r.id)
+			}
+			if _, err := r.jobs.TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: id, Params: r.id}); err != nil {
+				t.Fatalf("trigger probe through %s: %v", r.id, err)
+			}
+			retry := time.NewTimer(500 * time.Millisecond) // then trigger again
+		wait:
+			for {
+				select {
+				case by := <-h.probed:
+					if ok = by == r.id; ok {
+						break wait
+					} // else a late run of an earlier replica's probe
+				case <-retry.C:
+					break wait
+				}
+			}
+			retry.Stop()
+		}
+	}
+}
+
+// owners is who leads which partition, as each live replica says of itself.
+type owners struct {
+	// led: by replica id, the partitions it says it leads.
+	led map[string][]int
+	// leader: by partition, the replica that says it leads it ("" if none does; the last one asked
+	// if several do, which exactlyOneLeader reports).
+	leader [partitions]string
+	// claims: by partition, how many replicas say they lead it.
+	claims [partitions]int
+}
+
+func (o owners) String() string {
+	ids := slices.Sorted(maps.Keys(o.led))
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("%s leads %d %v", id, len(o.led[id]), o.led[id])
+	}
+	return strings.Join(parts, "; ")
+}
+
+// everyPartitionLed says whether some live replica leads each partition.
+func everyPartitionLed(o owners) error {
+	var free []int
+	for p, n := range o.claims {
+		if n == 0 {
+			free = append(free, p)
+		}
+	}
+	if len(free) > 0 {
+		return fmt.Errorf("partitions %v have no leader (%s)", free, o)
+	}
+	return nil
+}
+
+// exactlyOneLeader says whether every partition is led by exactly one live replica.
+func (o owners) exactlyOneLeader() error {
+	if err := everyPartitionLed(o); err != nil {
+		return err
+	}
+	for p, n := range o.claims {
+		if n > 1 {
+			return fmt.Errorf("partition %d has %d leaders (%s)", p, n, o)
+		}
+	}
+	return nil
+}
+
+// owners asks every live replica which partitions it leads.
+func (c *replicaSet) owners() (owners, error) {
+	o := owners{led: map[string][]int{}}
+	for _, r := range c.liveReplicas() {
+		if crashed, err := r.proc.Crashed(); crashed {
+			c.t.Fatalf("replica %s exited on its own: %v", r.id, err)
+		}
+		st, err := r.sched.GetStatus(c.t.Context(), &schedulerv1.GetStatusRequest{})
+		if err != nil {
+			return o, fmt.Errorf("status of %s: %w", r.id, err)
+		}
+		if n := st.GetPartitionCount(); n != partitions && n != 0 { // 0: it has not joined yet
+			c.t.Fatalf("replica %s reports %d partitions, want %d", r.id, n, partitions)
+		}
+		o.led[r.id] = cluster.Led(st)
+		for _, p := range o.led[r.id] {
+			o.leader[p] = r.id
+			o.claims[p]++
+		}
+	}
+	return o, nil
+}
+
+// waitOwners polls the live replicas until ok accepts who leads what, and returns that; it fails
+// the test with ok's last complaint when timeout passes first.
+func (c *replicaSet) waitOwners(timeout time.Duration, ok func(owners) error) owners {
+	t := c.t
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		o, err := c.owners()
+		if err == nil {
+			if err = ok(o); err == nil {
+				return o
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition leaders not as wanted within %v: %v", timeout, err)
+		}
+		<-tick.C
 	}
 }
 
@@ -244,26 +455,67 @@ func grids(first, stopped map[int64]int64) map[int64]firecheck.Grid {
 	return out
 }
 
-// logReport logs what the check found, kill by kill.
-func logReport(t *testing.T, r *firecheck.Report) {
+// logReport logs what the check found, kill by kill: per kill, the gap to the next fire of each
+// partition the stopped replica led (and notes[i] on kill i), and the worst gap over the SIGKILLs.
+func logReport(t *testing.T, r *firecheck.Report, notes []string) {
 	t.Helper()
-	for _, k := range r.Kills {
-		t.Logf("kill %2d: %s at %s, next fire of the new leader after %v, lost fires scheduled until the next kill: %d",
-			k.N, k.Replica, k.At.Format("15:04:05.000"), k.Gap.Round(time.Millisecond), k.Lost)
+	var worst, worstGraceful struct {
+		gap  time.Duration
+		what string
+	}
+	unmeasured := 0
+	for i, k := range r.Kills {
+		what := "SIGKILL"
+		if k.Graceful {
+			what = "SIGTERM"
+		}
+		per := make([]string, len(k.Partitions))
+		for i, p := range k.Partitions {
+			g := k.PartitionGaps[i]
+			per[i] = fmt.Sprintf("p%d %v", p, g.Round(time.Millisecond))
+			if g == 0 {
+				per[i] = fmt.Sprintf("p%d none", p)
+			}
+			w := &worst
+			if k.Graceful {
+				w = &worstGraceful
+			}
+			if g > w.gap {
+				w.gap, w.what = g, fmt.Sprintf("kill %d, partition %d", k.N, p)
+			}
+		}
+		unmeasured += k.Unmeasured()
+		note := ""
+		if i < len(notes) {
+			note = "; " + notes[i]
+		}
+		t.Logf("kill %2d: %s %s at %s, led %d partitions, worst gap %v; gap to the next fire per partition: %s; lost fires scheduled until the next kill: %d%s",
+			k.N, what, k.Replica, k.At.Format("15:04:05.000"), len(k.Partitions), k.Gap.Round(time.Millisecond), strings.Join(per, ", "), k.Lost, note)
 	}
 	gaps := r.Gaps()
-	median, worst := "n/a", "n/a"
+	median := "n/a"
 	if len(gaps) > 0 {
-		median, worst = gaps[len(gaps)/2].Round(time.Millisecond).String(), gaps[len(gaps)-1].Round(time.Millisecond).String()
+		median = gaps[len(gaps)/2].Round(time.Millisecond).String()
 	}
-	if len(gaps) < len(r.Kills) {
-		worst += fmt.Sprintf(" (%d kills with no later fire)", len(r.Kills)-len(gaps))
-	}
-	t.Logf("failover: kills=%d executions=%d fires_checked=%d lost=%d doubled=%d (same trigger id %d) off_schedule=%d gap_median=%s gap_worst=%s lateness p50=%v p99=%v max=%v",
-		len(r.Kills), r.Executions, r.Checked, r.Lost, r.Doubled, r.DoubledSameID, r.OffGrid, median, worst,
+	t.Logf("failover: events=%d executions=%d fires_checked=%d lost=%d doubled=%d (same trigger id %d) off_schedule=%d "+
+		"SIGKILL gap (worst partition per kill) median=%s worst=%v (%s); SIGTERM worst=%v (%s); partitions with no later fire=%d; lateness p50=%v p99=%v max=%v",
+		len(r.Kills), r.Executions, r.Checked, r.Lost, r.Doubled, r.DoubledSameID, r.OffGrid, median,
+		worst.gap.Round(time.Millisecond), worst.what, worstGraceful.gap.Round(time.Millisecond), worstGraceful.what, unmeasured,
 		r.Lateness.P50.Round(time.Millisecond), r.Lateness.P99.Round(time.Millisecond), r.Lateness.Max.Round(time.Millisecond))
 	if r.LostBeforeKills > 0 {
 		t.Logf("lost before the first kill: %d", r.LostBeforeKills)
+	}
+	if len(r.LostPerJob) > 0 {
+		byPart := map[int][]string{}
+		sum := map[int]int{}
+		for _, job := range slices.Sorted(maps.Keys(r.LostPerJob)) {
+			p := partitionOf(job)
+			byPart[p] = append(byPart[p], fmt.Sprintf("job %d: %d", job, r.LostPerJob[job]))
+			sum[p] += r.LostPerJob[job]
+		}
+		for _, p := range slices.Sorted(maps.Keys(byPart)) {
+			t.Logf("lost in partition %d: %d (%s)", p, sum[p], strings.Join(byPart[p], ", "))
+		}
 	}
 	for _, s := range r.LostSamples {
 		t.Logf("lost: %s", s)
@@ -337,7 +589,35 @@ func (c *replicaSet) start(id string) *replica {
 	return r
 }
 
-// waitLeader returns the live replica that says it leads, waiting up to 30s for one.
+// liveReplicas returns the live replicas, by id.
+func (c *replicaSet) liveReplicas() []*replica {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*replica, 0, len(c.live))
+	for _, id := range slices.Sorted(maps.Keys(c.live)) {
+		out = append(out, c.live[id])
+	}
+	return out
+}
+
+// byID returns the live replica id, or nil.
+func (c *replicaSet) byID(id string) *replica {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live[id]
+}
+
+// any returns a live replica, failing the test when none is.
+func (c *replicaSet) any() *replica {
+	live := c.liveReplicas()
+	if len(live) == 0 {
+		c.t.Fatal("no live replica")
+	}
+	return live[0]
+}
+
+// waitLeader returns the live replica that says it leads (with partitions: one that leads at
+// least one), waiting up to 30s for one.
 func (c *replicaSet) waitLeader() *replica {
 	t := c.t
 	t.Helper()
@@ -345,12 +625,7 @@ func (c *replicaSet) waitLeader() *replica {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		c.mu.Lock()
-		live := make([]*replica, 0, len(c.live))
-		for _, r := range c.live {
-			live = append(live, r)
-		}
-		c.mu.Unlock()
+		live := c.liveReplicas()
 		clients := make([]schedulerv1.SchedulerServiceClient, len(live))
 		for i, r := range live {
 			if crashed, err := r.proc.Crashed(); crashed {
@@ -368,8 +643,31 @@ func (c *replicaSet) waitLeader() *replica {
 	}
 }
 
-// kill SIGKILLs the replica, waits until it is gone and returns when the signal was sent.
-func (r *replica) kill() time.Time { return r.proc.Kill() }
+// stop ends the replica with SIGTERM, as an operator would, fails the test unless it exits
+// cleanly within 15 s, and returns when the signal was sent. The replica is no longer live.
+func (c *replicaSet) stop(r *replica) time.Time {
+	c.mu.Lock()
+	if c.live[r.id] == r {
+		delete(c.live, r.id)
+	}
+	c.mu.Unlock()
+	at := time.Now()
+	if err := r.proc.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
+		c.t.Errorf("replica %s (pid %d) did not exit cleanly on SIGTERM: %v", r.id, r.proc.Pid(), err)
+	}
+	return at
+}
+
+// kill SIGKILLs the replica, waits until it is gone and returns when the signal was sent. The
+// replica is no longer live.
+func (c *replicaSet) kill(r *replica) time.Time {
+	c.mu.Lock()
+	if c.live[r.id] == r {
+		delete(c.live, r.id)
+	}
+	c.mu.Unlock()
+	return r.proc.Kill()
+}
 
 // stopAll ends the live replicas with SIGTERM, as an operator would, and checks they exit cleanly.
 func (c *replicaSet) stopAll() {
@@ -379,11 +677,7 @@ func (c *replicaSet) stopAll() {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, r := range live {
-		wg.Go(func() {
-			if err := r.proc.Stop(syscall.SIGTERM, 15*time.Second); err != nil {
-				c.t.Errorf("replica %s (pid %d) did not exit cleanly on SIGTERM: %v", r.id, r.proc.Pid(), err)
-			}
-		})
+		wg.Go(func() { c.stop(r) })
 	}
 	wg.Wait()
 }
@@ -399,8 +693,14 @@ func (c *replicaSet) checkNoCrash() {
 	}
 }
 
-// dumpLogs prints the end of every replica's log.
+// dumpLogs prints the end of every replica's log and keeps the whole logs in a directory that
+// outlives the test.
 func (c *replicaSet) dumpLogs() {
+	if keep, err := os.MkdirTemp("", "jobmesh-failover-logs-"); err == nil {
+		if err := os.CopyFS(keep, os.DirFS(c.logDir)); err == nil {
+			c.t.Logf("the replicas' and the stack's logs are kept in %s", keep)
+		}
+	}
 	ents, _ := os.ReadDir(c.logDir)
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(c.logDir, e.Name()))

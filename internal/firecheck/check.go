@@ -1,7 +1,7 @@
 // Package firecheck says whether a scheduler kept its promise: given what the executors ran and
 // what each job's schedule says should have run, it counts the fires lost, the fires run more than
-// once, the runs off the schedule, the lateness of each run and, around leader kills, how long the
-// fleet went without a new fire. The failover test and the load tool (`jobmesh bench`) share it.
+// once, the runs off the schedule, the lateness of each run and, around replica kills, how long
+// each partition the killed replica led went without a new fire. The failover test and the load tool (`jobmesh bench`) share it.
 package firecheck
 
 import (
@@ -74,22 +74,47 @@ func EachFire(grids map[int64]Grid, fn func(job, ms int64)) {
 	}
 }
 
-// Kill is one SIGKILL of the scheduler leader.
+// Kill is one stop of a scheduler replica: a SIGKILL, or a graceful stop (SIGTERM, a clean exit,
+// then a start again).
 type Kill struct {
-	// N numbers the kills from 1; Replica names the killed replica.
+	// N numbers the kills from 1; Replica names the stopped replica.
 	N       int
 	Replica string
 	// At is when the signal was sent.
 	At time.Time
-	// Lead is the schedulers' dispatch lead: the killed leader may have sent the fires of the
+	// Graceful marks a SIGTERM stop, in which the replica hands its partitions over, rather than
+	// a SIGKILL. Report.Gaps leaves it out.
+	Graceful bool
+	// Lead is the schedulers' dispatch lead: the stopped replica may have sent the fires of the
 	// next Lead ahead of their time, and executors run them on time whatever became of it.
 	Lead time.Duration
-	// Gap is filled by Check: from At to the first arrival of a fire scheduled more than Lead
-	// after At (the new leader's first fire; a straggler the killed leader had in flight, or a fire
-	// it had sent ahead, does not count); 0 if none.
+	// Partitions are the partitions the replica led just before At, and PartitionOf maps a job id
+	// to its partition. With PartitionOf nil, the replica is the one leader of every job (a
+	// scheduler without partitions) and the gap is measured over every job.
+	Partitions  []int
+	PartitionOf func(job int64) int
+	// PartitionGaps is filled by Check when PartitionOf is set, one per Partitions: from At to
+	// the first arrival of a fire of that partition scheduled more than Lead after At (the next
+	// leader's first fire of it; a straggler the stopped replica had in flight, or a fire it had
+	// sent ahead, does not count); 0 if none came.
+	PartitionGaps []time.Duration
+	// Gap is filled by Check: the worst of PartitionGaps, how long it took until every partition
+	// the replica led fired again (0 if it led none or none fired again); without PartitionOf,
+	// the same gap over the fires of every job.
 	Gap time.Duration
 	// Lost is filled by Check: lost fires scheduled at or after this kill and before the next.
 	Lost int
+}
+
+// Unmeasured counts the kill's partitions with no later fire (PartitionGaps of 0).
+func (k Kill) Unmeasured() int {
+	n := 0
+	for _, g := range k.PartitionGaps {
+		if g == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Report is what Check found.
@@ -104,6 +129,8 @@ type Report struct {
 	Lost, Doubled, DoubledSameID, OffGrid int
 	// LostBeforeKills counts lost fires scheduled before the first kill.
 	LostBeforeKills int
+	// LostPerJob counts the lost fires by job id (nil when none was lost).
+	LostPerJob map[int64]int
 	// Kills are the kills given, with Gap and Lost filled.
 	Kills []Kill
 	// Lateness is the distribution of scheduled → arrived over the runs of expected fires.
@@ -169,6 +196,10 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 			return
 		}
 		r.Lost++
+		if r.LostPerJob == nil {
+			r.LostPerJob = map[int64]int{}
+		}
+		r.LostPerJob[id]++
 		i := lastKillBefore(kills, s)
 		if i < 0 {
 			r.LostBeforeKills++
@@ -180,22 +211,26 @@ func Check(execs []Execution, grids map[int64]Grid, kills []Kill) *Report {
 			if len(kills) == 0 {
 				where = "no kills"
 			} else if i >= 0 {
-				where = fmt.Sprintf("%v after kill %d", time.UnixMilli(s).Sub(kills[i].At).Round(time.Millisecond), kills[i].N)
+				k := kills[i]
+				what := "kill"
+				if k.Graceful {
+					what = "graceful stop"
+				}
+				where = fmt.Sprintf("%v after %s %d of %s", time.UnixMilli(s).Sub(k.At).Round(time.Millisecond), what, k.N, k.Replica)
+				if k.PartitionOf != nil {
+					p := k.PartitionOf(id)
+					led := "which it did not lead"
+					if slices.Contains(k.Partitions, p) {
+						led = "which it led"
+					}
+					where += fmt.Sprintf(", partition %d, %s", p, led)
+				}
 			}
 			r.LostSamples = append(r.LostSamples, fmt.Sprintf("job %d scheduled %s (%s)", id, msTime(s), where))
 		}
 	})
-	// The gap of each kill: to the first arrival of a fire the new leader sent.
 	for i := range r.Kills {
-		k := &r.Kills[i]
-		fromMs, atNs := k.At.Add(k.Lead).UnixMilli(), k.At.UnixNano()
-		for _, e := range execs {
-			if e.ScheduledMs > fromMs && e.ArrivedNs > atNs {
-				if g := time.Duration(e.ArrivedNs - atNs); k.Gap == 0 || g < k.Gap {
-					k.Gap = g
-				}
-			}
-		}
+		r.Kills[i].measureGaps(execs)
 	}
 	r.Lateness = NewDist(late)
 	return r
@@ -217,11 +252,49 @@ func Expected(grids map[int64]Grid) int {
 	return n
 }
 
-// Gaps returns the kills' gaps that were measured (a kill with no later fire has none), sorted.
+// measureGaps fills the kill's PartitionGaps and Gap from execs: per partition it led (or over
+// every job, without PartitionOf), the first arrival after At of a fire scheduled more than Lead
+// after At.
+func (k *Kill) measureGaps(execs []Execution) {
+	fromMs, atNs := k.At.Add(k.Lead).UnixMilli(), k.At.UnixNano()
+	if k.PartitionOf == nil {
+		for _, e := range execs {
+			if e.ScheduledMs > fromMs && e.ArrivedNs > atNs {
+				if g := time.Duration(e.ArrivedNs - atNs); k.Gap == 0 || g < k.Gap {
+					k.Gap = g
+				}
+			}
+		}
+		return
+	}
+	first := make(map[int]time.Duration, len(k.Partitions)) // by partition: the earliest gap
+	for _, p := range k.Partitions {
+		first[p] = 0
+	}
+	for _, e := range execs {
+		if e.ScheduledMs <= fromMs || e.ArrivedNs <= atNs {
+			continue
+		}
+		p := k.PartitionOf(e.JobID)
+		if cur, ok := first[p]; ok {
+			if g := time.Duration(e.ArrivedNs - atNs); cur == 0 || g < cur {
+				first[p] = g
+			}
+		}
+	}
+	k.PartitionGaps, k.Gap = make([]time.Duration, len(k.Partitions)), 0
+	for i, p := range k.Partitions {
+		k.PartitionGaps[i] = first[p]
+		k.Gap = max(k.Gap, first[p])
+	}
+}
+
+// Gaps returns the gaps of the SIGKILLs (not the graceful stops) that were measured (a kill with
+// no later fire has none), sorted.
 func (r *Report) Gaps() []time.Duration {
 	var gaps []time.Duration
 	for _, k := range r.Kills {
-		if k.Gap > 0 {
+		if k.Gap > 0 && !k.Graceful {
 			gaps = append(gaps, k.Gap)
 		}
 	}

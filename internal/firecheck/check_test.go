@@ -122,6 +122,43 @@ func TestCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("kill of a replica that led some partitions", func(t *testing.T) {
+		t.Parallel()
+		// Jobs hash to partitions by id mod 4: job 1 to partition 1, job 2 to partition 2. The
+		// replica killed at 11.200 s led partitions 2 and 3: job 2's 11.500 is lost and its 12.500
+		// runs at 13.000, 1.8 s after the kill; partition 3 has no job, so no gap. Job 1 (partition
+		// 1, led by another replica) fires on time throughout and does not shorten the gap.
+		mod4 := func(job int64) int { return int(job % 4) }
+		kill := Kill{N: 1, Replica: "r2", At: time.UnixMilli(11_200), Partitions: []int{2, 3}, PartitionOf: mod4}
+		graceful := Kill{N: 2, Replica: "r3", At: time.UnixMilli(12_700), Graceful: true, Partitions: []int{1}, PartitionOf: mod4}
+		execs := []Execution{
+			onTime(1, 10_000), onTime(1, 11_000), onTime(1, 12_000), ex(1, 13_000, 13_100, ""),
+			onTime(2, 10_500), ex(2, 12_500, 13_000, ""),
+		}
+		r := Check(execs, grids, []Kill{kill, graceful})
+		k := r.Kills[0]
+		if want := []time.Duration{1800 * time.Millisecond, 0}; !slices.Equal(k.PartitionGaps, want) {
+			t.Errorf("partition gaps = %v, want %v", k.PartitionGaps, want)
+		}
+		if k.Gap != 1800*time.Millisecond || k.Unmeasured() != 1 {
+			t.Errorf("gap = %v with %d partitions unmeasured, want 1.8s with 1", k.Gap, k.Unmeasured())
+		}
+		if g := r.Kills[1]; !slices.Equal(g.PartitionGaps, []time.Duration{400 * time.Millisecond}) || g.Gap != 400*time.Millisecond {
+			t.Errorf("graceful stop: partition gaps %v, gap %v; want [400ms], 400ms", g.PartitionGaps, g.Gap)
+		}
+		if got := r.Gaps(); !slices.Equal(got, []time.Duration{1800 * time.Millisecond}) {
+			t.Errorf("gaps = %v, want [1.8s] (a graceful stop is not a SIGKILL)", got)
+		}
+		if r.Lost != 1 || k.Lost != 1 || r.LostPerJob[2] != 1 || len(r.LostPerJob) != 1 || len(r.LostSamples) != 1 || !strings.Contains(r.LostSamples[0], "kill 1 of r2, partition 2, which it led") {
+			t.Errorf("lost = %d (after kill 1: %d), samples %q; want 1 in partition 2, which r2 led", r.Lost, k.Lost, r.LostSamples)
+		}
+		// The same kill without partitions: the first fire of any job after it, job 1's 12.000.
+		whole := Check(execs, grids, []Kill{{N: 1, Replica: "r2", At: time.UnixMilli(11_200)}})
+		if g := whole.Kills[0]; g.Gap != 802*time.Millisecond || g.PartitionGaps != nil {
+			t.Errorf("without partitions: gap %v, partition gaps %v; want 802ms, none", g.Gap, g.PartitionGaps)
+		}
+	})
+
 	t.Run("kill with a dispatch lead", func(t *testing.T) {
 		t.Parallel()
 		// Killed at 11.200 s with a 400 ms lead: the killed leader had sent 11.500 ahead, and it
