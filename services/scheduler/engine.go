@@ -301,6 +301,7 @@ func (l *engine) takeOver(ctx context.Context) error {
 
 func (l *engine) takeOverOnce(ctx context.Context) error {
 	s := l.s
+	start := time.Now() // a measurement for the log, not scheduling: the wall clock
 	// Fence first: the previous leader, if it is still running (paused, or cut off from etcd
 	// but not from Postgres), may have a pre-read open; its marks must be committed before they
 	// are read here, and its later transactions must fail.
@@ -336,7 +337,6 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 	// MISFIRE fire (planMisfires).
 	skip := map[*fire]string{}
 	for _, aj := range jobs {
-		l.owed.touch(aj.ID) // the mark is cleared or replaced at the next pre-read
 		if aj.Status != jobRunning {
 			continue
 		}
@@ -398,6 +398,12 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		}
 	}
 	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
+	// Every mark read is cleared or replaced at the next pre-read, or by the hand-over, from
+	// what is owed now: only now that the owed fires are known. A takeover that fails or is cut
+	// short before this point leaves the marks as they are for the partition's next leader.
+	for _, aj := range jobs {
+		l.owed.touch(aj.ID)
+	}
 	refire, pinned, rebuilt, misfires := 0, 0, 0, 0
 	var doubts []*doubt
 	for _, f := range cands {
@@ -434,7 +440,7 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 	s.log.Info("took over from the previous leader", "partition", l.part, "epoch", l.epoch, "jobs_marked", len(jobs),
 		"fires_checked", len(cands), "fires_on_executors", len(onExec), "executors_skipped", skipped,
 		"fires_refired", refire, "fires_pinned", pinned, "fires_in_doubt", len(doubts), "records_rebuilt", rebuilt,
-		"misfires_skipped", misfires)
+		"misfires_skipped", misfires, "took", time.Since(start).Round(time.Millisecond))
 	l.resolveLater(ctx, doubts)
 	return nil
 }

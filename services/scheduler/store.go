@@ -571,6 +571,13 @@ func (s store) raiseFence(ctx context.Context, part int, epoch int64, holder str
 		return storeErr(err, "fence")
 	}
 	defer tx.Rollback()
+	if s.db.Dialect() == db.Postgres {
+		// The raise waits for the previous leader's transactions in flight, which are short; a
+		// lock held longer fails it, and the takeover says so and tries again.
+		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+			return storeErr(err, "fence")
+		}
+	}
 	if err := s.fence(ctx, tx, part, epoch, holder); err != nil {
 		return err
 	}
