@@ -252,6 +252,51 @@ func TestClusterOfServiceCommands(t *testing.T) {
 			break
 		}
 	}
+	// A manual trigger sent (through the gateway) to scheduler-1 of a job whose partition
+	// scheduler-2 leads is forwarded there, over mutual TLS with the internal token, and runs.
+	var status struct {
+		Partitions []struct {
+			Partition int    `json:"partition"`
+			LeaderID  string `json:"leader_id"`
+		} `json:"partitions"`
+	}
+	if code := rest(t, tok, "GET", base+"/api/v1/scheduler/status", nil, &status); code != 200 || len(status.Partitions) == 0 {
+		t.Fatalf("scheduler status = %d, %d partitions", code, len(status.Partitions))
+	}
+	var manual string
+	for i := 0; manual == "" && i < 32; i++ {
+		if code := rest(t, tok, "POST", base+"/api/v1/jobs", map[string]any{"name": fmt.Sprintf("manual-%d", i), "group_id": group.Group.ID,
+			"schedule": map[string]any{"type": "SCHEDULE_TYPE_NONE"}, "glue_type": "GLUE_TYPE_BEAN", "handler": "hello"}, &job); code != 200 {
+			t.Fatalf("create job = %d", code)
+		}
+		var id int
+		fmt.Sscan(job.Job.ID, &id)
+		if status.Partitions[id%len(status.Partitions)].LeaderID == "r2" {
+			manual = job.Job.ID
+		}
+	}
+	if manual == "" {
+		t.Fatal("no job of a partition r2 leads in 32 jobs")
+	}
+	var trig struct {
+		TriggerIDs []string `json:"trigger_ids"`
+	}
+	if code := rest(t, tok, "POST", base+"/api/v1/jobs/"+manual+":trigger", map[string]any{}, &trig); code != 200 || len(trig.TriggerIDs) != 1 {
+		t.Fatalf("trigger job %s = %d, trigger ids %v", manual, code, trig.TriggerIDs)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var run struct {
+			Run struct {
+				Status string `json:"status"`
+			} `json:"run"`
+		}
+		if rest(t, tok, "GET", base+"/api/v1/logs/"+trig.TriggerIDs[0], nil, &run); run.Run.Status == "RUN_STATUS_SUCCESS" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("manual run %s of job %s: %q, not a success within 30s", trig.TriggerIDs[0], manual, run.Run.Status)
+		}
+	}
 	// People's tokens are checked by every service: no token, no jobs.
 	if code := rest(t, "", "GET", base+"/api/v1/jobs", nil, nil); code != http.StatusUnauthorized {
 		t.Errorf("GET /api/v1/jobs without a token = %d, want 401", code)

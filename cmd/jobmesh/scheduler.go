@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,6 +14,8 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/internal/hostport"
+	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 )
 
@@ -23,6 +27,10 @@ type schedulerConfig struct {
 	// GRPCAddr is where JobService and SchedulerService listen; port 0 picks a free port, and
 	// the actual address is printed on stdout as "scheduler grpc <host:port>".
 	GRPCAddr string
+	// AdvertiseAddr is where the other replicas reach this one, to forward it the manual triggers
+	// of the partitions it leads; empty means the listener's address, unless it listens on every
+	// interface (0.0.0.0, ::), which advertises nothing (advertiseAddr).
+	AdvertiseAddr string
 	// EtcdEndpoints is the etcd cluster the replicas campaign in. Required.
 	EtcdEndpoints []string
 	// etcdTLS secures the etcd connection when given.
@@ -62,6 +70,9 @@ const maxPartitions = 4096
 // validate names the flag of everything wrong.
 func (c *schedulerConfig) validate() error {
 	errs := []error{checkAddr("--grpc-addr", c.GRPCAddr)}
+	if c.AdvertiseAddr != "" && (!hostport.Valid(c.AdvertiseAddr) || unspecifiedHost(c.AdvertiseAddr)) {
+		errs = append(errs, fmt.Errorf("--advertise-addr %q: want host:port the other replicas can dial", c.AdvertiseAddr))
+	}
 	if len(c.EtcdEndpoints) == 0 {
 		errs = append(errs, errors.New("--etcd-endpoints: required"))
 	}
@@ -101,6 +112,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	)
 	f := newFlags("jobmesh scheduler", stderr)
 	f.str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9010", "gRPC `address` of JobService and SchedulerService; port 0 picks one")
+	f.str(&c.AdvertiseAddr, "advertise-addr", "", "`host:port` the other replicas reach this one's gRPC at, to forward it the manual triggers of the partitions it leads; empty means --grpc-addr's actual address unless it listens on every interface (0.0.0.0, ::)")
 	f.str(&endpoints, "etcd-endpoints", "", "comma-separated etcd `urls` (required)")
 	c.etcdTLS.add(f)
 	f.str(&c.DatabaseURL, "database-url", "", "Postgres `url` shared by every replica (required)")
@@ -153,17 +165,24 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, Partitions: cfg.Partitions, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
-		MisfireThreshold: cfg.MisfireThreshold, ExecutorQueue: cfg.ExecutorQueue, ExecutorQueueTotal: cfg.ExecutorQueueTotal,
-		DeliverySecret: p.mesh.InternalToken, ExecutorDialOptions: []grpc.DialOption{p.tls.DialOption()}}, scheduler.Deps{
-		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
-		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
-	})
+	ln, err := p.listen(ctx, "--grpc-addr", cfg.GRPCAddr)
 	if err != nil {
 		return err
 	}
-
-	ln, err := p.listen(ctx, "--grpc-addr", cfg.GRPCAddr)
+	advertise := advertiseAddr(cfg.AdvertiseAddr, ln)
+	if advertise == "" {
+		log.Warn("the replica advertises no address (it listens on every interface): the others dispatch the manual triggers of its partitions themselves; set --advertise-addr",
+			"grpc_addr", ln.Addr().String())
+	}
+	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, Partitions: cfg.Partitions, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
+		MisfireThreshold: cfg.MisfireThreshold, ExecutorQueue: cfg.ExecutorQueue, ExecutorQueueTotal: cfg.ExecutorQueueTotal,
+		DeliverySecret: p.mesh.InternalToken, ExecutorDialOptions: []grpc.DialOption{p.tls.DialOption()},
+		// Manual triggers are forwarded to the partitions' leaders as the services call each
+		// other: over the mesh's TLS, with the internal token, which the leaders' guards accept.
+		AdvertiseAddr: advertise, PeerDialOptions: []grpc.DialOption{p.tls.DialOption(), auth.BearerToken(p.mesh.InternalToken)}}, scheduler.Deps{
+		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
+		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
+	})
 	if err != nil {
 		return err
 	}
@@ -183,7 +202,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	fmt.Fprintf(stdout, "scheduler grpc %s\n", ln.Addr())
-	log.Info("scheduler replica up", "grpc_addr", ln.Addr().String(), "replica_id", cfg.ReplicaID)
+	log.Info("scheduler replica up", "grpc_addr", ln.Addr().String(), "advertise_addr", advertise, "replica_id", cfg.ReplicaID)
 
 	err = wait(ctx, failed)
 	// Stop accepting calls, then resign and drain; the deferred closes follow.
@@ -191,6 +210,23 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sched.Stop()
 	log.Info("scheduler replica stopped")
 	return err
+}
+
+// advertiseAddr is the address a replica advertises to the others: --advertise-addr when given,
+// else the listener's actual address unless it listens on every interface, which names no
+// address the others can dial ("").
+func advertiseAddr(flag string, ln net.Listener) string {
+	if flag != "" {
+		return flag
+	}
+	return hostport.Advertised(ln.Addr())
+}
+
+// unspecifiedHost reports whether addr's host is 0.0.0.0 or ::, which names no machine.
+func unspecifiedHost(addr string) bool {
+	host, _, _ := net.SplitHostPort(addr)
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsUnspecified()
 }
 
 // leadConfig maps --dispatch-lead to scheduler.Config.DispatchLead, where zero means the default

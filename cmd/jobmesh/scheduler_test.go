@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -144,4 +145,42 @@ func TestParseSchedulerFlags(t *testing.T) {
 			t.Errorf("replica id, session ttl, grpc addr = %q, %v, %q; want from-env, 2s, 127.0.0.1:7000", c.ReplicaID, c.SessionTTL, c.GRPCAddr)
 		}
 	})
+}
+
+// TestAdvertiseAddr: a replica advertises --advertise-addr, else its listener's actual address
+// unless it listens on every interface; a malformed --advertise-addr is refused.
+func TestAdvertiseAddr(t *testing.T) {
+	for _, tc := range []struct {
+		flag, listen, want string // want "port" stands for the listener's address
+	}{
+		{"", "127.0.0.1:0", "port"},
+		{"", "0.0.0.0:0", ""},
+		{"", "[::]:0", ""},
+		{"sched-1.internal:9010", "0.0.0.0:0", "sched-1.internal:9010"},
+	} {
+		ln, err := net.Listen("tcp", tc.listen)
+		if err != nil {
+			t.Logf("listen %s: %v (skipped)", tc.listen, err) // e.g. no IPv6
+			continue
+		}
+		want := tc.want
+		if want == "port" {
+			want = ln.Addr().String()
+		}
+		if got := advertiseAddr(tc.flag, ln); got != want {
+			t.Errorf("advertiseAddr(%q) listening on %s = %q, want %q", tc.flag, ln.Addr(), got, want)
+		}
+		ln.Close()
+	}
+	full := []string{"--etcd-endpoints", "http://a:2379", "--database-url", "postgres://u@h/db",
+		"--registry-addr", "127.0.0.1:9011", "--logs-addr", "127.0.0.1:9012",
+		"--internal-token", strings.Repeat("s", 32), "--insecure"}
+	for _, bad := range []string{"no-port", "0.0.0.0:9010", "[::]:9010", "host:0"} {
+		if _, err := parseSchedulerFlags(append(slices.Clone(full), "--advertise-addr", bad), io.Discard); err == nil || !strings.Contains(err.Error(), "--advertise-addr") {
+			t.Errorf("--advertise-addr %s: error = %v, want one naming --advertise-addr", bad, err)
+		}
+	}
+	if c, err := parseSchedulerFlags(append(slices.Clone(full), "--advertise-addr", "10.0.0.5:9010"), io.Discard); err != nil || c.AdvertiseAddr != "10.0.0.5:9010" {
+		t.Errorf("--advertise-addr 10.0.0.5:9010 = %q, %v", c.AdvertiseAddr, err)
+	}
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
@@ -421,6 +422,14 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		scfg.DeliverySecret = st.InternalToken
 		if scfg.ExecutorDialOptions == nil {
 			scfg.ExecutorDialOptions = []grpc.DialOption{st.TLS.DialOption()}
+		}
+		// Replicas forward manual triggers to their partitions' leaders as the services call each
+		// other (one replica here, but `jobmesh scheduler` replicas may join its etcd).
+		if scfg.AdvertiseAddr == "" {
+			scfg.AdvertiseAddr = hostport.Advertised(schedLn.Addr())
+		}
+		if scfg.PeerDialOptions == nil {
+			scfg.PeerDialOptions = []grpc.DialOption{st.TLS.DialOption(), auth.BearerToken(st.InternalToken)}
 		}
 		sched, err := scheduler.New(scfg, scheduler.Deps{
 			Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),

@@ -1,5 +1,6 @@
 // Package hostport checks executor addresses typed by people ("host:port"), so that a list of
-// them never stores something that is not an address the scheduler could dial.
+// them never stores something that is not an address the scheduler could dial, and names the
+// address a listener can advertise to other machines.
 package hostport
 
 import (
@@ -19,6 +20,15 @@ func Valid(a string) bool {
 		return !strings.Contains(host, "%") // no IPv6 zone: it names a local interface
 	}
 	return validName(host)
+}
+
+// Advertised returns the address a listener at a can advertise to other machines: a itself, or
+// "" when its host is unspecified (0.0.0.0, ::), which names no machine to dial.
+func Advertised(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok && (t.IP == nil || t.IP.IsUnspecified()) {
+		return ""
+	}
+	return a.String()
 }
 
 func validPort(p string) bool {

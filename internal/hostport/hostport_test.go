@@ -1,6 +1,9 @@
 package hostport
 
-import "testing"
+import (
+	"net"
+	"testing"
+)
 
 func TestValid(t *testing.T) {
 	t.Parallel()
@@ -35,6 +38,24 @@ func TestValid(t *testing.T) {
 	} {
 		if got := Valid(tt.addr); got != tt.want {
 			t.Errorf("Valid(%q) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}
+
+func TestAdvertised(t *testing.T) {
+	for _, tt := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9010}, "127.0.0.1:9010"},
+		{&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 9010}, "10.1.2.3:9010"},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 9010}, ""},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 9010}, ""},
+		{&net.TCPAddr{Port: 9010}, ""}, // no IP: every interface
+		{&net.TCPAddr{IP: net.ParseIP("fd00::1"), Port: 9010}, "[fd00::1]:9010"},
+	} {
+		if got := Advertised(tt.addr); got != tt.want {
+			t.Errorf("Advertised(%v) = %q, want %q", tt.addr, got, tt.want)
 		}
 	}
 }

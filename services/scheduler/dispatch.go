@@ -450,7 +450,9 @@ func (d *dropReport) add(now time.Time) (n int, ok bool) {
 	return n, true
 }
 
-// TriggerJob implements JobService: fire once now, on this replica.
+// TriggerJob implements JobService: fire once now. The replica that leads the job's partition
+// dispatches the fire: another forwards the call to it (forwardTrigger), and dispatches the fire
+// itself only when the leader is not known or cannot be reached.
 func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobRequest) (*schedulerv1.TriggerJobResponse, error) {
 	tt := req.GetTriggerType()
 	switch tt {
@@ -468,6 +470,11 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	if n := len([]rune(req.GetParams())); n > maxParamsLen {
 		return nil, apierr.Field("params", "at most %d characters, got %d", maxParamsLen, n)
 	}
+	// Forward before anything is reserved: the replica that dispatches reserves the fire's time,
+	// and this one dispatches a forwarded trigger only if the leader never took the call.
+	if resp, handled, err := s.forwardTrigger(ctx, req); handled {
+		return resp, err
+	}
 	j, err := s.jobs.get(ctx, req.GetId())
 	if err != nil {
 		return nil, err
@@ -480,6 +487,12 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	fireMs, err := s.jobs.reserveManualFire(ctx, j.ID, s.clk.Now().UnixMilli())
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil && isForwarded(ctx) {
+		// The forwarding replica went away meanwhile: it may not have heard that this one took the
+		// call, and then dispatches the trigger itself (forwardTrigger). The reserved time stays
+		// unused.
+		return nil, status.FromContextError(err).Err()
 	}
 	f := &fire{job: j, fireMs: fireMs, trigType: tt, addresses: req.GetAddresses()}
 	if req.GetParams() != "" {

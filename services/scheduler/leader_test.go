@@ -29,20 +29,27 @@ func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
 // serveGRPC serves register on loopback and returns a connection to it.
 func serveGRPC(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
-	g := grpcserver.New(nil)
-	register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
+	serveOn(t, ln, register)
 	c, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// serveOn serves register on ln until the test ends, or the returned server is stopped.
+func serveOn(t *testing.T, ln net.Listener, register func(*grpc.Server)) *grpc.Server {
+	t.Helper()
+	g := grpcserver.New(nil)
+	register(g)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	return g
 }
 
 // cluster is the scheduler's world: a real registry and logsvc, one shared scheduler store.

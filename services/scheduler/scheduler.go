@@ -115,6 +115,14 @@ type Config struct {
 	Logger *slog.Logger
 	// ExecutorDialOptions are used to dial executors (credentials, stats handlers).
 	ExecutorDialOptions []grpc.DialOption
+	// AdvertiseAddr is where the other replicas reach this one's JobService (host:port), stored
+	// in its etcd member key: they forward the manual triggers of the partitions it leads to it.
+	// Empty advertises nothing: the others dispatch those triggers themselves.
+	AdvertiseAddr string
+	// PeerDialOptions are used to dial the other replicas to forward manual triggers to the
+	// leaders of their partitions (the mesh's transport credentials and the internal token). Nil
+	// turns forwarding off: every manual trigger is dispatched by the replica that receives it.
+	PeerDialOptions []grpc.DialOption
 	// DeliverySecret is the secret the scheduler seals each fire's delivery token with (the
 	// services' internal token, which logsvc checks the tokens with): an executor can deliver
 	// results and lines only for the fires sent to it. Empty sends fires without a token, and
@@ -236,6 +244,9 @@ type Service struct {
 	// waits holds the fires waiting for their executors to take them (back-pressure).
 	waits *backlogs
 
+	// peers are the connections to the other replicas that manual triggers are forwarded over;
+	// nil without Config.PeerDialOptions.
+	peers *peers
 	// parts decides which partitions this replica leads; it runs an engine for each (lead).
 	parts *partition.Manager
 	// count is the cluster's partition count, 0 until the manager knows it (partCount).
@@ -281,7 +292,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.slow = newPool("slow", cfg.SlowWorkers, cfg.PoolQueue)
 	s.engines = map[int]*engine{}
 	s.completions = newCompletionFollower()
-	parts, err := partition.New(partition.Config{Etcd: deps.Etcd, ReplicaID: cfg.ReplicaID, Count: cfg.Partitions,
+	if cfg.PeerDialOptions != nil {
+		s.peers = newPeers(cfg.PeerDialOptions, cfg.DispatchTimeout)
+	}
+	parts, err := partition.New(partition.Config{Etcd: deps.Etcd, ReplicaID: cfg.ReplicaID, Address: cfg.AdvertiseAddr, Count: cfg.Partitions,
 		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger, Lead: s.lead})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -345,7 +359,7 @@ func (s *Service) Start(ctx context.Context) error {
 }
 
 // Stop hands its partitions over, stops firing, drains the trigger pools, flushes trigger records and
-// closes executor connections. It is idempotent.
+// closes executor and peer connections. It is idempotent.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	cancel := s.cancel
@@ -366,6 +380,9 @@ func (s *Service) Stop() {
 	fcancel()
 	s.records.Stop()
 	s.execs.close()
+	if s.peers != nil {
+		s.peers.close()
+	}
 	s.metrics.stop()
 }
 

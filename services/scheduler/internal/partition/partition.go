@@ -6,12 +6,14 @@
 // etcd layout under Config.Prefix:
 //
 //	count             the partition count, decimal; written once, at the cluster's first start
-//	members/<id>      value id, bound to the replica's session lease
+//	members/<id>      value {"id":<id>,"addr":<address>} (JSON; older replicas wrote the bare id),
+//	                  bound to the replica's session lease
 //	partitions/<p>    value the leader's id, bound to its session lease; CreateRevision = epoch
 package partition
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +54,9 @@ type Config struct {
 	Etcd *clientv3.Client
 	// ReplicaID names this replica; required, unique per replica.
 	ReplicaID string
+	// Address is where the other replicas reach this one (its gRPC address), stored in its
+	// member key; empty when it does not advertise one.
+	Address string
 	// Count is the partition count wanted if the cluster has none stored yet; 0 means
 	// DefaultCount. The count is stored in etcd at the cluster's first start and fixed from then
 	// on: a replica started with another Count logs a warning and uses the stored one.
@@ -118,6 +123,9 @@ type Owner struct {
 	Leader string
 	// Epoch is the leader's epoch (its key's CreateRevision); 0 while none leads.
 	Epoch int64
+	// Addr is the leader's address as its member key advertises it; empty while none leads, the
+	// leader advertises none, or its member key is gone (it is leaving or dead).
+	Addr string
 }
 
 // Status is a snapshot of a Manager.
@@ -126,6 +134,8 @@ type Status struct {
 	Count int
 	// Replicas are the live replicas' ids as watched in etcd, sorted.
 	Replicas []string
+	// Addresses maps the live replicas that advertise an address to it.
+	Addresses map[string]string
 	// Owners are the partitions' leaders as watched in etcd, indexed by partition.
 	Owners []Owner
 	// Led maps the partitions whose Lead runs here and is not ending to their epochs.
@@ -155,9 +165,9 @@ type Manager struct {
 
 	// mu guards the fields below; only the Run goroutine writes them.
 	mu        sync.Mutex
-	live      map[string]bool // replica id → its member key exists
-	owners    []slot          // by partition
-	leads     map[int]*lead   // Leads running here, ending or not
+	live      map[string]string // replica id (its member key exists) → its address, "" if none
+	owners    []slot            // by partition
+	leads     map[int]*lead     // Leads running here, ending or not
 	cooldown  map[int]time.Time
 	handovers int64
 	acquired  int64
@@ -209,7 +219,7 @@ func New(cfg Config) (*Manager, error) {
 		partitions: cfg.Prefix + "/partitions/",
 		rangeEnd:   cfg.Prefix + "/partitions0", // '0' follows '/': the range ends after partitions/
 		countC:     make(chan struct{}),
-		live:       map[string]bool{},
+		live:       map[string]string{},
 		leads:      map[int]*lead{},
 		cooldown:   map[int]time.Time{},
 	}
@@ -243,13 +253,19 @@ func (m *Manager) Status() Status {
 	st := Status{
 		Count:     int(m.count.Load()),
 		Replicas:  slices.Sorted(maps.Keys(m.live)),
+		Addresses: make(map[string]string, len(m.live)),
 		Owners:    make([]Owner, len(m.owners)),
 		Led:       make(map[int]int64, len(m.leads)),
 		Handovers: m.handovers,
 		Acquired:  m.acquired,
 	}
-	for p, s := range m.owners {
-		st.Owners[p] = Owner{Leader: s.leader, Epoch: s.epoch}
+	for id, addr := range m.live {
+		if addr != "" {
+			st.Addresses[id] = addr
+		}
+	}
+	for p := range m.owners {
+		st.Owners[p] = m.ownerLocked(p)
 	}
 	for p, l := range m.leads {
 		if !l.ending {
@@ -257,6 +273,48 @@ func (m *Manager) Status() Status {
 		}
 	}
 	return st
+}
+
+// Owner returns partition p's leader as this replica last saw it; the zero Owner while none
+// leads p, the count is not known yet, or p is out of range.
+func (m *Manager) Owner(p int) Owner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p < 0 || p >= len(m.owners) {
+		return Owner{}
+	}
+	return m.ownerLocked(p)
+}
+
+// ownerLocked returns partition p's Owner. m.mu is held.
+func (m *Manager) ownerLocked(p int) Owner {
+	s := m.owners[p]
+	if s.leader == "" {
+		return Owner{}
+	}
+	return Owner{Leader: s.leader, Epoch: s.epoch, Addr: m.live[s.leader]}
+}
+
+// member is the value of a member key.
+type member struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr,omitempty"`
+}
+
+// memberValue encodes this replica's member key value.
+func memberValue(id, addr string) string {
+	b, _ := json.Marshal(member{ID: id, Addr: addr}) // strings only: cannot fail
+	return string(b)
+}
+
+// addrOf returns the address a member key's value advertises: "" for the bare id older replicas
+// write, or a value that is not a member of its own.
+func addrOf(id string, value []byte) string {
+	var mb member
+	if len(value) == 0 || value[0] != '{' || json.Unmarshal(value, &mb) != nil || mb.ID != id {
+		return ""
+	}
+	return mb.Addr
 }
 
 // Run joins the cluster and leads partitions until ctx ends; then it hands every partition over
@@ -323,7 +381,7 @@ func (m *Manager) session(ctx context.Context) (joined bool, err error) {
 	if err := m.loadCount(lctx); err != nil {
 		return false, err
 	}
-	if _, err := m.cfg.Etcd.Put(lctx, m.members+m.cfg.ReplicaID, m.cfg.ReplicaID, clientv3.WithLease(sess.Lease())); err != nil {
+	if _, err := m.cfg.Etcd.Put(lctx, m.members+m.cfg.ReplicaID, memberValue(m.cfg.ReplicaID, m.cfg.Address), clientv3.WithLease(sess.Lease())); err != nil {
 		return false, fmt.Errorf("join: put member key: %w", err)
 	}
 	s := &membership{m: m, sess: sess, lctx: lctx, done: make(chan leadDone)}
@@ -477,7 +535,7 @@ func (s *membership) resync() error {
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		if id, ok := strings.CutPrefix(key, m.members); ok {
-			m.live[id] = true
+			m.live[id] = addrOf(id, kv.Value)
 		} else if p, ok := m.partitionOf(key); ok {
 			m.owners[p] = slot{leader: string(kv.Value), epoch: kv.CreateRevision, rev: rev}
 		}
@@ -507,7 +565,7 @@ func (s *membership) apply(evs []*clientv3.Event) {
 			if ev.Type == mvccpb.DELETE {
 				delete(m.live, id)
 			} else {
-				m.live[id] = true
+				m.live[id] = addrOf(id, ev.Kv.Value)
 			}
 			continue
 		}

@@ -385,3 +385,87 @@ func TestLeadReturnsEarly(t *testing.T) {
 		t.Errorf("partition 0 led again under epoch %d, want above %d", e, first)
 	}
 }
+
+// TestMemberAddresses: a replica advertises its address in its member key (JSON); Status and
+// Owner give the live replicas' addresses, read at the first listing and from the watch alike,
+// and a bare-id value (what replicas wrote before addresses) reads as a replica without one.
+func TestMemberAddresses(t *testing.T) {
+	t.Parallel()
+	prefix := "/test/" + t.Name()
+	cli := etcdtest.Client(t)
+	// A replica of the older kind, there before a joins (a reads it in its first listing).
+	if _, err := cli.Put(t.Context(), prefix+"/members/old", "old"); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker(t)
+	m, err := partition.New(partition.Config{
+		Etcd: cli, ReplicaID: "a", Address: "10.0.0.1:9010", Count: 2, SessionTTL: time.Second, Prefix: prefix, Lead: tr.lead("a"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	eventually(t, 10*time.Second, "a leads its share", func() string {
+		if st := m.Status(); len(st.Led) != 1 {
+			return fmt.Sprintf("a leads %v with replicas %v", st.Led, st.Replicas)
+		}
+		return ""
+	})
+	resp, err := cli.Get(t.Context(), prefix+"/members/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("a's member key: %v, %v", resp, err)
+	}
+	if got, want := string(resp.Kvs[0].Value), `{"id":"a","addr":"10.0.0.1:9010"}`; got != want {
+		t.Errorf("a's member value = %s, want %s", got, want)
+	}
+	// Two more after a joined (a reads them from the watch): one that advertises an address, and
+	// one whose value is not a member's.
+	if _, err := cli.Put(t.Context(), prefix+"/members/b", `{"id":"b","addr":"10.0.0.2:9010"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), prefix+"/members/c", `{"id":"someone-else","addr":"10.0.0.3:9010"}`); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a sees b and c", func() string {
+		if st := m.Status(); len(st.Replicas) != 4 {
+			return fmt.Sprintf("replicas %v", st.Replicas)
+		}
+		return ""
+	})
+	st := m.Status()
+	want := map[string]string{"a": "10.0.0.1:9010", "b": "10.0.0.2:9010"}
+	if fmt.Sprint(st.Addresses) != fmt.Sprint(want) {
+		t.Errorf("Addresses = %v, want %v", st.Addresses, want)
+	}
+	for p := range st.Led {
+		if o := m.Owner(p); o.Leader != "a" || o.Addr != "10.0.0.1:9010" || o.Epoch != st.Led[p] {
+			t.Errorf("Owner(%d) = %+v, want a at 10.0.0.1:9010 under epoch %d", p, o, st.Led[p])
+		}
+		if o := st.Owners[p]; o.Addr != "10.0.0.1:9010" {
+			t.Errorf("Status().Owners[%d] = %+v, want a's address", p, o)
+		}
+	}
+	if o := m.Owner(2); o != (partition.Owner{}) {
+		t.Errorf("Owner(2) of 2 partitions = %+v, want none", o)
+	}
+	// A leader whose member key is of the older kind has no address.
+	free := 1 - func() int {
+		for p := range st.Led {
+			return p
+		}
+		return -1
+	}()
+	if _, err := cli.Put(t.Context(), fmt.Sprintf("%s/partitions/%d", prefix, free), "old"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a sees old lead the other partition", func() string {
+		if o := m.Owner(free); o.Leader != "old" || o.Addr != "" {
+			return fmt.Sprintf("Owner(%d) = %+v, want old without an address", free, o)
+		}
+		return ""
+	})
+}

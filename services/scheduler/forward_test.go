@@ -1,0 +1,185 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
+	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/scheduler"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
+)
+
+// runCalls counts the Run calls a replica's executor connections make.
+type runCalls struct{ n atomic.Int64 }
+
+// dialOptions are a replica's ExecutorDialOptions that count its Run calls.
+func (r *runCalls) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == executorv1.ExecutorService_Run_FullMethodName {
+				r.n.Add(1)
+			}
+			return invoke(ctx, method, req, reply, cc, opts...)
+		}),
+	}
+}
+
+// servedReplica is a scheduler replica whose gRPC server the others reach at addr.
+type servedReplica struct {
+	*scheduler.Service
+	addr string
+	g    *grpc.Server
+	runs *runCalls
+}
+
+// servedReplica starts a replica of a 2-partition cluster that advertises its gRPC server and
+// forwards manual triggers over plaintext.
+func (c *cluster) servedReplica(t *testing.T, id string) *servedReplica {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &servedReplica{addr: ln.Addr().String(), runs: &runCalls{}}
+	r.Service = c.replicaWith(t, scheduler.Config{ReplicaID: id, Partitions: 2, AdvertiseAddr: r.addr,
+		PeerDialOptions:     []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		ExecutorDialOptions: r.runs.dialOptions()})
+	r.g = serveOn(t, ln, r.Register)
+	return r
+}
+
+// leaders waits until the two replicas lead a partition each, see each other live and agree on
+// who leads which, and returns the leader of each partition.
+func leaders(t *testing.T, a, b *servedReplica) map[int]*servedReplica {
+	t.Helper()
+	byID := map[string]*servedReplica{"a": a, "b": b}
+	var got map[int]*servedReplica
+	eventually(t, 15*time.Second, "a and b lead a partition each", func() bool {
+		got = map[int]*servedReplica{}
+		var views []string
+		for _, r := range []*servedReplica{a, b} {
+			st, err := r.GetStatus(t.Context(), &schedulerv1.GetStatusRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both replicas live in each one's view: it knows the other's address (a view may
+			// learn a partition's leader from its own etcd writes before its watch tells it of
+			// the leader's member key).
+			if !st.GetLeader() || len(st.GetPartitions()) != 2 || len(st.GetReplicas()) != 2 {
+				return false
+			}
+			views = append(views, fmt.Sprint(st.GetPartitions()[0].GetLeaderId(), st.GetPartitions()[1].GetLeaderId()))
+			for _, p := range st.GetPartitions() {
+				got[int(p.GetPartition())] = byID[p.GetLeaderId()]
+			}
+		}
+		return views[0] == views[1] && got[0] != nil && got[1] != nil && got[0] != got[1]
+	})
+	return got
+}
+
+// TestManualTriggerGoesToThePartitionLeader: two replicas lead a partition each. A manual
+// trigger sent to the replica that does not lead its job's partition is dispatched once, by the
+// leader (its executor connection makes the Run call). A forwarded call is dispatched by the
+// replica that receives it, whatever it leads. While the leader cannot be reached, and once it
+// is gone, the replica that received the trigger dispatches it.
+func TestManualTriggerGoesToThePartitionLeader(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var runs counter
+	group := c.executor(t, "fwd-app", "work", func(_ context.Context, j *sdk.Job) error {
+		runs.add(j)
+		return nil
+	})
+	a, b := c.servedReplica(t, "a"), c.servedReplica(t, "b")
+	lead := leaders(t, a, b)
+	// A job of the partition b leads, to trigger through a.
+	var jobID int64
+	for range 8 {
+		j, err := a.CreateJob(t.Context(), &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+			GroupId: group, Name: "fwd", Handler: "work", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+			Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := j.GetJob().GetId(); lead[partition.PartitionOf(id, 2)] == b {
+			jobID = id
+			break
+		}
+	}
+	if jobID == 0 {
+		t.Fatal("no job of b's partition in 8 jobs")
+	}
+	var ids []string
+	// trigger fires the job through call and checks which replicas made Run calls by its answer
+	// (TriggerJob answers once the executor has): a fire dispatched by another replica too would
+	// show there.
+	trigger := func(what string, call func() (*schedulerv1.TriggerJobResponse, error), wantA, wantB int64) {
+		t.Helper()
+		resp, err := call()
+		if err != nil || len(resp.GetTriggerIds()) != 1 {
+			t.Fatalf("%s: TriggerJob = %v, %v; want one trigger id", what, resp, err)
+		}
+		ids = append(ids, resp.GetTriggerIds()[0])
+		if gotA, gotB := a.runs.n.Load(), b.runs.n.Load(); gotA != wantA || gotB != wantB {
+			t.Errorf("%s: Run calls by a, b = %d, %d; want %d, %d", what, gotA, gotB, wantA, wantB)
+		}
+	}
+
+	trigger("sent to a, b leads", func() (*schedulerv1.TriggerJobResponse, error) {
+		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "forwarded"})
+	}, 0, 1)
+
+	// A call forwarded to a (over gRPC, as b would) stays there; a says it took it.
+	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var header metadata.MD
+	trigger("forwarded to a", func() (*schedulerv1.TriggerJobResponse, error) {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-jobmesh-forwarded", "1")
+		return schedulerv1.NewJobServiceClient(conn).TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: jobID, Params: "kept"}, grpc.Header(&header))
+	}, 1, 1)
+	if len(header.Get("x-jobmesh-forward-taken")) != 1 {
+		t.Errorf("header of the forwarded call = %v, want x-jobmesh-forward-taken", header)
+	}
+
+	// b still leads, but its server is down: a dispatches the trigger itself.
+	b.g.Stop()
+	trigger("b unreachable", func() (*schedulerv1.TriggerJobResponse, error) {
+		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "unreachable"})
+	}, 2, 1)
+
+	// b is gone: a dispatches it.
+	b.Stop()
+	trigger("b stopped", func() (*schedulerv1.TriggerJobResponse, error) {
+		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "gone"})
+	}, 3, 1)
+
+	eventually(t, 15*time.Second, "every trigger runs", func() bool {
+		seen, _ := runs.snapshot()
+		return len(seen) >= len(ids)
+	})
+	seen, perID := runs.snapshot()
+	if len(seen) != len(ids) {
+		t.Errorf("%d runs, want %d", len(seen), len(ids))
+	}
+	for _, id := range ids {
+		if perID[id] != 1 {
+			t.Errorf("trigger %s ran %d times, want once", id, perID[id])
+		}
+	}
+}
