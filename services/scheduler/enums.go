@@ -21,7 +21,7 @@ const (
 	jobStatusUnset jobStatus = 0
 	// jobStopped: the job has no fires.
 	jobStopped jobStatus = 1
-	// jobRunning: the job fires on its schedule; only running jobs are due (dueQuery).
+	// jobRunning: the job fires on its schedule; only running jobs are due (store.due).
 	jobRunning jobStatus = 2
 )
 

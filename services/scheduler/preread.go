@@ -58,6 +58,10 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return 0, err
 	}
+	// Every read and write of the scan goes by an index, whatever the table statistics say.
+	if err := s.jobs.indexPlans(ctx, tx); err != nil {
+		return 0, err
+	}
 	if err := l.refreshArmed(ctx, tx, nowMs); err != nil {
 		return 0, err
 	}
@@ -101,12 +105,6 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 			}
 		}
 		advances = append(advances, advance{id: j.ID, readMs: j.NextFireMs, lastMs: last, nextMs: next, armedFromMs: armedFrom})
-	}
-	// From here on the transaction only writes job_state by arrays of job ids.
-	if len(advances) > 0 || len(marks) > 0 {
-		if err := s.jobs.indexPlans(ctx, tx); err != nil {
-			return 0, err
-		}
 	}
 	advanced, err := s.jobs.advanceAll(ctx, tx, advances)
 	if err != nil {

@@ -547,12 +547,13 @@ func partsOf(terms []term) []int32 {
 	return out
 }
 
-// indexPlans makes the rest of a transaction probe indexes (db.IndexPlans); callers set it
-// once, just before the batch writes of job_state (advanceAll, markArmed): those name hundreds
-// or thousands of jobs through arrays, and Postgres planned them as a scan of all of job_state
+// indexPlans makes the rest of a transaction probe indexes (db.IndexPlans). The pre-read sets
+// it at its start: the batch writes of job_state (advanceAll, markArmed) name hundreds or
+// thousands of jobs through arrays, and Postgres planned them as a scan of all of job_state
 // into a hash (a table scan that grows with every job, and by the second with dead row
-// versions when autovacuum lags). Not before: with it the pre-read's due read, a join, chose
-// to walk all of jobs by its primary key (79 µs of Postgres per fire at 8,000 fires/s).
+// versions when autovacuum lags); and with statistics that lag a bulk import, the due read
+// scanned all of jobs once per partition. The due read is no join (due), so that probing
+// indexes does not make it walk all of jobs by its primary key.
 func (s store) indexPlans(ctx context.Context, tx *sql.Tx) error {
 	if s.db.Dialect() != db.Postgres {
 		return nil
@@ -587,32 +588,46 @@ func (s store) raiseFence(ctx context.Context, part int, epoch int64, holder str
 	return nil
 }
 
-// dueQuery reads the running jobs of partition $3 whose next fire is at or before $1, at most $2,
-// soonest first.
-var dueQuery = `SELECT ` + jobColumns + ` FROM job_state JOIN jobs ON jobs.id = job_state.job_id
-	WHERE job_state.part = $3 AND next_fire_ms <= $1 AND status = ` + sqlConst(jobRunning) + `
-	ORDER BY next_fire_ms LIMIT $2`
+// dueIDsQuery reads the ids of partition $1's jobs whose next fire is at or before $2, at most
+// $3, soonest first: from the partial index job_state_part_due alone (a job that is not running
+// has no next fire, so it is not in the index).
+const dueIDsQuery = `SELECT job_id FROM job_state WHERE part = $1 AND next_fire_ms <= $2
+	ORDER BY next_fire_ms LIMIT $3`
 
-// due reads, inside the fenced tx, partition part's running jobs whose next fire is at or before horizonMs, from
-// the partial index job_state_due. It takes no row locks: advanceAll moves a job's fire times
-// only if its next fire is still the one read here, so an API change committed in between
-// (start, stop, a new schedule, a delete) wins and the pre-read leaves that job alone.
+// due reads, inside the fenced tx, partition part's running jobs whose next fire is at or before
+// horizonMs, soonest first: their ids from the partial index job_state_part_due, then their rows
+// by primary key. Two reads rather than one join: every partition engine scans once a second,
+// and a join's plan follows the table statistics, which lag a bulk import (with autovacuum
+// late or off, Postgres took the running jobs for a handful and scanned all of jobs for each
+// partition's scan). It takes no row locks: advanceAll moves a job's fire times only if its
+// next fire is still the one read here, so an API change committed in between (start, stop, a
+// new schedule, a delete) wins and the pre-read leaves that job alone.
 func (s store) due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(dueQuery), horizonMs, limit, part)
+	rows, err := tx.QueryContext(ctx, s.db.Q(dueIDsQuery), part, horizonMs, limit)
 	if err != nil {
 		return nil, storeErr(err, "pre-read")
 	}
-	defer rows.Close()
-	var out []*jobRow
+	var ids []int64
 	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
 			return nil, storeErr(err, "pre-read")
 		}
-		out = append(out, j)
+		ids = append(ids, id)
 	}
-	if err := rows.Err(); err != nil {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, storeErr(err, "pre-read")
+	}
+	jobs, err := s.getMany(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*jobRow, 0, len(ids))
+	for _, id := range ids {
+		if j := jobs[id]; j != nil && j.Status == jobRunning {
+			out = append(out, j)
+		}
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,10 +116,28 @@ func TestFenceWaitsForTheOldLeader(t *testing.T) {
 // Postgres must answer it from the partial index job_state_part_due.
 func TestDueScanUsesTheDueIndex(t *testing.T) {
 	t.Parallel()
-	// 20,000 jobs, one in a hundred running.
-	d := planJobs(t, 100)
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale statistics %v", stale), func(t *testing.T) {
+			t.Parallel()
+			// 20,000 jobs, one in a hundred running.
+			dueScanPlan(t, planJobsAnalyzed(t, 100, stale))
+		})
+	}
+}
+
+// dueScanPlan checks the plan of the due scan on d.
+func dueScanPlan(t *testing.T, d *db.DB) {
+	t.Helper()
 	ctx := context.Background()
-	rows, err := d.QueryContext(ctx, `EXPLAIN `+dueQuery, 1005000, 5000, 3)
+	tx, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := (store{d}).indexPlans(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.QueryContext(ctx, `EXPLAIN `+dueIDsQuery, 3, 1005000, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,15 +150,29 @@ func TestDueScanUsesTheDueIndex(t *testing.T) {
 // next fire in job_state, and fresh statistics: the tables the plan tests EXPLAIN against.
 func planJobs(t *testing.T, runningEvery int) *db.DB {
 	t.Helper()
+	return planJobsAnalyzed(t, runningEvery, false)
+}
+
+// planJobsAnalyzed is planJobs; with staleStats the statistics are taken before the jobs are
+// inserted, as after a bulk import that autovacuum has not analyzed yet.
+func planJobsAnalyzed(t *testing.T, runningEvery int, staleStats bool) *db.DB {
+	t.Helper()
 	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t)}, "scheduler", MigrationsFS())
 	ctx := context.Background()
+	analyze := `ANALYZE jobs; ANALYZE job_state`
+	if staleStats {
+		if _, err := d.ExecContext(ctx, analyze); err != nil {
+			t.Fatal(err)
+		}
+		analyze = `SELECT 1`
+	}
 	for _, q := range []string{
 		`INSERT INTO jobs (group_id, name, schedule_type, schedule_expr, misfire_strategy, route_strategy,
 			block_strategy, retry_backoff, glue_type, status, create_ms, update_ms)
 			SELECT 1, 'j' || g, 3, '1s', 1, 1, 1, 1, 1, CASE WHEN g % ` + strconv.Itoa(runningEvery) + ` = 0 THEN 2 ELSE 1 END, 0, 0
 			FROM generate_series(1, 20000) g`,
 		`INSERT INTO job_state (job_id, next_fire_ms, part) SELECT id, CASE WHEN status = 2 THEN 1000000 + id END, id % 16 FROM jobs`,
-		`ANALYZE jobs; ANALYZE job_state`,
+		analyze,
 	} {
 		if _, err := d.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
