@@ -196,28 +196,64 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 		return err
 	}
 	defer tx.Rollback()
-	if deposed, err := s.jobs.fenceAll(ctx, tx, terms, s.cfg.ReplicaID); err != nil {
-		if !errors.Is(err, errDeposed) {
-			return err
-		}
-		var d deposedError
-		for _, p := range deposed {
-			d.engines = append(d.engines, byPart[p])
-		}
-		return d
+	// One read of the batch's jobs that act on a completion (children, retries, FIX_DELAY): most
+	// completions ask nothing, and a batch that asks nothing writes nothing. Reads need no fence.
+	ids := make([]int64, 0, len(mine))
+	for _, c := range mine {
+		ids = append(ids, c.GetJobId())
 	}
-	after, err := s.actOnCompletions(ctx, tx, byPart, mine)
+	acting, err := s.jobs.getActing(ctx, tx, ids)
 	if err != nil {
 		return err
 	}
-	if err := s.jobs.saveCursors(ctx, tx, terms, last); err != nil {
+	// The partitions to fence: those whose completions ask something (their cursors are saved
+	// with what they ask, so a next leader never acts on them twice), and those whose saved
+	// cursor is older than cursorSaveEvery (so that a next leader reads back little).
+	now := s.clk.Now().UnixMilli()
+	fenced := map[int]bool{}
+	var act []*logsv1.Completion
+	for _, c := range mine {
+		if acting[c.GetJobId()] != nil {
+			act = append(act, c)
+			fenced[partition.PartitionOf(c.GetJobId(), s.partCount())] = true
+		}
+	}
+	terms = terms[:0]
+	for p, l := range byPart {
+		if fenced[p] || now-l.cursorSavedMs.Load() >= cursorSaveEvery.Milliseconds() {
+			fenced[p] = true
+			terms = append(terms, l.term())
+		}
+	}
+	if len(terms) > 0 {
+		if deposed, err := s.jobs.fenceAll(ctx, tx, terms, s.cfg.ReplicaID); err != nil {
+			if !errors.Is(err, errDeposed) {
+				return err
+			}
+			var d deposedError
+			for _, p := range deposed {
+				d.engines = append(d.engines, byPart[p])
+			}
+			return d
+		}
+	}
+	after, err := s.actOnCompletions(ctx, tx, byPart, act, acting)
+	if err != nil {
 		return err
+	}
+	if len(terms) > 0 {
+		if err := s.jobs.saveCursors(ctx, tx, terms, last); err != nil {
+			return err
+		}
 	}
 	if err := s.jobs.commit(tx); err != nil {
 		return fmt.Errorf("completions: %w", err)
 	}
-	for _, l := range byPart {
+	for p, l := range byPart {
 		l.cursor.Store(last)
+		if fenced[p] {
+			l.cursorSavedMs.Store(now)
+		}
 	}
 	for _, f := range after {
 		f()
@@ -225,24 +261,23 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	return nil
 }
 
+// cursorSaveEvery bounds how long a partition's saved completion cursor may lag the completions
+// its leader has read when none of them asked anything: a next leader reads those again and
+// finds nothing to do in them.
+const cursorSaveEvery = 5 * time.Second
+
 // actOnCompletions decides, inside the fenced tx, what each completion asks of the scheduler,
 // and returns what arms or disarms fires after the commit. byPart are the engines of the
-// completions' partitions.
-func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[int]*engine, cs []*logsv1.Completion) ([]func(), error) {
+// completions' partitions, jobs the completions' jobs that act on completions.
+func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[int]*engine, cs []*logsv1.Completion,
+	jobs map[int64]*jobRow) ([]func(), error) {
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	// One query for the batch's jobs that act on a completion (a completion per fire: one query
-	// each cost a round trip per fire), and their child jobs after it. A job that is not read
-	// (no children, no retries, not FIX_DELAY; or deleted) asks nothing.
-	ids := make([]int64, 0, len(cs))
-	for _, c := range cs {
-		ids = append(ids, c.GetJobId())
-	}
-	jobs, err := s.jobs.getActing(ctx, tx, ids)
-	if err != nil {
-		return nil, err
-	}
+	// jobs are the batch's jobs that act on a completion, read in one query (a completion per
+	// fire: one query each cost a round trip per fire); their child jobs are read after it. A
+	// job that is not among them (no children, no retries, not FIX_DELAY; or deleted) asks
+	// nothing.
 	var childIDs []int64
 	for _, c := range cs {
 		if j := jobs[c.GetJobId()]; j != nil && c.GetStatus() == logsv1.RunStatus_RUN_STATUS_SUCCESS {

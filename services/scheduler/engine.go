@@ -39,6 +39,8 @@ type engine struct {
 	// cursor is the last completion acted on for this partition; negative until the takeover
 	// has read it (the completion follower leaves the partition alone until then).
 	cursor atomic.Int64
+	// cursorSavedMs is when the completion follower last saved the cursor (clock ms).
+	cursorSavedMs atomic.Int64
 	// deposed is closed when a fenced write found a newer leader of the partition.
 	deposed     chan struct{}
 	deposedOnce sync.Once
@@ -237,8 +239,8 @@ func (l *engine) run(ctx context.Context) {
 	l.flushOwed()
 }
 
-// flushOwed writes the owed fires' minimum per job to armed_from_ms, fenced, at the end of a
-// leadership.
+// flushOwed writes the owed fires' minimum per job to armed_from_ms, and the completion cursor,
+// fenced, at the end of a leadership.
 func (l *engine) flushOwed() {
 	s := l.s
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -262,6 +264,14 @@ func (l *engine) flushOwed() {
 	if err := s.jobs.markArmed(ctx, tx, dirty); err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
+	}
+	// The completions read since the cursor was last saved asked nothing of this partition
+	// (those that did were saved with it): the next leader need not read them again.
+	if c := l.cursor.Load(); c > 0 {
+		if err := s.jobs.saveCursors(ctx, tx, []term{l.term()}, c); err != nil {
+			s.log.Error("handing owed fires to the next leader failed", "error", err)
+			return
+		}
 	}
 	if err := s.jobs.commit(tx); err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
