@@ -50,7 +50,7 @@ type engine struct {
 	lostC    chan struct{} // closed when lost (made on first use: lostChan)
 	inflight sync.WaitGroup
 	// pins are the fires a takeover found an executor may hold already (it did not answer
-	// Seen): each goes to that executor only, whose duplicate check answers (takeover.go).
+	// Seen): each goes to that executor only, whose duplicate check answers (takeOverOnce).
 	pins map[pendingKey]string
 }
 
