@@ -31,14 +31,14 @@ type schedulerConfig struct {
 	// of the partitions it leads; empty means the listener's address, unless it listens on every
 	// interface (0.0.0.0, ::), which advertises nothing (advertiseAddr).
 	AdvertiseAddr string
-	// EtcdEndpoints is the etcd cluster the replicas campaign in. Required.
+	// EtcdEndpoints is the etcd cluster the replicas lease their partitions in. Required.
 	EtcdEndpoints []string
 	// etcdTLS secures the etcd connection when given.
 	etcdTLS etcdTLSFlags
 	// DatabaseURL is the Postgres database shared by the replicas (schema "scheduler"). Required:
 	// SQLite cannot be shared between processes.
 	DatabaseURL string
-	// ReplicaID names the replica in the election; empty means hostname-pid.
+	// ReplicaID names the replica among the partitions' leaders; empty means hostname-pid.
 	ReplicaID string
 	// SessionTTL is the etcd session TTL: how long a crashed replica keeps its partitions.
 	SessionTTL time.Duration
@@ -117,7 +117,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	c.etcdTLS.add(f)
 	f.str(&c.DatabaseURL, "database-url", "", "Postgres `url` shared by every replica (required)")
 	c.addFlags(f, schedulerPeers, peerAuth)
-	f.str(&c.ReplicaID, "replica-id", "", "this replica's `name` in the election; empty means hostname-pid")
+	f.str(&c.ReplicaID, "replica-id", "", "this replica's `name` among the partitions' leaders (unique per replica); empty means hostname-pid")
 	f.dur(&c.SessionTTL, "session-ttl", 2*time.Second, "etcd session TTL: how long a crashed replica keeps its partitions")
 	f.integer(&c.Partitions, "partitions", scheduler.DefaultPartitions, "`count` of partitions the jobs of a new cluster hash to, each led by one replica; fixed at the cluster's first start (a replica given another count uses the stored one)")
 	f.dur(&c.DispatchLead, "dispatch-lead", scheduler.DefaultDispatchLead, "send fires this long before their time to executors that hold them until then (0: at their time)")
@@ -135,8 +135,8 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	return c, c.validate()
 }
 
-// runScheduler runs one scheduler replica until ctx ends: it serves the job API and campaigns
-// for leadership; the elected replica schedules.
+// runScheduler runs one scheduler replica until ctx ends: it serves the job API and leads its
+// share of the partitions, scheduling their jobs.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseSchedulerFlags(args, stderr)
 	if err != nil {

@@ -69,7 +69,7 @@ const (
 
 // Config tunes the scheduler. Zero values take the documented defaults.
 type Config struct {
-	// ReplicaID names this replica in the election; default hostname-pid.
+	// ReplicaID names this replica among the partitions' leaders; default hostname-pid.
 	ReplicaID string
 	// SessionTTL is the etcd session TTL: how long a crashed leader keeps leadership. Default 2 s.
 	SessionTTL time.Duration
