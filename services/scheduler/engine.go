@@ -204,7 +204,7 @@ func (l *engine) run(ctx context.Context) {
 	s.mu.Lock()
 	s.engines[l.part] = l
 	s.mu.Unlock()
-	s.log.Info("leading partition", "partition", l.part, "epoch", l.epoch)
+	s.log.Debug("leading partition", "partition", l.part, "epoch", l.epoch)
 
 	done := make(chan struct{})
 	go func() {
@@ -222,7 +222,7 @@ func (l *engine) run(ctx context.Context) {
 	case <-l.deposed:
 		s.log.Warn("partition lost: a newer leader holds its fence; stopping its ring", "partition", l.part, "epoch", l.epoch)
 	case <-ctx.Done():
-		s.log.Info("partition handed over: stopping its ring", "partition", l.part, "epoch", l.epoch)
+		s.log.Debug("partition handed over: stopping its ring", "partition", l.part, "epoch", l.epoch)
 	}
 	r.Drain() // stops firing at once; what it held stays owed
 	// Queued fires are skipped (still owed), in the pools, the lanes and the backlogs; calls in
