@@ -80,9 +80,9 @@ try {
   }
 
   // The filter keeps the matching operations only.
-  await page.fill("#apiref-filter", ":trigger");
+  await page.fill("#apiref-filter", "jobs/{id}:trigger");
   await page.waitForFunction(() => document.querySelectorAll(".apiref-op:not([hidden])").length === 1);
-  check(await page.locator('[data-op="JobService_TriggerJob"]:not([hidden])').count() === 1, "filtering by :trigger should keep TriggerJob");
+  check(await page.locator('[data-op="JobService_TriggerJob"]:not([hidden])').count() === 1, "filtering by jobs/{id}:trigger should keep TriggerJob");
   await page.fill("#apiref-filter", "no operation is called this");
   await page.locator("text=No operation matches.").waitFor();
 

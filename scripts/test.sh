@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (make test, and CI through .ci/run): formatting, buf lint, the generation check,
 # go vet and go build in every module alone and through go.work, and every module's tests with
-# -race against a real Postgres. A missing dependency fails; nothing is skipped.
+# -race against a real Postgres (and MariaDB for the XXL-JOB importer). A missing dependency fails;
+# nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -42,6 +43,11 @@ step "postgres"
 source scripts/pg.sh
 pg_ensure
 echo "tests use $JOBMESH_TEST_DATABASE_URL"
+
+step "mariadb (the XXL-JOB importer's test loads XXL-JOB's MySQL schema)"
+source scripts/mariadb.sh
+mariadb_ensure
+echo "tests use $JOBMESH_TEST_MYSQL_DSN"
 
 step "test dependencies (Chromium, node, e2e/ npm packages; zsh and fish for the completion tests)"
 # internal/uitest drives the web console in Debian's Chromium through playwright-core; install

@@ -23,12 +23,14 @@ Usage:
   jobmesh bench failover [flags]   rate while the leader is SIGKILLed --kills times
   jobmesh bench ramp [flags]       raise the rate step by step until lateness or loss breaks a limit
 
+  --handler noop|http|shell|python: what each fire runs; all but noop call the bench's HTTP sink,
+    where lateness and loss are measured (the side effect), not in the agent.
   --preset smoke: a short run (CI's smoke test).
 Run "jobmesh bench rate -h" for the flags.
 `
 
 // runBench runs `jobmesh bench <scenario>`, and the hidden processes the bench starts:
-// `jobmesh bench etcd` and `jobmesh bench agent`.
+// `jobmesh bench etcd`, `jobmesh bench agent` and `jobmesh bench sink`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, benchUsage)
@@ -42,6 +44,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchEtcd(ctx, args[1:], stdout, stderr)
 	case "agent":
 		return runBenchAgent(ctx, args[1:], stdout, stderr)
+	case "sink":
+		return runBenchSink(ctx, args[1:], stdout, stderr)
 	}
 	return runBenchScenario(ctx, args[0], args[1:], stdout, stderr)
 }
@@ -66,6 +70,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 		tg                         bench.Target
 		schedAddrs                 string
 		seed                       int
+		shell                      bool
 	)
 	cfg.Scenario = scenario
 	f := newFlags("jobmesh bench "+scenario, stderr)
@@ -91,8 +96,11 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.dur(&cfg.Interval, "interval", 0, "each job's period (default 1s; scale 10m)")
 	f.float(&cfg.CronFraction, "cron-fraction", 0, "`fraction` of cron jobs, which fire on whole seconds (default 0.1; -1 for none)")
 	f.str(&cfg.Route, "route", "", "jobs' route `strategy`: FIRST, ROUND, RANDOM, CONSISTENT_HASH… (default ROUND)")
-	f.dur(&cfg.Hold, "hold", 0, "how long each fire holds its agent, a `duration` (0: the handler returns at once)")
-	f.boolean(&cfg.Shell, "shell", false, "make the jobs GLUE_SHELL scripts (bash) that record their fire and sleep --hold")
+	f.dur(&cfg.Hold, "hold", 0, "how long each fire holds its agent, a `duration`: the noop handler or the script waits that long, or the sink before it answers an http fire (0: at once)")
+	f.str(&cfg.Handler, "handler", "", "what each fire runs, a `kind`: noop (the bench agent's handler records it), http (the agent's built-in http handler GETs the bench's sink), "+
+		"shell (a bash GLUE_SHELL script GETs the sink over /dev/tcp and echoes a line), python (a python3 GLUE_PYTHON script, likewise); "+
+		"with all but noop, lateness and loss are measured at the sink (default noop)")
+	f.boolean(&shell, "shell", false, "same as --handler shell")
 	f.integer(&cfg.CreateWorkers, "create-workers", 0, "`count` of CreateJob calls at once (default 16)")
 	f.integer(&cfg.Jobs, "jobs", 0, "scale: `count` of jobs stored (default 1000000)")
 	f.integer(&cfg.APIJobs, "api-jobs", 0, "scale: `count` of jobs created through the API, the rest by SQL (default 1000)")
@@ -126,6 +134,12 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 		return fmt.Errorf("--seed %d: must not be negative", seed)
 	}
 	cfg.Seed = uint64(seed)
+	if shell {
+		if cfg.Handler != "" && cfg.Handler != bench.HandlerShell {
+			return fmt.Errorf("--shell: means --handler shell, but --handler is %q", cfg.Handler)
+		}
+		cfg.Handler = bench.HandlerShell
+	}
 	if target {
 		tg.SchedulerAddrs = splitList(schedAddrs)
 		cfg.Target = &tg
@@ -199,8 +213,8 @@ func runBenchEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // runBenchAgent is a bench agent process: an executor that records when each fire arrives.
 func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		cfg      bench.AgentConfig
-		logLevel string
+		cfg                  bench.AgentConfig
+		logLevel, allowHosts string
 	)
 	f := newFlags("jobmesh bench agent", stderr)
 	f.str(&cfg.App, "app", "bench", "executor group app `name`")
@@ -212,6 +226,7 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f.str(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:0", "ExecutorService `address`; port 0 picks one")
 	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:0", "the driver's endpoint `address` (/stats, /executions); port 0 picks one")
 	f.dur(&cfg.Hold, "hold", 0, "how long the bench handler holds each fire after recording it, a `duration`")
+	f.str(&allowHosts, "http-allow-hosts", "", "comma-separated `hosts` the built-in http handler may call (the bench's sink); empty allows none")
 	f.str(&logLevel, "log-level", "warn", "`level` of the logs: debug, info, warn or error")
 	var (
 		tlsFiles meshtls.Files
@@ -228,6 +243,7 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if cfg.Hold < 0 {
 		return fmt.Errorf("--hold %v: must not be negative", cfg.Hold)
 	}
+	cfg.HTTPAllowHosts = splitList(allowHosts)
 	var errs []error
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}, {"--logs-addr", cfg.LogsAddr}, {"--registry-addr", cfg.RegistryAddr}} {
 		errs = append(errs, checkAddr(a.flag, a.addr))
@@ -241,4 +257,22 @@ func runBenchAgent(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	cfg.Log = log
 	return bench.RunAgent(ctx, cfg, stdout)
+}
+
+// runBenchSink is the bench's HTTP sink process: the neutral endpoint its http and script jobs
+// call, which records when each request arrives.
+func runBenchSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg bench.SinkConfig
+	f := newFlags("jobmesh bench sink", stderr)
+	f.str(&cfg.HTTPAddr, "http-addr", "127.0.0.1:0", "listen `address`; port 0 picks one")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", f.Args())
+	}
+	if err := checkAddr("--http-addr", cfg.HTTPAddr); err != nil {
+		return err
+	}
+	return bench.RunSink(ctx, cfg, stdout)
 }

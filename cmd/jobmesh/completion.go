@@ -97,7 +97,7 @@ func commandSummaries() map[string]string {
 		"health": "check gRPC addresses and http(s) URLs", "tls": "make a private CA and certificates",
 		"bench": "the load tool", "admin": "operator commands on the stores", "login": "log in to the gateway",
 		"logout": "end the session", "jobs": "list, show, create, change and fire jobs", "runs": "list, follow and kill runs",
-		"executors": "list live executors", "completion": "print a shell completion script",
+		"executors": "list live executors", "import": "copy an XXL-JOB database into jobmesh", "completion": "print a shell completion script",
 		"version": "print the version", "help": "list the commands",
 	}
 }

@@ -37,7 +37,7 @@ Usage:
   jobmesh bench SCENARIO       the load tool: rate, scale, failover or ramp (jobmesh bench -h)
   jobmesh admin reset-password --user NAME
                                set a lost password in the auth store (jobmesh admin -h)
-  jobmesh login|logout|jobs|runs|executors ...
+  jobmesh login|logout|jobs|runs|executors|import ...
                                the command-line client (jobmesh help lists its commands)
   jobmesh completion bash|zsh|fish
                                print a shell completion script (jobmesh completion -h)
@@ -60,7 +60,7 @@ var version, commit, date string
 
 // commandNames are jobmesh's first words, in the order of usage.
 var commandNames = []string{"dev", "scheduler", "registry", "logsvc", "gateway", "health", "tls", "bench", "admin",
-	"login", "logout", "jobs", "runs", "executors", "completion", "version", "help"}
+	"login", "logout", "jobs", "runs", "executors", "import", "completion", "version", "help"}
 
 // subcommandNames are the second words of jobmesh's own two-word commands (the client's come
 // from cli.Commands).
@@ -253,6 +253,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	alarms.add(f)
 	var edge edgeFlags
 	edge.add(f)
+	var xxl xxlFlags
+	xxl.add(f)
 	f.str(&logLevel, "log-level", "info", "`level` of the logs: debug, info, warn or error")
 	f.str(&logFormat, "log-format", "text", "`format` of the logs: text or json")
 	f.str(&cfg.MetricsAddr, "metrics-addr", "", "`address` of the Prometheus /metrics endpoint of every service (e.g. 127.0.0.1:9464); empty serves none")
@@ -266,6 +268,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if err := xxl.check(); err != nil {
+		return err
+	}
+	cfg.XxlContextPath, cfg.XxlAccessToken, cfg.XxlDeadTime = xxl.contextPath, xxl.accessToken, xxl.deadTime
 	if err := checkLostAfter(cfg.LostAfter); err != nil {
 		return err
 	}

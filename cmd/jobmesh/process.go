@@ -337,7 +337,8 @@ type guardDeps struct {
 func (p *process) guard(d guardDeps) (*auth.Guard, error) {
 	resolver := auth.ClientResolver{
 		Jobs: schedulerv1.NewJobServiceClient(d.Jobs), Logs: logsv1.NewLogServiceClient(d.Logs),
-		Registry: registryv1.NewRegistryServiceClient(d.Registry),
+		Registry:  registryv1.NewRegistryServiceClient(d.Registry),
+		Workflows: schedulerv1.NewWorkflowServiceClient(d.Jobs),
 	}
 	cfg := auth.GuardConfig{
 		InternalToken: p.mesh.InternalToken, Logger: p.log,

@@ -9,10 +9,6 @@ import (
 	"net/netip"
 	"time"
 
-	"google.golang.org/grpc"
-
-	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/internal/hostport"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
@@ -55,6 +51,9 @@ type schedulerConfig struct {
 	// ExecutorQueue and ExecutorQueueTotal bound the fires that wait for executors, per executor
 	// and in all (scheduler.Config.ExecutorQueue and ExecutorQueueTotal).
 	ExecutorQueue, ExecutorQueueTotal int
+	// XxlAccessToken is presented to the XXL-JOB executors of groups without an access token,
+	// and expected on their callbacks (scheduler.Config.XxlAccessToken); empty for none.
+	XxlAccessToken string
 }
 
 // maxMisfireThreshold is the longest misfire threshold: a new leader looks this far back for the
@@ -125,6 +124,7 @@ func parseSchedulerFlags(args []string, stderr io.Writer) (schedulerConfig, erro
 	f.dur(&c.MisfireThreshold, "misfire-threshold", scheduler.DefaultMisfireThreshold, "how late a fire may be, waiting for a full or silent executor included, before its job's misfire strategy applies (1s to 10m)")
 	f.integer(&c.ExecutorQueue, "executor-queue", scheduler.DefaultExecutorQueue, "`count` of fires that may wait for one executor (full, unreachable or not answering; about 0.5 KB each); beyond it a fire is given up at once")
 	f.integer(&c.ExecutorQueueTotal, "executor-queue-total", scheduler.DefaultExecutorQueueTotal, "`count` of fires that may wait for executors in all; at least --executor-queue")
+	f.str(&c.XxlAccessToken, "xxl-access-token", "", "XXL-JOB access `token` presented to XXL-JOB executors of groups without an access token of their own, and expected on their callbacks: the gateway's --xxl-access-token (empty: none)")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}
@@ -174,14 +174,13 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		log.Warn("the replica advertises no address (it listens on every interface): the others dispatch the manual triggers of its partitions themselves; set --advertise-addr",
 			"grpc_addr", ln.Addr().String())
 	}
-	sched, err := scheduler.New(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, Partitions: cfg.Partitions, DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
+	sched, err := scheduler.NewInMesh(scheduler.Config{ReplicaID: cfg.ReplicaID, SessionTTL: cfg.SessionTTL, Partitions: cfg.Partitions,
+		DispatchLead: leadConfig(cfg.DispatchLead), RecordQueue: cfg.RecordQueue, Logger: log,
 		MisfireThreshold: cfg.MisfireThreshold, ExecutorQueue: cfg.ExecutorQueue, ExecutorQueueTotal: cfg.ExecutorQueueTotal,
-		DeliverySecret: p.mesh.InternalToken, ExecutorDialOptions: []grpc.DialOption{p.tls.DialOption()},
-		// Manual triggers are forwarded to the partitions' leaders as the services call each
-		// other: over the mesh's TLS, with the internal token, which the leaders' guards accept.
-		AdvertiseAddr: advertise, PeerDialOptions: []grpc.DialOption{p.tls.DialOption(), auth.BearerToken(p.mesh.InternalToken)}}, scheduler.Deps{
-		Store: store, Etcd: etcd, Registry: registryv1.NewRegistryServiceClient(regConn),
-		Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
+		XxlAccessToken: cfg.XxlAccessToken,
+	}, scheduler.Mesh{
+		Store: store, Etcd: etcd, Registry: regConn, Logs: logsConn, TLS: p.tls.DialOption(),
+		InternalToken: p.mesh.InternalToken, InternalCreds: auth.BearerToken(p.mesh.InternalToken), AdvertiseAddr: advertise,
 	})
 	if err != nil {
 		return err

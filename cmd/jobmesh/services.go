@@ -17,6 +17,7 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/buildinfo"
 	"github.com/jobmesh/jobmesh/services/gateway"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
+	"github.com/jobmesh/jobmesh/services/gateway/xxladmin"
 	"github.com/jobmesh/jobmesh/services/logsvc"
 	"github.com/jobmesh/jobmesh/services/registry"
 )
@@ -33,9 +34,9 @@ type alarmFlags struct {
 }
 
 func (a *alarmFlags) add(f *flags) {
-	f.str(&a.smtpAddr, "alarm-smtp-addr", "", "SMTP server `address` (host:port) for failure alarms to the jobs' alarm emails; empty sends none")
+	f.str(&a.smtpAddr, "alarm-smtp-addr", "", "SMTP server `address` (host:port) for failure alarms to the jobs' and workflows' alarm emails; empty sends none")
 	f.str(&a.smtpFrom, "alarm-smtp-from", "jobmesh@localhost", "sender `email` of alarm emails")
-	f.str(&a.webhookURL, "alarm-webhook-url", "", "`url` that receives a JSON POST for every failed run; empty sends none")
+	f.str(&a.webhookURL, "alarm-webhook-url", "", "`url` that receives a JSON POST for every failed run and failed workflow instance; empty sends none")
 }
 
 // channels checks the flags and returns the channels they configure.
@@ -78,6 +79,33 @@ func (e *edgeFlags) check() ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	return trusted, nil
+}
+
+// xxlFlags configure the XXL-JOB admin API the gateway serves to XXL-JOB executors, shared by
+// `jobmesh dev` and `jobmesh gateway`.
+type xxlFlags struct {
+	contextPath, accessToken string
+	deadTime                 time.Duration
+}
+
+func (x *xxlFlags) add(f *flags) {
+	f.str(&x.contextPath, "xxl-context-path", xxladmin.DefaultContextPath, "`path` of the XXL-JOB admin API on the HTTP address: XXL-JOB executors take http://HOST:PORT followed by it as their admin address")
+	f.str(&x.accessToken, "xxl-access-token", "", "XXL-JOB access `token` that executors of groups without a token of their own must present; empty lets them in without one (a group's own token always applies)")
+	f.dur(&x.deadTime, "xxl-dead-time", xxladmin.DefaultDeadTime, "how long an XXL-JOB executor stays registered after its last registry call (a `duration`, 10s to 1h, whole seconds)")
+}
+
+// check checks the flags, naming the one at fault.
+func (x *xxlFlags) check() error {
+	if err := xxladmin.CheckContextPath(x.contextPath); err != nil {
+		return fmt.Errorf("--xxl-context-path: %w", err)
+	}
+	if err := xxladmin.CheckDeadTime(x.deadTime); err != nil {
+		return fmt.Errorf("--xxl-dead-time: %w", err)
+	}
+	if len(x.accessToken) > 255 {
+		return errors.New("--xxl-access-token: at most 255 characters")
+	}
+	return nil
 }
 
 // checkArgs checks a parsed service command line: no stray arguments, the peers it needs, and
@@ -222,6 +250,7 @@ func runLogsvc(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	logs, err := logsvc.New(logsvc.Config{
 		Logger: p.log, Executors: view, AlarmChannels: channels, LostAfter: lostAfter,
 		Jobs:           logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)},
+		Workflows:      logsvc.SchedulerWorkflows{Client: schedulerv1.NewWorkflowServiceClient(schedConn)},
 		DeliverySecret: mesh.InternalToken, Executor: auth.ExecutorOf,
 	}, store, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
 	if err != nil {
@@ -266,6 +295,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		httpCert, httpKey                              string
 		sessionTTL                                     time.Duration
 		edge                                           edgeFlags
+		xxl                                            xxlFlags
 	)
 	f := newFlags("jobmesh gateway", stderr)
 	f.str(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP `address`: web UI, REST under /api/v1, OpenAPI, /healthz")
@@ -278,12 +308,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var traceURL string
 	f.str(&traceURL, "trace-url-template", "", "link of a run's trace id in the web UI: a `url` in which {trace_id} is replaced by it (e.g. Grafana's Tempo explorer); empty shows the id only")
 	edge.add(f)
+	xxl.add(f)
 	mesh.addFlags(f, gatewayPeers)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	trusted, edgeErr := edge.check()
-	errs := []error{edgeErr}
+	errs := []error{edgeErr, xxl.check()}
 	if sessionTTL <= 0 {
 		errs = append(errs, fmt.Errorf("--login-ttl %v: want a positive duration", sessionTTL))
 	}
@@ -339,7 +370,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		ListenAddr: httpAddr, SchedulerAddr: mesh.SchedulerAddr, RegistryAddr: mesh.RegistryAddr, LogsAddr: mesh.LogsAddr,
 		AuthAddr: selfAddr(ln), Logger: p.log, TraceURLTemplate: traceURL, TLS: p.tls, HTTPTLS: httpTLS,
 		MaxBodyBytes: edge.maxBodyBytes, TrustedProxies: trusted, InternalToken: mesh.InternalToken,
-		Version: buildinfo.Read(version, commit, date).Version,
+		Version:        buildinfo.Read(version, commit, date).Version,
+		XxlContextPath: xxl.contextPath, XxlAccessToken: xxl.accessToken, XxlDeadTime: xxl.deadTime,
 	})
 	if err != nil {
 		return err

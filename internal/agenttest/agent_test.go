@@ -22,6 +22,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/grpcserver"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 	"github.com/jobmesh/jobmesh/services/logsvc"
@@ -64,7 +65,7 @@ func newLogsvc(t testing.TB) *logsvcProc {
 // freeAddr returns a loopback address nothing listens on.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := hostport.ListenLoopback() // not an ephemeral port: it is listened on again later
 	if err != nil {
 		t.Fatal(err)
 	}

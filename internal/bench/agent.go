@@ -1,25 +1,19 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/gob"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,8 +29,9 @@ const (
 	probeHandler = "probe"
 )
 
-// AgentConfig is one bench agent: an SDK executor whose handler does nothing but record when
-// each fire arrived, in memory, served to the driver over a small HTTP endpoint at the end.
+// AgentConfig is one bench agent: an SDK executor whose bench handler does nothing but record
+// when each fire arrived, in memory, served to the driver over a small HTTP endpoint at the end.
+// It runs the built-in handlers too (http, scripts), for --handler http, shell and python.
 type AgentConfig struct {
 	// App is the executor group's app name; Instance names this agent in it.
 	App, Instance string
@@ -53,6 +48,8 @@ type AgentConfig struct {
 	// Hold is how long the bench handler holds each fire after recording it (0: it returns at
 	// once), as a job that does some work would.
 	Hold time.Duration
+	// HTTPAllowHosts are the hosts the built-in "http" handler may call: the bench's sink.
+	HTTPAllowHosts []string
 	// Log receives the executor's own logs.
 	Log *slog.Logger
 }
@@ -61,7 +58,7 @@ type AgentConfig struct {
 type agentStats struct {
 	firecheck.Stats
 	// Probes counts the runs of the probe handler.
-	Probes int64 `json:"probes"`
+	Probes int64 `json:"probes,omitempty"`
 }
 
 // RunAgent runs a bench agent until ctx ends. It prints "agent grpc <addr>" and
@@ -77,17 +74,9 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	}
 	tally := firecheck.NewTally()
 	var probes atomic.Int64
-	// The bench's shell jobs report their fires to a file named in the agent's environment, which
-	// their scripts inherit; the agent reads it into the tally whenever the driver asks.
-	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
-		return fmt.Errorf("--log-dir: %w", err)
-	}
-	shell := &shellRecords{path: filepath.Join(cfg.LogDir, "shell-records"), tally: tally}
-	if err := os.Setenv(shellRecordEnv, shell.path); err != nil {
-		return err
-	}
 	ex, err := sdk.New(sdk.Config{AppName: cfg.App, InstanceID: cfg.Instance, ListenAddr: cfg.GRPCAddr, RegistryAddr: cfg.RegistryAddr,
-		LogsvcAddr: cfg.LogsAddr, AccessToken: cfg.GroupToken, LogDir: cfg.LogDir, Version: "bench", Logger: cfg.Log, TLS: cfg.TLS})
+		LogsvcAddr: cfg.LogsAddr, AccessToken: cfg.GroupToken, LogDir: cfg.LogDir, Version: "bench", Logger: cfg.Log, TLS: cfg.TLS,
+		HTTPAllowHosts: cfg.HTTPAllowHosts})
 	if err != nil {
 		return err
 	}
@@ -102,41 +91,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
-		if err := shell.ingest(); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(agentStats{Stats: tally.Stats(), Probes: probes.Load()})
-	})
-	mux.HandleFunc("GET /count", func(w http.ResponseWriter, r *http.Request) {
-		from, err1 := msParam(r, "from_ms", math.MinInt64)
-		to, err2 := msParam(r, "to_ms", math.MaxInt64)
-		if err := errors.Join(err1, err2); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := shell.ingest(); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		fmt.Fprintln(w, tally.Count(from, to))
-	})
-	mux.HandleFunc("GET /executions", func(w http.ResponseWriter, r *http.Request) {
-		from, err1 := msParam(r, "from_ms", math.MinInt64)
-		to, err2 := msParam(r, "to_ms", math.MaxInt64)
-		if err := errors.Join(err1, err2); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := shell.ingest(); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		_ = gob.NewEncoder(w).Encode(tally.Snapshot(from, to))
-	})
+	serveTally(mux, tally, func() agentStats { return agentStats{Probes: probes.Load()} })
 	// The agent is a bench-only process: it always serves pprof, for --pprof-dir.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -166,6 +121,37 @@ func RunAgent(ctx context.Context, cfg AgentConfig, stdout io.Writer) error {
 	}
 }
 
+// serveTally adds the driver's endpoints over tally to mux: GET /stats (JSON: stats() with the
+// tally's running summary), GET /count and GET /executions (gob) of the fires scheduled within
+// [from_ms, to_ms]. Bench agents and the sink serve the same, so the driver reads either alike.
+func serveTally(mux *http.ServeMux, tally *firecheck.Tally, stats func() agentStats) {
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		s := stats()
+		s.Stats = tally.Stats()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s)
+	})
+	mux.HandleFunc("GET /count", func(w http.ResponseWriter, r *http.Request) {
+		from, err1 := msParam(r, "from_ms", math.MinInt64)
+		to, err2 := msParam(r, "to_ms", math.MaxInt64)
+		if err := errors.Join(err1, err2); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, tally.Count(from, to))
+	})
+	mux.HandleFunc("GET /executions", func(w http.ResponseWriter, r *http.Request) {
+		from, err1 := msParam(r, "from_ms", math.MinInt64)
+		to, err2 := msParam(r, "to_ms", math.MaxInt64)
+		if err := errors.Join(err1, err2); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_ = gob.NewEncoder(w).Encode(tally.Snapshot(from, to))
+	})
+}
+
 // hold waits d, or until the fire's context ends (the fire was killed or timed out).
 func hold(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
@@ -179,83 +165,6 @@ func hold(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// shellRecordEnv names the variable, set in a bench agent's environment and so in its scripts',
-// that holds the file where the bench's shell jobs append a line per fire.
-const shellRecordEnv = "BENCH_RECORD_FILE"
-
-// shellScript is the GLUE_SHELL source of the bench's shell jobs: the script appends its own fire
-// to $BENCH_RECORD_FILE (job id, trigger id, scheduled Unix ms, its start in Unix µs, from bash's
-// EPOCHREALTIME, so recording forks nothing), then holds for hold.
-func shellScript(hold time.Duration) string {
-	const script = `printf '%%s %%s %%s %%s\n' "$JOBMESH_JOB_ID" "$JOBMESH_TRIGGER_ID" "$JOBMESH_SCHEDULED_UNIX_MS" "${EPOCHREALTIME//[.,]/}" >>"$%s"
-sleep %s
-`
-	return fmt.Sprintf(script, shellRecordEnv, strconv.FormatFloat(hold.Seconds(), 'f', -1, 64))
-}
-
-// shellRecords reads the lines the shell jobs appended to path into tally, from where the last
-// read stopped. A script's line is one small write to a file opened for appending, so lines from
-// scripts running at once do not interleave.
-type shellRecords struct {
-	mu      sync.Mutex
-	path    string
-	off     int64
-	partial []byte // a line not yet ended at the last read
-	tally   *firecheck.Tally
-}
-
-// ingest records the lines appended since the last call.
-func (s *shellRecords) ingest() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f, err := os.Open(s.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("shell records: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.Seek(s.off, io.SeekStart); err != nil {
-		return fmt.Errorf("shell records: %w", err)
-	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("shell records: %w", err)
-	}
-	s.off += int64(len(b))
-	b = append(s.partial, b...)
-	end := bytes.LastIndexByte(b, '\n') + 1
-	s.partial = slices.Clone(b[end:])
-	for line := range strings.SplitSeq(string(b[:end]), "\n") {
-		if line == "" {
-			continue
-		}
-		e, err := parseShellRecord(line)
-		if err != nil {
-			return err
-		}
-		s.tally.Record(e)
-	}
-	return nil
-}
-
-// parseShellRecord reads one line of shellScript's. The line carries no trigger type: the
-// bench fires its shell jobs only on their schedules.
-func parseShellRecord(line string) (firecheck.Execution, error) {
-	f := strings.Fields(line)
-	if len(f) != 4 {
-		return firecheck.Execution{}, fmt.Errorf("shell record %q: want job id, trigger id, scheduled ms and start µs", line)
-	}
-	job, err1 := strconv.ParseInt(f[0], 10, 64)
-	sched, err2 := strconv.ParseInt(f[2], 10, 64)
-	startUs, err3 := strconv.ParseInt(f[3], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return firecheck.Execution{}, fmt.Errorf("shell record %q: %w", line, err)
-	}
-	return firecheck.Execution{JobID: job, TriggerID: f[1], ScheduledMs: sched, ArrivedNs: startUs * 1000}, nil
 }
 
 // msParam reads a Unix ms query parameter, def when absent.

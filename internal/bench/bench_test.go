@@ -145,6 +145,7 @@ func TestConfig(t *testing.T) {
 			RegistryAddr: "z:1", Token: "t"}}, "needs a cluster of its own"},
 		{"a target without its addresses", Config{Scenario: "rate", Target: &Target{}}, "--scheduler-addr"},
 		{"a negative hold", Config{Scenario: "failover", Hold: -time.Second}, "--hold"},
+		{"a handler that does not exist", Config{Scenario: "rate", Handler: "ruby"}, `--handler "ruby": want one of noop, http, shell, python`},
 	} {
 		tc.cfg.Bin = "jobmesh"
 		err := tc.cfg.withDefaults().validate()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,11 +82,14 @@ type Config struct {
 	// Route is the jobs' route strategy (FIRST, ROUND, RANDOM, CONSISTENT_HASH, …). Default ROUND.
 	Route string
 	// Hold is how long each fire holds its executor: the bench handler sleeps it after recording
-	// the fire (0: it returns at once, and the bench measures delivery alone).
+	// the fire, a script after its request, and the sink holds an http job's answer that long
+	// (0: at once, and the bench measures delivery alone).
 	Hold time.Duration
-	// Shell makes the jobs GLUE_SHELL scripts the agents run as processes: each reports its own
-	// fire and sleeps Hold, as a shell job would.
-	Shell bool
+	// Handler is what each fire runs (HandlerNoop, HandlerHTTP, HandlerShell, HandlerPython),
+	// and so where it is measured: noop, the bench agent's own handler, records the fire as it
+	// enters; the others make an HTTP request to the bench's sink, a process of its own that
+	// records its arrival (lateness and loss measured at the side effect). Default noop.
+	Handler string
 	// CreateWorkers is how many CreateJob calls run at once. Default 16.
 	CreateWorkers int
 
@@ -179,6 +183,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Route == "" {
 		c.Route = "ROUND"
+	}
+	if c.Handler == "" {
+		c.Handler = HandlerNoop
 	}
 	setI(&c.CreateWorkers, 16)
 	setI(&c.Jobs, 1_000_000)
@@ -286,6 +293,9 @@ func (c Config) validate() error {
 	}
 	if c.Hold < 0 {
 		bad("hold", "%v: must not be negative", c.Hold)
+	}
+	if !slices.Contains(Handlers, c.Handler) {
+		bad("handler", "%q: want one of %s", c.Handler, strings.Join(Handlers, ", "))
 	}
 	if c.CreateWorkers < 1 {
 		bad("create-workers", "%d: want at least 1", c.CreateWorkers)

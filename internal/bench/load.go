@@ -10,6 +10,7 @@ import (
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 )
 
 // load is the bench's jobs and their schedules.
@@ -20,7 +21,9 @@ type load struct {
 	next  int                      // the next job's number, for names
 }
 
-func newLoad() *load { return &load{grids: map[int64]firecheck.Grid{}, cron: map[int64]bool{}} }
+func newLoad() *load {
+	return &load{grids: map[int64]firecheck.Grid{}, cron: map[int64]bool{}}
+}
 
 // isCron says whether job id is one of the load's cron jobs.
 func (l *load) isCron(id int64) bool {
@@ -110,8 +113,13 @@ func (l *load) create(ctx context.Context, t *topology, n int) (time.Duration, e
 					Schedule: cfg.schedule(i), MisfireStrategy: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING,
 					RouteStrategy: cfg.route(),
 				}
-				if cfg.Shell {
-					job.Handler, job.GlueType, job.GlueSource = "", schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, shellScript(cfg.Hold)
+				switch cfg.Handler {
+				case HandlerHTTP:
+					job.Handler, job.Params = sdk.HTTPHandler, httpParams(t.sinkAddr, cfg.Hold)
+				case HandlerShell:
+					job.Handler, job.GlueType, job.GlueSource = "", schedulerv1.GlueType_GLUE_TYPE_GLUE_SHELL, shellScript(t.sinkAddr, cfg.Hold)
+				case HandlerPython:
+					job.Handler, job.GlueType, job.GlueSource = "", schedulerv1.GlueType_GLUE_TYPE_GLUE_PYTHON, pythonScript(t.sinkAddr, cfg.Hold)
 				}
 				resp, err := r.jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: job})
 				if err != nil {
@@ -123,9 +131,9 @@ func (l *load) create(ctx context.Context, t *topology, n int) (time.Duration, e
 					errs <- fmt.Errorf("job %d created without a next fire", j.GetId())
 					return
 				}
+				first := firecheck.FirstFire(j.GetNextFireTime().AsTime().UnixMilli(), j.GetCreateTime().AsTime().UnixMilli(), period)
 				l.mu.Lock()
-				l.grids[j.GetId()] = firecheck.Grid{Period: period, First: firecheck.FirstFire(
-					j.GetNextFireTime().AsTime().UnixMilli(), j.GetCreateTime().AsTime().UnixMilli(), period)}
+				l.grids[j.GetId()] = firecheck.Grid{Period: period, First: first}
 				if cfg.isCron(i) {
 					l.cron[j.GetId()] = true
 				}

@@ -25,7 +25,7 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		return st, nil, err
 	}
 	var execs []firecheck.Execution
-	for _, a := range t.agents {
+	for _, a := range t.recorders() {
 		e, err := a.executions(ctx, fromMs, toMs)
 		if err != nil {
 			return st, nil, err
@@ -54,12 +54,21 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 		if err != nil {
 			return st, rep, err
 		}
-		st.Store = checkStore(grids, execs, runs)
+		st.Store = checkStore(grids, execs, runs, linesPerRun(t.cfg.Handler))
 	}
 	var total float64
 	for i := range procs {
 		if rep.Executed > 0 {
 			procs[i].CPUMicrosPerFire = procs[i].CPUSeconds * 1e6 / float64(rep.Executed)
+		}
+		switch {
+		case procs[i].Name == sinkName:
+			st.SinkCPUMicrosPerFire = procs[i].CPUMicrosPerFire
+		case procs[i].Apart:
+			st.ScriptCPUMicrosPerFire += procs[i].CPUMicrosPerFire
+		}
+		if procs[i].Apart {
+			continue // the fires' work, not jobmesh's
 		}
 		total += procs[i].CPUSeconds
 	}
@@ -74,8 +83,8 @@ func (t *topology) measure(ctx context.Context, l *load, targetRate float64, fro
 }
 
 // latenessBySchedule splits the lateness of the window's scheduled fires (first runs) between
-// FIX_RATE and cron jobs; nil when the load has only one kind. A shell job's record carries no
-// trigger type (the bench fires shell jobs only on their schedules).
+// FIX_RATE and cron jobs; nil when the load has only one kind. The sink's records carry no
+// trigger type (the bench fires its jobs only on their schedules).
 func latenessBySchedule(execs []firecheck.Execution, l *load, fromMs, toMs int64) []ScheduleLateness {
 	var fixRate, cron []time.Duration
 	seen := map[string]bool{}
@@ -99,9 +108,9 @@ func latenessBySchedule(execs []firecheck.Execution, l *load, fromMs, toMs int64
 	}
 }
 
-// settle waits until the fires of the window that are coming have come: until the agents have
+// settle waits until the fires of the window that are coming have come: until the recorders have
 // run as many fires of the window as the schedules expect, or (fires were lost or doubled) until
-// every agent has run fires scheduled more than a second after the window and the count has not
+// every recorder has fires scheduled more than a second after the window and the count has not
 // moved for quiet — a re-fired fire after a failover can arrive well after later fires. At most
 // two minutes.
 func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int, quiet time.Duration) error {
@@ -109,7 +118,7 @@ func (t *topology) settle(ctx context.Context, fromMs, toMs int64, expected int,
 	last, since := -1, time.Now()
 	for time.Now().Before(deadline) {
 		past, n := true, 0
-		for _, a := range t.agents {
+		for _, a := range t.recorders() {
 			s, err := a.stats(ctx)
 			if err != nil {
 				return err

@@ -52,9 +52,11 @@ type Setup struct {
 	Route        string  `json:"route"`
 	SessionTTL   string  `json:"session_ttl,omitempty"`
 	DispatchLead string  `json:"dispatch_lead,omitempty"`
-	// Hold is how long each fire holds its agent; Shell says the jobs are GLUE_SHELL scripts.
-	Hold  string `json:"hold,omitempty"`
-	Shell bool   `json:"shell,omitempty"`
+	// Hold is how long each fire holds its agent.
+	Hold string `json:"hold,omitempty"`
+	// Handler is what each fire runs (noop, http, shell, python), and so where lateness and loss
+	// are measured: noop in the bench agent's handler, the others at the sink.
+	Handler string `json:"handler,omitempty"`
 	// CreatedPerSecond is the rate at which the API created the jobs.
 	CreatedPerSecond float64 `json:"api_jobs_created_per_s,omitempty"`
 }
@@ -67,8 +69,8 @@ type Step struct {
 	To         time.Time `json:"to"`
 	Seconds    float64   `json:"seconds"`
 	Fires      Fires     `json:"fires"`
-	// LatenessMs is scheduled time → the agent's handler got the fire, over the fires expected
-	// in the window.
+	// LatenessMs is scheduled time → the agent's handler got the fire (handler noop), or the
+	// fire's request arrived at the sink (the others), over the fires expected in the window.
 	LatenessMs Percentiles `json:"lateness_ms"`
 	// LatenessBySchedule splits LatenessMs: the FIX_RATE jobs' fires, spread over each second,
 	// and the cron jobs' fires, which all fall on the same millisecond of each second.
@@ -82,9 +84,16 @@ type Step struct {
 	// Store sets the agents' executions against logsvc's runs, fire by fire (read with the
 	// stored counts); nil when the bench does not know logsvc's database.
 	Store *StoreCheck `json:"store,omitempty"`
-	// CPUMicrosPerFire is every measured process's CPU time in the window per fire executed.
-	CPUMicrosPerFire float64     `json:"cpu_us_per_fire"`
-	Processes        []ProcUsage `json:"processes"`
+	// CPUMicrosPerFire is every measured process's CPU time in the window per fire executed,
+	// the sink's apart.
+	CPUMicrosPerFire float64 `json:"cpu_us_per_fire"`
+	// SinkCPUMicrosPerFire is the sink's CPU time per fire: the target's share, not jobmesh's
+	// (0 with the noop handler, which has no sink).
+	SinkCPUMicrosPerFire float64 `json:"sink_cpu_us_per_fire,omitempty"`
+	// ScriptCPUMicrosPerFire is the CPU time per fire of the scripts the agents ran (the
+	// interpreters' own, apart from the agents'; 0 without scripts).
+	ScriptCPUMicrosPerFire float64     `json:"script_cpu_us_per_fire,omitempty"`
+	Processes              []ProcUsage `json:"processes"`
 	// LoadAvg is /proc/loadavg (1, 5, 15 min) at the window's end: the machine is shared.
 	LoadAvg [3]float64 `json:"load_avg"`
 	// Held and Why: ramp's verdict on the step.
@@ -249,8 +258,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if s.DispatchLead != "" {
 		fmt.Fprintf(&b, ", dispatch lead %s", s.DispatchLead)
 	}
-	if s.Shell {
-		b.WriteString(", GLUE_SHELL jobs")
+	switch s.Handler {
+	case HandlerHTTP:
+		b.WriteString(`; handler http (the agent's built-in "http" handler GETs the bench's sink): lateness and loss measured at the sink`)
+	case HandlerShell:
+		b.WriteString("; handler shell (a bash GLUE_SHELL script GETs the sink over /dev/tcp, then echoes a line): lateness and loss measured at the sink")
+	case HandlerPython:
+		b.WriteString("; handler python (a python3 GLUE_PYTHON script GETs the sink over a socket, then prints a line): lateness and loss measured at the sink")
+	default:
+		b.WriteString("; handler noop (the bench agent's own handler records each fire as it enters)")
 	}
 	if s.Hold != "" {
 		fmt.Fprintf(&b, ", each fire holds %s", s.Hold)
@@ -260,7 +276,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	b.WriteString(".\n\n")
 
-	b.WriteString("| target fires/s | jobs | window s | expected | dispatched | executed | stored | complete | lost | doubled | executed/s | lateness p50 / p90 / p99 / p99.9 / max ms | end-to-end p50 / p99 ms | CPU µs/fire | load 1m |")
+	late := "lateness"
+	if s.Handler != "" && s.Handler != HandlerNoop {
+		late = "lateness at the sink"
+	}
+	fmt.Fprintf(&b, "| target fires/s | jobs | window s | expected | dispatched | executed | stored | complete | lost | doubled | executed/s | %s p50 / p90 / p99 / p99.9 / max ms | end-to-end p50 / p99 ms | CPU µs/fire | load 1m |", late)
 	if r.Scenario == "ramp" {
 		b.WriteString(" held |")
 	}
@@ -301,6 +321,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if c.LostStoredOK > 0 {
 			fmt.Fprintf(&b, ", %d stored OK", c.LostStoredOK)
 		}
+		if c.LinesPerRun > 0 {
+			fmt.Fprintf(&b, "; output lines: every fire prints %d, **%d stored OK with fewer**", c.LinesPerRun, c.LinesShort)
+		}
 		b.WriteString(".\n")
 		reasons := make([]string, 0, len(c.Reasons))
 		for k := range c.Reasons {
@@ -311,6 +334,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "\n- lost with reason %q: %d", k, c.Reasons[k])
 		}
 		if i == len(r.Steps)-1 {
+			for _, s := range c.LinesShortSamples {
+				fmt.Fprintf(&b, "\n- stored OK with output lines missing: %s", s)
+			}
 			for _, s := range c.NoRecordSamples {
 				fmt.Fprintf(&b, "\n- stored OK without a trigger record: %s", s)
 			}
@@ -345,15 +371,30 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n| process | CPU s | CPU µs/fire | peak RSS MB |\n|---|---:|---:|---:|\n")
 		var total float64
-		for _, p := range last.Processes {
+		var apart []ProcUsage
+		row := func(name string, p ProcUsage) {
 			rss := "–"
 			if p.PeakRSSMB > 0 {
 				rss = fmt.Sprintf("%.0f", p.PeakRSSMB)
 			}
-			fmt.Fprintf(&b, "| %s | %.2f | %.1f | %s |\n", p.Name, p.CPUSeconds, p.CPUMicrosPerFire, rss)
+			fmt.Fprintf(&b, "| %s | %.2f | %.1f | %s |\n", name, p.CPUSeconds, p.CPUMicrosPerFire, rss)
+		}
+		for _, p := range last.Processes {
+			if p.Apart {
+				apart = append(apart, p)
+				continue
+			}
+			row(p.Name, p)
 			total += p.CPUSeconds
 		}
 		fmt.Fprintf(&b, "| **all** | %.2f | %.1f | |\n", total, last.CPUMicrosPerFire)
+		for _, p := range apart {
+			what := "the fires' scripts"
+			if p.Name == sinkName {
+				what = "the fires' target"
+			}
+			row(fmt.Sprintf("%s (%s, not in all)", p.Name, what), p)
+		}
 		for _, s := range last.LostSamples {
 			fmt.Fprintf(&b, "\n- lost: %s", s)
 		}

@@ -33,7 +33,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Setup.SessionTTL = cfg.SessionTTL.String()
 	}
 	rep.Setup.DispatchLead = cfg.DispatchLead
-	rep.Setup.Shell = cfg.Shell
+	rep.Setup.Handler = cfg.Handler
 	if cfg.Hold > 0 {
 		rep.Setup.Hold = cfg.Hold.String()
 	}
@@ -287,11 +287,11 @@ func (t *topology) waitPartitionsLed(ctx context.Context, timeout time.Duration)
 	}
 }
 
-// waitScheduledAfter waits until some agent has run a fire scheduled after at.
+// waitScheduledAfter waits until some recorder has a fire scheduled after at.
 func (t *topology) waitScheduledAfter(ctx context.Context, at time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		for _, a := range t.agents {
+		for _, a := range t.recorders() {
 			s, err := a.stats(ctx)
 			if err != nil {
 				return err
@@ -309,7 +309,7 @@ func (t *topology) waitScheduledAfter(ctx context.Context, at time.Time, timeout
 	}
 }
 
-// profile fetches a CPU profile of d from every scheduler replica, logsvc and agent that serves
+// profile fetches a CPU profile of d from every scheduler replica, logsvc, agent and sink that serves
 // pprof, then their allocation profiles, into PprofDir; the returned function waits for them.
 func (t *topology) profile(ctx context.Context, d time.Duration) func() {
 	if t.cfg.PprofDir == "" {
@@ -326,6 +326,9 @@ func (t *topology) profile(ctx context.Context, d time.Duration) func() {
 	}
 	for _, a := range t.agents {
 		targets["agent-"+a.name] = a.addr
+	}
+	if t.sink != nil {
+		targets[sinkName] = t.sink.addr
 	}
 	secs := max(1, int(d.Seconds()))
 	stamp := time.Now().Format("150405")

@@ -42,10 +42,15 @@ type StoreCheck struct {
 	LostStoredOK   int `json:"lost_stored_ok"`
 	// Reasons counts the messages of LostWithReason by their first words.
 	Reasons map[string]int `json:"lost_reasons,omitempty"`
-	// Up to ten examples of NoRecord, Failed and LostNoReason.
-	NoRecordSamples []string `json:"stored_ok_without_record_samples,omitempty"`
-	FailedSamples   []string `json:"executed_but_failed_samples,omitempty"`
-	NoReasonSamples []string `json:"lost_without_reason_samples,omitempty"`
+	// LinesPerRun is how many output lines each fire's handler prints (0 for the noop handler);
+	// LinesShort counts the OK ones stored with fewer: output that executed but was not stored.
+	LinesPerRun int `json:"lines_per_run"`
+	LinesShort  int `json:"stored_ok_lines_short"`
+	// Up to ten examples of NoRecord, Failed, LinesShort and LostNoReason.
+	NoRecordSamples   []string `json:"stored_ok_without_record_samples,omitempty"`
+	LinesShortSamples []string `json:"stored_ok_lines_short_samples,omitempty"`
+	FailedSamples     []string `json:"executed_but_failed_samples,omitempty"`
+	NoReasonSamples   []string `json:"lost_without_reason_samples,omitempty"`
 }
 
 // storedRun is one row of logsvc's runs for a fire of the bench's jobs.
@@ -55,6 +60,8 @@ type storedRun struct {
 	Outcome    logsv1.TriggerOutcome
 	TriggerMsg string
 	HandleMsg  string
+	// Lines counts the run's stored output lines.
+	Lines int
 }
 
 // fireKey names a fire: its job and scheduled time.
@@ -88,9 +95,22 @@ func (r storedRun) message() string {
 	return r.HandleMsg
 }
 
+// linesPerRun is how many output lines a fire of the handler prints: the http handler its request
+// and the answer's status (the sink answers with an empty body), a script "hi".
+func linesPerRun(handler string) int {
+	switch handler {
+	case HandlerHTTP:
+		return 2
+	case HandlerShell, HandlerPython:
+		return 1
+	}
+	return 0
+}
+
 // checkStore classifies the expected fires of grids by what execs (the agents' records) and runs
-// (logsvc's rows of the bench jobs' fires) say of them.
-func checkStore(grids map[int64]firecheck.Grid, execs []firecheck.Execution, runs []storedRun) *StoreCheck {
+// (logsvc's rows of the bench jobs' fires) say of them; a fire stored OK must have at least
+// lines output lines stored.
+func checkStore(grids map[int64]firecheck.Grid, execs []firecheck.Execution, runs []storedRun, lines int) *StoreCheck {
 	executed := make(map[fireKey]bool, len(execs))
 	for _, e := range execs {
 		executed[fireKey{e.JobID, e.ScheduledMs}] = true
@@ -102,7 +122,7 @@ func checkStore(grids map[int64]firecheck.Grid, execs []firecheck.Execution, run
 			byFire[fireKey{job, sched}] = append(byFire[fireKey{job, sched}], r)
 		}
 	}
-	c := &StoreCheck{}
+	c := &StoreCheck{LinesPerRun: lines}
 	firecheck.EachFire(grids, func(id, s int64) {
 		k := fireKey{id, s}
 		v, worst := judge(byFire[k])
@@ -114,6 +134,10 @@ func checkStore(grids map[int64]firecheck.Grid, execs []firecheck.Execution, run
 				if worst.Outcome == logsv1.TriggerOutcome_TRIGGER_OUTCOME_UNSPECIFIED {
 					c.NoRecord++
 					c.NoRecordSamples = sample(c.NoRecordSamples, fmt.Sprintf("job %d scheduled %s: %s", id, msClock(s), worst.TriggerID))
+				}
+				if worst.Lines < lines {
+					c.LinesShort++
+					c.LinesShortSamples = sample(c.LinesShortSamples, fmt.Sprintf("job %d scheduled %s: %s has %d of %d lines", id, msClock(s), worst.TriggerID, worst.Lines, lines))
 				}
 			case vFailed:
 				c.Failed++
@@ -214,7 +238,8 @@ func msClock(ms int64) string { return time.UnixMilli(ms).UTC().Format("15:04:05
 // setBenchJobs, and runs without a job, which checkStore matches by trigger id) whose trigger id
 // names a time within [fromMs, toMs].
 func readRuns(ctx context.Context, conn *pgx.Conn, fromMs, toMs int64) ([]storedRun, error) {
-	rows, err := conn.Query(ctx, `SELECT r.trigger_id, r.status, r.trigger_outcome, r.trigger_message, r.handle_message
+	rows, err := conn.Query(ctx, `SELECT r.trigger_id, r.status, r.trigger_outcome, r.trigger_message, r.handle_message,
+		(SELECT count(*) FROM logs.run_lines l WHERE l.trigger_id = r.trigger_id)
 		FROM logs.runs r WHERE r.job_id = 0 OR r.job_id IN (SELECT id FROM bench_jobs)`)
 	if err != nil {
 		return nil, fmt.Errorf("read runs: %w", err)
@@ -224,7 +249,7 @@ func readRuns(ctx context.Context, conn *pgx.Conn, fromMs, toMs int64) ([]stored
 	for rows.Next() {
 		var r storedRun
 		var status, outcome int32
-		if err := rows.Scan(&r.TriggerID, &status, &outcome, &r.TriggerMsg, &r.HandleMsg); err != nil {
+		if err := rows.Scan(&r.TriggerID, &status, &outcome, &r.TriggerMsg, &r.HandleMsg, &r.Lines); err != nil {
 			return nil, fmt.Errorf("read runs: %w", err)
 		}
 		if _, sched, ok := parseFireID(r.TriggerID); !ok || sched < fromMs || sched > toMs {

@@ -2,14 +2,10 @@ package bench
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -43,7 +39,7 @@ func TestCheckStore(t *testing.T) {
 	execs := []firecheck.Execution{ran(1, 1000), ran(1, 2000), ran(1, 3000), ran(1, 4000), ran(1, 5000), ran(1, 5000), ran(2, 1500), ran(3, 2500),
 		ran(1, 11000)} // after the window: not counted
 	run := func(id string, st logsv1.RunStatus, oc logsv1.TriggerOutcome, msg string) storedRun {
-		return storedRun{TriggerID: id, Status: st, Outcome: oc, TriggerMsg: msg}
+		return storedRun{TriggerID: id, Status: st, Outcome: oc, TriggerMsg: msg, Lines: 1}
 	}
 	runs := []storedRun{
 		run("1-1000-0-0", success, ok, ""),
@@ -63,11 +59,12 @@ func TestCheckStore(t *testing.T) {
 		run("4-2000-0-0", success, ok, ""),  // not a job of the grids
 		run("manual-xyz", success, ok, ""),  // not a scheduler's trigger id
 	}
-	c := checkStore(grids, execs, runs)
+	runs[2].Lines = 0 // 3-2500 executed and stored OK, its output line not stored
+	c := checkStore(grids, execs, runs, 1)
 	want := StoreCheck{Executed: 7, OK: 2, NoRecord: 1, Failed: 3, Undecided: 1, NotStored: 1,
-		Lost: 5, LostWithReason: 2, LostOverloaded: 1, LostNoReason: 3, LostUndecided: 1}
+		Lost: 5, LostWithReason: 2, LostOverloaded: 1, LostNoReason: 3, LostUndecided: 1, LinesPerRun: 1, LinesShort: 1}
 	got := *c
-	got.Reasons, got.NoRecordSamples, got.FailedSamples, got.NoReasonSamples = nil, nil, nil, nil
+	got.Reasons, got.NoRecordSamples, got.FailedSamples, got.NoReasonSamples, got.LinesShortSamples = nil, nil, nil, nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("checkStore = %+v\nwant %+v", got, want)
 	}
@@ -76,6 +73,9 @@ func TestCheckStore(t *testing.T) {
 	}
 	if len(c.NoRecordSamples) != 1 || c.NoRecordSamples[0] != "job 3 scheduled 00:00:02.500: 3-2500-0-0" {
 		t.Errorf("no-record samples = %q", c.NoRecordSamples)
+	}
+	if len(c.LinesShortSamples) != 1 || c.LinesShortSamples[0] != "job 3 scheduled 00:00:02.500: 3-2500-0-0 has 0 of 1 lines" {
+		t.Errorf("lines-short samples = %q", c.LinesShortSamples)
 	}
 	if len(c.FailedSamples) != 3 || !strings.Contains(c.FailedSamples[0], `job 1 scheduled 00:00:02.000: FAIL FAILED "trigger failed: the fire reached no executor"`) {
 		t.Errorf("failed samples = %q", c.FailedSamples)
@@ -86,7 +86,7 @@ func TestCheckStore(t *testing.T) {
 	// A fire whose first attempt failed and a later one succeeded, executed: the failed record
 	// of a fire that ran is what the check is for.
 	c = checkStore(map[int64]firecheck.Grid{1: {First: 1000, Period: 1000, From: 1000, Until: 1000}}, execs[:1],
-		[]storedRun{run("1-1000-0-1", success, ok, ""), run("1-1000-0-0", fail, failed, "x")})
+		[]storedRun{run("1-1000-0-1", success, ok, ""), run("1-1000-0-0", fail, failed, "x")}, 1)
 	if c.Executed != 1 || c.Failed != 1 {
 		t.Errorf("a failed attempt beside a successful one: %+v, want it counted failed", c)
 	}
@@ -127,88 +127,5 @@ func TestReadRuns(t *testing.T) {
 	}
 	if !slices.Equal(runs, want) {
 		t.Errorf("readRuns = %+v\nwant %+v", runs, want)
-	}
-}
-
-// TestShellRecords runs the shell jobs' script with bash as the agent's executor would (the
-// fire in JOBMESH_* variables, the record file in the agent's environment), twice at once, and
-// reads its records back, a line split across two reads included.
-func TestShellRecords(t *testing.T) {
-	t.Parallel()
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Fatalf("the shell jobs need bash: %v", err)
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "records")
-	script := filepath.Join(dir, "job.sh")
-	if err := os.WriteFile(script, []byte(shellScript(0)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(shellScript(500*time.Millisecond), "\nsleep 0.5\n") {
-		t.Errorf("script for a 500ms hold:\n%s", shellScript(500*time.Millisecond))
-	}
-	before := time.Now()
-	var cmds []*exec.Cmd
-	for i, id := range []string{"7-1000-0-0", "7-2000-0-0"} {
-		cmd := exec.Command(bash, script)
-		cmd.Env = append(os.Environ(), shellRecordEnv+"="+path, "JOBMESH_JOB_ID=7", "JOBMESH_TRIGGER_ID="+id,
-			"JOBMESH_SCHEDULED_UNIX_MS="+[]string{"1000", "2000"}[i])
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, cmd)
-	}
-	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("script: %v", err)
-		}
-	}
-	after := time.Now()
-	tally := firecheck.NewTally()
-	recs := &shellRecords{path: path, tally: tally}
-	if err := recs.ingest(); err != nil {
-		t.Fatal(err)
-	}
-	// A third record, written in two pieces: the first read sees half a line and keeps it.
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("7 7-3000-0-0 30"); err != nil {
-		t.Fatal(err)
-	}
-	if err := recs.ingest(); err != nil {
-		t.Fatal(err)
-	}
-	if n := tally.Count(0, 1e6); n != 2 {
-		t.Errorf("%d records after half a line, want 2", n)
-	}
-	if _, err := f.WriteString("00 5000000\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := recs.ingest(); err != nil {
-		t.Fatal(err)
-	}
-	got := tally.Snapshot(0, 1e6)
-	slices.SortFunc(got, func(a, b firecheck.Execution) int { return int(a.ScheduledMs - b.ScheduledMs) })
-	if len(got) != 3 {
-		t.Fatalf("records = %+v, want 3", got)
-	}
-	for i, e := range got[:2] {
-		if e.JobID != 7 || e.ScheduledMs != int64(1000*(i+1)) || e.TriggerID != []string{"7-1000-0-0", "7-2000-0-0"}[e.ScheduledMs/1000-1] ||
-			e.Arrived().Before(before.Truncate(time.Microsecond)) || e.Arrived().After(after) {
-			t.Errorf("record %d = %+v, want job 7 at %d ms, started between %v and %v", i, e, 1000*(i+1), before, after)
-		}
-	}
-	if e := got[2]; e.TriggerID != "7-3000-0-0" || e.ScheduledMs != 3000 || e.ArrivedNs != 5e9 {
-		t.Errorf("split record = %+v", e)
-	}
-	if _, err := f.WriteString("garbage\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := recs.ingest(); err == nil || !strings.Contains(err.Error(), `shell record "garbage"`) {
-		t.Errorf("a bad line: %v, want an error naming it", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/cluster"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 )
@@ -69,6 +70,11 @@ type topology struct {
 	regAddr       string
 	logsAddr      string
 	logsPprofAddr string
+
+	// sink is the bench's HTTP sink, which the jobs of every handler but noop call (nil with
+	// noop); sinkAddr its address.
+	sink     *agentClient
+	sinkAddr string
 
 	mu      sync.Mutex
 	members []*member
@@ -157,6 +163,11 @@ func up(ctx context.Context, cfg Config) (_ *topology, err error) {
 	}
 	t.groupID = g.GetGroup().GetId()
 
+	if cfg.Handler != HandlerNoop {
+		if err := t.startSink(ctx); err != nil {
+			return t, err
+		}
+	}
 	for i := range cfg.Agents {
 		if err := t.startAgent(ctx, fmt.Sprintf("a%d", i+1)); err != nil {
 			return t, err
@@ -375,14 +386,39 @@ func (t *topology) startAgent(ctx context.Context, id string) error {
 	args := []string{"bench", "agent", "--app", t.app, "--instance", id, "--registry-addr", t.regAddr,
 		"--logs-addr", t.logsAddr, "--group-token", t.groupToken, "--log-dir", filepath.Join(t.dir, "agents", id),
 		"--log-level", t.cfg.ServiceLogLevel, "--hold", t.cfg.Hold.String()}
+	if t.sinkAddr != "" {
+		args = append(args, "--http-allow-hosts", t.sinkAddr)
+	}
 	args = append(args, t.tlsArgs...)
 	m, err := t.start(ctx, "agent-"+id, args, nil, "agent grpc ", "agent http ")
 	if err != nil {
 		return err
 	}
-	t.agents = append(t.agents, &agentClient{name: id, addr: m.proc.Value("agent http "), base: "http://" + m.proc.Value("agent http "),
-		hc: &http.Client{Timeout: 5 * time.Minute}})
+	t.agents = append(t.agents, newAgentClient(id, m.proc.Value("agent http ")))
 	return nil
+}
+
+// startSink starts the bench's HTTP sink, which the agents are allowed to call.
+func (t *topology) startSink(ctx context.Context) error {
+	m, err := t.start(ctx, sinkName, []string{"bench", "sink", "--http-addr", "127.0.0.1:0"}, nil, "sink http ")
+	if err != nil {
+		return err
+	}
+	t.sinkAddr = m.proc.Value("sink http ")
+	t.sink = newAgentClient(sinkName, t.sinkAddr)
+	return nil
+}
+
+// recorders are where the fires are recorded: the sink, or with the noop handler the agents.
+func (t *topology) recorders() []*agentClient {
+	if t.sink != nil {
+		return []*agentClient{t.sink}
+	}
+	return t.agents
+}
+
+func newAgentClient(name, addr string) *agentClient {
+	return &agentClient{name: name, addr: addr, base: "http://" + addr, hc: &http.Client{Timeout: 5 * time.Minute}}
 }
 
 // dial connects to a service with the bench's token.
@@ -535,8 +571,8 @@ func isKilled(err error) bool {
 	return false
 }
 
-// freeAddrs returns n loopback addresses with free ports (free when asked; a race with another
-// program is possible but rare).
+// freeAddrs returns n distinct loopback addresses with free ports (hostport.ListenLoopback), for
+// processes started on them later.
 func freeAddrs(n int) ([]string, error) {
 	out := make([]string, 0, n)
 	var lns []net.Listener
@@ -546,7 +582,7 @@ func freeAddrs(n int) ([]string, error) {
 		}
 	}()
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := hostport.ListenLoopback()
 		if err != nil {
 			return nil, err
 		}

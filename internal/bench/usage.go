@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jobmesh/jobmesh/internal/cluster"
@@ -23,7 +24,14 @@ type ProcUsage struct {
 	// PeakRSSMB is the most resident memory the process has had (VmHWM), over its whole life;
 	// not measured for postgres, whose shared memory makes it meaningless.
 	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
+	// Apart marks the work the fires do rather than jobmesh's, which the step's CPU per fire
+	// leaves out: the sink, and "<agent> scripts", the CPU of the scripts an agent ran (its
+	// waited-for children's).
+	Apart bool `json:"apart,omitempty"`
 }
+
+// scriptsSuffix names an agent's scripts' row: "agent-a1 scripts".
+const scriptsSuffix = " scripts"
 
 // windowStart notes every live process's CPU time (and the Postgres backends') as the new
 // window's base.
@@ -64,7 +72,7 @@ func (t *topology) windowUsage(ctx context.Context, fires int) []ProcUsage {
 	add := func(name string, cpu time.Duration, peak int64) {
 		p, ok := byName[name]
 		if !ok {
-			p = &ProcUsage{Name: name}
+			p = &ProcUsage{Name: name, Apart: name == sinkName || strings.HasSuffix(name, scriptsSuffix)}
 			byName[name] = p
 			names = append(names, name)
 		}
@@ -77,6 +85,9 @@ func (t *topology) windowUsage(ctx context.Context, fires int) []ProcUsage {
 		base := m.base
 		t.mu.Unlock()
 		add(m.name, max(u.CPU-base.CPU, 0), u.PeakRSS)
+		if child := u.ChildCPU - base.ChildCPU; child > 0 {
+			add(m.name+scriptsSuffix, child, 0)
+		}
 	}
 	if pg := t.postgresUsage(ctx); len(pg) > 0 {
 		cpu := map[string]time.Duration{}

@@ -62,10 +62,19 @@ const Usage = `jobmesh client commands:
   jobmesh jobs update ID -f FILE                   replaces the job's fields (version from FILE, else current)
   jobmesh jobs start|stop|delete ID
   jobmesh jobs trigger ID [--params S] [--address HOST:PORT,...]
+  jobmesh workflows list [--group N] [--limit N]
+  jobmesh workflows get ID
+  jobmesh workflows create -f FILE                 FILE: a workflow as JSON (the REST shape); - reads stdin
+  jobmesh workflows trigger ID [--param KEY=VALUE]...
+  jobmesh workflows instances ID [--limit N]       a workflow's instances, newest first
+  jobmesh workflows instance|kill|retry INSTANCE_ID
   jobmesh runs list [--job N] [--group N] [--status running|success|fail|timeout|killed|skipped] [--executor ADDR] [--limit N]
   jobmesh runs tail RUN_ID [--from N]              follow a run's output until it ends
   jobmesh runs kill RUN_ID
   jobmesh executors list [--app NAME]
+  jobmesh import xxl-job --mysql DSN [--time-zone ZONE] [--access-token TOKEN] [--dry-run]
+                                                   copy an XXL-JOB database's executor groups, jobs and
+                                                   users into jobmesh (again: changes only what differs)
 
 Flags of every client command (jobmesh <command> -h lists a command's own):
   -o table|json      output (default table)
@@ -164,15 +173,18 @@ type client struct {
 // Commands lists the client's commands ("login", "jobs list", …) in the order of Usage.
 func Commands() []string {
 	return []string{"login", "logout", "jobs list", "jobs get", "jobs create", "jobs update", "jobs start", "jobs stop",
-		"jobs delete", "jobs trigger", "runs list", "runs tail", "runs kill", "executors list"}
+		"jobs delete", "jobs trigger", "workflows list", "workflows get", "workflows create", "workflows trigger",
+		"workflows instances", "workflows instance", "workflows kill", "workflows retry", "runs list", "runs tail", "runs kill", "executors list", "import xxl-job"}
 }
 
 // operands name the positional arguments of the commands that take one, for their usage line.
 var operands = map[string]string{"jobs get": "ID", "jobs update": "ID", "jobs start": "ID", "jobs stop": "ID",
-	"jobs delete": "ID", "jobs trigger": "ID", "runs tail": "RUN_ID", "runs kill": "RUN_ID"}
+	"jobs delete": "ID", "jobs trigger": "ID", "runs tail": "RUN_ID", "runs kill": "RUN_ID",
+	"workflows get": "ID", "workflows trigger": "ID", "workflows instances": "ID", "workflows instance": "INSTANCE_ID",
+	"workflows kill": "INSTANCE_ID", "workflows retry": "INSTANCE_ID"}
 
 // Groups are the first words of the client's two-word commands.
-var Groups = []string{"jobs", "runs", "executors"}
+var Groups = []string{"jobs", "workflows", "runs", "executors", "import"}
 
 // FlagSet returns the flags of a client command as Run declares them (for help, shell
 // completion and tests); nil for an unknown command.

@@ -104,6 +104,37 @@ func TestClient(t *testing.T) {
 	if err := json.Unmarshal([]byte(s.ok("", "jobs", "create", "-f", jobFile, "-o", "json")), &created); err != nil || created.ID == "" {
 		t.Fatalf("jobs create -o json: id %q, %v", created.ID, err)
 	}
+	// workflows: create from a file, trigger with a param, list the instances, see it end.
+	wfFile := filepath.Join(t.TempDir(), "wf.json")
+	wf := fmt.Sprintf(`{"group_id": "%d", "name": "cli-wf", "schedule": {"type": "SCHEDULE_TYPE_NONE"},
+		"nodes": [{"id": "hello", "job_id": "%s"}]}`, st.GroupID, created.ID)
+	if err := os.WriteFile(wfFile, []byte(wf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var createdWf struct{ ID string }
+	if err := json.Unmarshal([]byte(s.ok("", "workflows", "create", "-f", wfFile, "-o", "json")), &createdWf); err != nil || createdWf.ID == "" {
+		t.Fatalf("workflows create -o json: id %q, %v", createdWf.ID, err)
+	}
+	if out := s.ok("", "workflows", "list"); !strings.Contains(out, "cli-wf") {
+		t.Errorf("workflows list:\n%s", out)
+	}
+	trigOut := s.ok("", "workflows", "trigger", createdWf.ID, "--param", "day=1")
+	inst := strings.Fields(trigOut)[1] // "instance <id> (…"
+	if !strings.HasPrefix(inst, "w"+createdWf.ID+"-") {
+		t.Fatalf("workflows trigger printed %q", trigOut)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if out := s.ok("", "workflows", "instances", createdWf.ID); strings.Contains(out, inst) && strings.Contains(out, "success") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instance %s not successful within 30s:\n%s", inst, s.ok("", "workflows", "instance", inst))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, _, errOut := s.run("", "workflows", "kill", inst); code == cli.ExitOK || !strings.Contains(errOut, "SUCCESS") {
+		t.Errorf("workflows kill of an ended instance = exit %d (%q); want a refusal saying it is SUCCESS", code, errOut)
+	}
 	if out := s.ok("", "jobs", "list", "--name", "cli-"); !strings.Contains(out, "cli-hello") || !strings.Contains(out, "NEXT FIRE") {
 		t.Errorf("jobs list table:\n%s", out)
 	}

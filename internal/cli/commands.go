@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +13,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"golang.org/x/term"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -19,23 +23,33 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/xxlimport"
 )
 
 var commands = map[string]command{
-	"login":          login,
-	"logout":         logout,
-	"jobs list":      jobsList,
-	"jobs get":       jobByID("get"),
-	"jobs start":     jobByID("start"),
-	"jobs stop":      jobByID("stop"),
-	"jobs delete":    jobByID("delete"),
-	"jobs create":    jobsWrite(false),
-	"jobs update":    jobsWrite(true),
-	"jobs trigger":   jobsTrigger,
-	"runs list":      runsList,
-	"runs tail":      runsTail,
-	"runs kill":      runsKill,
-	"executors list": executorsList,
+	"login":               login,
+	"logout":              logout,
+	"jobs list":           jobsList,
+	"jobs get":            jobByID("get"),
+	"jobs start":          jobByID("start"),
+	"jobs stop":           jobByID("stop"),
+	"jobs delete":         jobByID("delete"),
+	"jobs create":         jobsWrite(false),
+	"jobs update":         jobsWrite(true),
+	"jobs trigger":        jobsTrigger,
+	"workflows list":      workflowsList,
+	"workflows get":       workflowsGet,
+	"workflows create":    workflowsCreate,
+	"workflows trigger":   workflowsTrigger,
+	"workflows instances": workflowsInstances,
+	"workflows instance":  instanceOp("instance"),
+	"workflows kill":      instanceOp("kill"),
+	"workflows retry":     instanceOp("retry"),
+	"runs list":           runsList,
+	"runs tail":           runsTail,
+	"runs kill":           runsKill,
+	"executors list":      executorsList,
+	"import xxl-job":      importXXLJob,
 }
 
 func login(fs *flag.FlagSet) func(context.Context, *client, []string) error {
@@ -583,5 +597,70 @@ func executorsList(fs *flag.FlagSet) func(context.Context, *client, []string) er
 				ts(e.GetStartTime()), ts(e.GetLastSeenTime())})
 		}
 		return c.table([]string{"APP", "INSTANCE", "ADDRESS", "RUNNING", "VERSION", "STARTED", "LAST SEEN"}, rows)
+	}
+}
+
+func importXXLJob(fs *flag.FlagSet) func(context.Context, *client, []string) error {
+	dsn := fs.String("mysql", os.Getenv("JOBMESH_XXL_MYSQL"), "the XXL-JOB admin database as a Go MySQL `dsn`: user:password@tcp(host:3306)/xxl_job (JOBMESH_XXL_MYSQL)")
+	dryRun := fs.Bool("dry-run", false, "print the plan (create, update or skip per object) and write nothing")
+	zone := fs.String("time-zone", "", "IANA `zone` the XXL-JOB admin ran in, which its CRON jobs keep (e.g. Asia/Shanghai); required when there are CRON jobs")
+	token := fs.String("access-token", os.Getenv("JOBMESH_XXL_ACCESS_TOKEN"), "the XXL-JOB admin's xxl.job.accessToken `token`, given to the imported groups that have none (JOBMESH_XXL_ACCESS_TOKEN)")
+	return func(ctx context.Context, c *client, args []string) error {
+		if len(args) > 0 {
+			return usagef("import xxl-job takes no arguments")
+		}
+		if *dsn == "" {
+			return usagef("--mysql: required: the XXL-JOB database, e.g. --mysql 'root:secret@tcp(127.0.0.1:3306)/xxl_job'")
+		}
+		cfg, err := mysql.ParseDSN(*dsn)
+		if err != nil {
+			return usagef("--mysql: %v", err)
+		}
+		if cfg.DBName == "" {
+			return usagef("--mysql: name the database after the address: ...@tcp(host:3306)/xxl_job")
+		}
+		if cfg.Timeout == 0 {
+			cfg.Timeout = 10 * time.Second
+		}
+		if *zone != "" {
+			if _, err := time.LoadLocation(*zone); err != nil {
+				return usagef("--time-zone %q: not an IANA time zone: %v", *zone, err)
+			}
+		}
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return usagef("--mysql: %v", err)
+		}
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		src, err := xxlimport.Read(ctx, db)
+		if err != nil {
+			return fmt.Errorf("--mysql %s@%s/%s: %w", cfg.User, cfg.Addr, cfg.DBName, err)
+		}
+		if src.HasCron() && *zone == "" {
+			return usagef("--time-zone: required: XXL-JOB ran its CRON jobs in its admin's time zone, which the database does not record (e.g. --time-zone Asia/Shanghai, or UTC)")
+		}
+		rc, err := c.rest()
+		if err != nil {
+			return err
+		}
+		api := xxlimport.API{Jobs: schedulerv1.NewJobServiceClient(rc), Registry: registryv1.NewRegistryServiceClient(rc), Auth: authv1.NewAuthServiceClient(rc)}
+		rep, err := xxlimport.Run(ctx, api, src, xxlimport.Options{DryRun: *dryRun, TimeZone: *zone, AccessToken: *token})
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			b, err := json.MarshalIndent(rep, "", "  ")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "%s\n", b)
+		} else if err := rep.WriteText(c.stdout); err != nil {
+			return err
+		}
+		if n := rep.Failed(); n > 0 {
+			return fmt.Errorf("%d of %d objects not imported as XXL-JOB has them (their errors are in the report)", n, len(rep.Items))
+		}
+		return nil
 	}
 }

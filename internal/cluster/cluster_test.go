@@ -118,18 +118,19 @@ func TestStartStopKill(t *testing.T) {
 func TestParseStatCPU(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		stat string
-		want time.Duration
-		ok   bool
+		stat        string
+		want, child time.Duration
+		ok          bool
 	}{
-		{"1234 (jobmesh) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 9 0", 2810 * time.Millisecond, true},
-		{"1234 (a b) c) R 1 1 1 0 -1 0 0 0 0 0 7 3 0 0", 100 * time.Millisecond, true},
-		{"1234 jobmesh S 1", 0, false},
-		{"1234 (x) S 1 2", 0, false},
+		{"1234 (jobmesh) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 9 0", 2810 * time.Millisecond, 0, true},
+		{"1234 (a b) c) R 1 1 1 0 -1 0 0 0 0 0 7 3 40 2 20", 100 * time.Millisecond, 420 * time.Millisecond, true},
+		{"1234 jobmesh S 1", 0, 0, false},
+		{"1234 (x) S 1 2", 0, 0, false},
+		{"1234 (x) S 1 1 1 0 -1 0 0 0 0 0 7 3 x 2 20", 0, 0, false},
 	} {
-		got, err := parseStatCPU(tc.stat)
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseStatCPU(%q) = %v, %v; want %v, ok %v", tc.stat, got, err, tc.want, tc.ok)
+		got, child, err := parseStatCPU(tc.stat)
+		if (err == nil) != tc.ok || got != tc.want || child != tc.child {
+			t.Errorf("parseStatCPU(%q) = %v, %v, %v; want %v, %v, ok %v", tc.stat, got, child, err, tc.want, tc.child, tc.ok)
 		}
 	}
 	if got := statusKB("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t1024 kB\n", "VmHWM:"); got != 2048 {

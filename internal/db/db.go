@@ -76,6 +76,7 @@ type DB struct {
 	*sql.DB
 	dialect Dialect
 	schema  string
+	conn    *pgx.ConnConfig     // Postgres: how to open a connection of one's own (Listen)
 	rebind  sync.Map            // query → rebound query (SQLite)
 	metrics metric.Registration // the pool stats callback; nil when not registered
 }
@@ -126,7 +127,7 @@ func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("db: ping postgres: %w", err)
 	}
-	return withPoolMetrics(&DB{DB: sdb, dialect: Postgres, schema: cfg.Schema}), nil
+	return withPoolMetrics(&DB{DB: sdb, dialect: Postgres, schema: cfg.Schema, conn: pc.Copy()}), nil
 }
 
 func openSQLite(ctx context.Context, cfg Config) (*DB, error) {
@@ -137,7 +138,9 @@ func openSQLite(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, fmt.Errorf("db: data dir: %w", err)
 	}
 	path := filepath.Join(cfg.DataDir, cfg.Schema+".db")
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)"
+	// The path is a URI's: a data dir with '%', '?' or '#' in its name must not end it early.
+	uriPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+	dsn := "file:" + uriPath + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)"
 	sdb, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("db: open sqlite %s: %w", path, err)

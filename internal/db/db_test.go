@@ -2,6 +2,8 @@ package db_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/fstest"
 
@@ -63,5 +65,22 @@ func TestConcurrentMigrate(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("concurrent migrate: %v", err)
 		}
+	}
+}
+
+// TestSQLiteDataDirWithURIMarks: a data dir whose name holds '%', '?' or '#' (a test named
+// "x#01", a user's folder) keeps its SQLite file where it says, not cut at the mark.
+func TestSQLiteDataDirWithURIMarks(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a#b?c%d")
+	d, err := db.Open(t.Context(), db.Config{DataDir: dir, Schema: "marks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.ExecContext(t.Context(), "CREATE TABLE x (a INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "marks.db")); err != nil {
+		t.Errorf("the store is not in its data dir: %v", err)
 	}
 }

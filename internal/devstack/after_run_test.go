@@ -120,8 +120,10 @@ func TestRetriesChildrenAndFixDelay(t *testing.T) {
 		if err1 != nil || err2 != nil {
 			t.Fatalf("times: %v %v", err1, err2)
 		}
-		if gap := next.Sub(end); gap < time.Second || gap > 3*time.Second {
-			t.Errorf("second fire scheduled %v after the first ended, want 1s (+ scheduling slack)", gap)
+		// One interval after the run ended; later only by how late its completion reached the
+		// scheduler, which under the whole suite on two cores has been seconds.
+		if gap := next.Sub(end); gap < time.Second || gap > 10*time.Second {
+			t.Errorf("second fire scheduled %v after the first ended, want 1s (+ the completion's lateness)", gap)
 		}
 		call(t, "POST", base+"/jobs/"+id+":stop", map[string]any{}, nil)
 	})

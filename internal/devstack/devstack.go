@@ -48,6 +48,7 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/telemetry"
 	"github.com/jobmesh/jobmesh/services/gateway"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
+	"github.com/jobmesh/jobmesh/services/gateway/xxladmin"
 	"github.com/jobmesh/jobmesh/services/logsvc"
 	"github.com/jobmesh/jobmesh/services/registry"
 	"github.com/jobmesh/jobmesh/services/scheduler"
@@ -124,6 +125,12 @@ type Config struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client, for the
 	// gateway and the auth service (gateway.Config.TrustedProxies).
 	TrustedProxies []netip.Prefix
+	// XxlContextPath, XxlAccessToken and XxlDeadTime configure the XXL-JOB admin API that
+	// XXL-JOB executors call on the gateway (gateway.Config's fields of the same names): by
+	// default at /xxl-job-admin, no fallback token, a 90 s dead time. XxlAccessToken is also the
+	// scheduler's (scheduler.Config.XxlAccessToken), unless that is set.
+	XxlContextPath, XxlAccessToken string
+	XxlDeadTime                    time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -351,7 +358,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	resolver := auth.ClientResolver{
 		Jobs: schedulerv1.NewJobServiceClient(schedConn), Logs: logsv1.NewLogServiceClient(logsConn),
-		Registry: registryv1.NewRegistryServiceClient(regConn),
+		Registry:  registryv1.NewRegistryServiceClient(regConn),
+		Workflows: schedulerv1.NewWorkflowServiceClient(schedConn),
 	}
 	guard, err := auth.NewGuard(auth.GuardConfig{
 		Users: authSvc, InternalToken: st.InternalToken, Audit: authSvc, Groups: resolver, Executors: resolver,
@@ -399,6 +407,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	logs, err := logsvc.New(logsvc.Config{
 		Logger: log.With("service", "logsvc"), Executors: execView, LostAfter: cfg.LostAfter,
 		Jobs: logsvc.SchedulerJobs{Client: schedulerv1.NewJobServiceClient(schedConn)}, AlarmChannels: cfg.AlarmChannels,
+		Workflows:      logsvc.SchedulerWorkflows{Client: schedulerv1.NewWorkflowServiceClient(schedConn)},
 		DeliverySecret: st.InternalToken, Executor: auth.ExecutorOf,
 	}, logsDB, logsvc.SchedulerKiller{Client: schedulerv1.NewSchedulerServiceClient(schedConn)})
 	if err != nil {
@@ -419,21 +428,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		scfg := cfg.Scheduler
 		scfg.Logger = log.With("service", "scheduler")
-		scfg.DeliverySecret = st.InternalToken
-		if scfg.ExecutorDialOptions == nil {
-			scfg.ExecutorDialOptions = []grpc.DialOption{st.TLS.DialOption()}
+		if scfg.XxlAccessToken == "" {
+			// The fallback token XXL-JOB executors of a group without one present and expect.
+			scfg.XxlAccessToken = cfg.XxlAccessToken
 		}
-		// Replicas forward manual triggers to their partitions' leaders as the services call each
-		// other (one replica here, but `jobmesh scheduler` replicas may join its etcd).
-		if scfg.AdvertiseAddr == "" {
-			scfg.AdvertiseAddr = hostport.Advertised(schedLn.Addr())
-		}
-		if scfg.PeerDialOptions == nil {
-			scfg.PeerDialOptions = []grpc.DialOption{st.TLS.DialOption(), auth.BearerToken(st.InternalToken)}
-		}
-		sched, err := scheduler.New(scfg, scheduler.Deps{
-			Store: schedDB, Etcd: schedEtcd, Registry: registryv1.NewRegistryServiceClient(regConn),
-			Ingest: logsv1.NewIngestServiceClient(logsConn), Logs: logsv1.NewLogServiceClient(logsConn),
+		// One replica here, but `jobmesh scheduler` replicas may join its etcd: it is wired into
+		// the mesh as theirs are.
+		sched, err := scheduler.NewInMesh(scfg, scheduler.Mesh{
+			Store: schedDB, Etcd: schedEtcd, Registry: regConn, Logs: logsConn, TLS: st.TLS.DialOption(),
+			InternalToken: st.InternalToken, InternalCreds: auth.BearerToken(st.InternalToken),
+			AdvertiseAddr: hostport.Advertised(schedLn.Addr()),
 		})
 		if err != nil {
 			return nil, err
@@ -489,6 +493,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		AuthAddr: st.AuthAddr, Logger: log.With("service", "gateway"), TraceURLTemplate: cfg.TraceURLTemplate,
 		MaxBodyBytes: cfg.MaxBodyBytes, TrustedProxies: cfg.TrustedProxies, InternalToken: st.InternalToken,
 		TLS: st.TLS, Version: cfg.Version,
+		XxlContextPath: cfg.XxlContextPath, XxlAccessToken: cfg.XxlAccessToken, XxlDeadTime: cfg.XxlDeadTime,
 	})
 	if err != nil {
 		return nil, err
@@ -541,8 +546,13 @@ func (s *Stack) PrintWhere(w io.Writer, cfg Config) {
 	if ep := "http://" + s.HTTPAddr; ep != cli.DefaultEndpoint {
 		clientLogin += " --endpoint " + ep
 	}
+	xxlPath := cfg.XxlContextPath
+	if xxlPath == "" {
+		xxlPath = xxladmin.DefaultContextPath
+	}
 	fmt.Fprintf(w, `jobmesh dev is up
   web UI and REST   http://%s/   (API under /api/v1, OpenAPI at /api/openapi.json)
+  XXL-JOB admin     http://%s%s   (admin address of XXL-JOB executors)
   scheduler gRPC    %s
   registry gRPC     %s
   logsvc gRPC       %s
@@ -559,7 +569,7 @@ Log in %s, in the web UI or with
   and send the token as "Authorization: Bearer <token>" (REST and gRPC alike),
   or with the command-line client: %s, then jobmesh jobs list.
 Press Ctrl-C to stop.
-`, s.HTTPAddr, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, etcdTLS,
+`, s.HTTPAddr, s.HTTPAddr, xxlPath, sched, s.RegistryAddr, s.LogsAddr, s.AuthAddr, s.AgentAddr, DevApp, s.GroupID, s.EtcdEndpoint, etcdTLS,
 		meshtls.DevDir(cfg.DataDir), metrics, store, cfg.DataDir, login, s.HTTPAddr, clientLogin)
 }
 

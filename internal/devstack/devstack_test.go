@@ -220,6 +220,12 @@ func TestInvalidJobNamesTheField(t *testing.T) {
 		{"bad cron", func(j map[string]any) {
 			j["schedule"] = map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 61 * * * ?"}
 		}, "schedule.expression"},
+		{"cron read differently by Quartz", func(j map[string]any) {
+			j["schedule"] = map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 0 9 ? * MON-FRI/2"}
+		}, "schedule.expression: cron: day-of-week field \"MON-FRI/2\": step after a name is refused: Quartz ignores /2 after MON-FRI and reads all of MON-FRI"},
+		{"cron whose Quartz days depend on its start", func(j map[string]any) {
+			j["schedule"] = map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 0 12 29W * ?"}
+		}, "schedule.expression: cron: day-of-month field \"29W\": 29W with February in the month field is refused"},
 		{"cron that never fires again", func(j map[string]any) {
 			j["status"] = "JOB_STATUS_RUNNING"
 			j["schedule"] = map[string]any{"type": "SCHEDULE_TYPE_CRON", "expression": "0 0 0 1 1 ? 2001"}

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/jobmesh/jobmesh/internal/etcdembed"
+	"github.com/jobmesh/jobmesh/internal/hostport"
 )
 
 // freeAddr is a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := hostport.ListenLoopback()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,11 +23,14 @@ import (
 
 	"google.golang.org/grpc"
 
+	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/cluster"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/devstack"
 	"github.com/jobmesh/jobmesh/internal/firecheck"
+	"github.com/jobmesh/jobmesh/internal/xxltest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
@@ -36,6 +41,7 @@ var (
 	killsFlag    = flag.Int("kills", 20, "SIGKILLs of random replicas in TestReplicaKill (0 with -restarts=0 checks the harness on a steady run)")
 	restartsFlag = flag.Int("restarts", 5, "graceful restarts (SIGTERM, clean exit, start again) in TestReplicaKill, interleaved with the kills")
 	jobsFlag     = flag.Int("jobs", 200, "1 s FIX_RATE jobs in TestReplicaKill")
+	xxlJobsFlag  = flag.Int("xxl-jobs", 50, "of -jobs, how many are BEAN jobs of an XXL-JOB executor group (two test executors) rather than the agent's")
 	seedFlag     = flag.Uint64("seed", 0, "random seed of the kill schedule; 0 picks one (logged)")
 )
 
@@ -78,14 +84,14 @@ func TestReplicaKill(t *testing.T) {
 		t.Skip("about 2 minutes of processes and kills; CI runs it (without -short)")
 	}
 	t.Parallel()
-	kills, restarts, nJobs := *killsFlag, *restartsFlag, *jobsFlag
+	kills, restarts, nJobs, nXxl := *killsFlag, *restartsFlag, *jobsFlag, min(*xxlJobsFlag, *jobsFlag)
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
-	t.Logf("failover: %d jobs, %d kills, %d graceful restarts, %d partitions, seed %d (rerun with -args -seed=%d)",
-		nJobs, kills, restarts, partitions, seed, seed)
+	t.Logf("failover: %d jobs (%d of them on XXL-JOB executors), %d kills, %d graceful restarts, %d partitions, seed %d (rerun with -args -seed=%d)",
+		nJobs, nXxl, kills, restarts, partitions, seed, seed)
 
 	h := newHarness(t)
 	c := h.c
@@ -101,9 +107,14 @@ func TestReplicaKill(t *testing.T) {
 	jobs := c.any().jobs
 	first := make(map[int64]int64, nJobs) // job id → first scheduled fire, Unix ms
 	var mu sync.Mutex
+	xxlJobs := map[int64]bool{}
 	parallel(t, nJobs, 8, func(i int) error {
+		group, route := h.st.GroupID, schedulerv1.RouteStrategy_ROUTE_STRATEGY_UNSPECIFIED
+		if i < nXxl { // the first nXxl jobs run on the XXL-JOB executors, in turn
+			group, route = h.xxlGroup, schedulerv1.RouteStrategy_ROUTE_STRATEGY_ROUND
+		}
 		resp, err := jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
-			GroupId: h.st.GroupID, Name: fmt.Sprintf("count-%03d", i), Handler: "count",
+			GroupId: group, Name: fmt.Sprintf("count-%03d", i), Handler: "count", RouteStrategy: route,
 			GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Status: schedulerv1.JobStatus_JOB_STATUS_RUNNING,
 			Schedule:        &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_FIX_RATE, Expression: "1s"},
 			MisfireStrategy: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING,
@@ -117,6 +128,9 @@ func TestReplicaKill(t *testing.T) {
 		}
 		mu.Lock()
 		first[j.GetId()] = firecheck.FirstFire(j.GetNextFireTime().AsTime().UnixMilli(), j.GetCreateTime().AsTime().UnixMilli(), 1000)
+		if i < nXxl {
+			xxlJobs[j.GetId()] = true
+		}
 		mu.Unlock()
 		return nil
 	})
@@ -202,11 +216,41 @@ func TestReplicaKill(t *testing.T) {
 	c.stopAll()
 	c.checkNoCrash()
 
-	rep := firecheck.Check(h.tl.Snapshot(math.MinInt64, math.MaxInt64), grids(first, stopped), killLog)
+	execs := h.xxlTriggerIDs(h.tl.Snapshot(math.MinInt64, math.MaxInt64))
+	rep := firecheck.Check(execs, grids(first, stopped), killLog)
 	logReport(t, rep, replaced)
 	if rep.Lost > 0 || rep.Doubled > 0 || rep.OffGrid > 0 {
 		t.Errorf("failover guarantee broken: %d fires lost, %d doubled, %d off schedule (of %d checked, %d kills, %d graceful restarts)",
 			rep.Lost, rep.Doubled, rep.OffGrid, rep.Checked, kills, restarts)
+	}
+	// The XXL-JOB jobs alone, so that their share is seen to hold too.
+	xgrids, xexecs := map[int64]firecheck.Grid{}, []firecheck.Execution(nil)
+	for id, g := range grids(first, stopped) {
+		if xxlJobs[id] {
+			xgrids[id] = g
+		}
+	}
+	// An XXL-JOB executor runs a fire as soon as it gets it, so the scheduler must not send one
+	// ahead of its time as it does to agents, which hold fires until then.
+	var early []string
+	for _, e := range execs {
+		if !xxlJobs[e.JobID] {
+			continue
+		}
+		xexecs = append(xexecs, e)
+		if e.Lateness() < 0 && len(early) < 10 {
+			early = append(early, fmt.Sprintf("job %d trigger %s ran %v before its time", e.JobID, e.TriggerID, -e.Lateness()))
+		}
+	}
+	xrep := firecheck.Check(xexecs, xgrids, nil)
+	t.Logf("failover, XXL-JOB jobs: jobs=%d executions=%d fires_checked=%d lost=%d doubled=%d (same trigger id %d) off_schedule=%d; lateness p50=%v p99=%v max=%v",
+		len(xgrids), xrep.Executions, xrep.Checked, xrep.Lost, xrep.Doubled, xrep.DoubledSameID, xrep.OffGrid,
+		xrep.Lateness.P50.Round(time.Millisecond), xrep.Lateness.P99.Round(time.Millisecond), xrep.Lateness.Max.Round(time.Millisecond))
+	if nXxl > 0 && xrep.Checked == 0 {
+		t.Errorf("no fire of an XXL-JOB job checked")
+	}
+	if len(early) > 0 {
+		t.Errorf("XXL-JOB executors ran fires before their time (sent ahead, though they do not hold fires): %s", strings.Join(early, "; "))
 	}
 	if rep.Checked == 0 {
 		t.Errorf("no fire checked: the run window is empty")
@@ -252,22 +296,34 @@ func TestBalance(t *testing.T) {
 // harness is a stack (etcd, Postgres, registry, logsvc, gateway, one agent) without a scheduler,
 // and the scheduler replicas the test starts against it.
 type harness struct {
-	t  *testing.T
+	t  testing.TB
 	st *devstack.Stack
 	c  *replicaSet
 	// tl records the runs of the "count" handler; probed gets the params of each "probe" job
 	// run: the replica that was asked to fire it.
 	tl     *firecheck.Tally
 	probed chan string
+	// xxlGroup is an XXL-JOB executor group served by two test executors (internal/xxltest) in
+	// the test process, registered through the stack's XXL-JOB admin API. Their "count" handler
+	// records into tl under the log id (xxlTriggerIDs maps it to the trigger id); xprobed gets the
+	// params of each of their "probe" runs.
+	xxlGroup int64
+	xprobed  chan string
+	dbURL    string
 }
 
 // newHarness starts the stack; the replicas it will start share partitions partitions.
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	bin := buildJobmesh(t)
 	logDir := t.TempDir()
 	dbURL := dbtest.NewPostgres(t)
-	h := &harness{t: t, tl: firecheck.NewTally(), probed: make(chan string, 16)}
+	h := &harness{t: t, tl: firecheck.NewTally(), probed: make(chan string, 16), xprobed: make(chan string, 16), dbURL: dbURL}
+	// The gateway and logsvc reach the scheduler replicas as behind a load balancer.
+	front, err := startFront(t)
+	if err != nil {
+		t.Fatal(err)
+	}
 	stackLog, err := os.Create(filepath.Join(logDir, "stack.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +334,7 @@ func newHarness(t *testing.T) *harness {
 	defer cancel()
 	any0 := "127.0.0.1:0"
 	h.st, err = devstack.Start(startCtx, devstack.Config{
-		DataDir: t.TempDir(), DatabaseURL: dbURL, UnsafeEtcd: true, NoScheduler: true,
+		DataDir: t.TempDir(), DatabaseURL: dbURL, UnsafeEtcd: true, NoScheduler: true, SchedulerAddr: front.addr(),
 		HTTPAddr: any0, RegistryAddr: any0, LogsAddr: any0, AuthAddr: any0, AgentAddr: any0, EtcdAddr: any0,
 		Logger: slog.New(slog.NewTextHandler(stackLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		AgentHandlers: map[string]sdk.HandlerFunc{
@@ -302,53 +358,261 @@ func newHarness(t *testing.T) *harness {
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
 		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr, "--partitions", strconv.Itoa(partitions),
 	}, tlsArgs(st)...)}
+	front.route(h.c)
 	t.Cleanup(func() {
 		if t.Failed() {
 			h.c.dumpLogs()
 		}
 	})
+	h.startXxlExecutors()
 	return h
 }
 
+// xxlLogPrefix marks an execution recorded by an XXL-JOB test executor under its log id, until
+// xxlTriggerIDs names its trigger id.
+const xxlLogPrefix = "xxl-log-"
+
+// startXxlExecutors creates the XXL-JOB executor group and starts its two executors, configured
+// as a real XXL-JOB executor is (the admin address and the group's token), and waits until both
+// are registered.
+func (h *harness) startXxlExecutors() {
+	t := h.t
+	t.Helper()
+	const app, token = "failover-xxl", "failover-xxl-group-token"
+	conn, err := grpc.NewClient(h.st.RegistryAddr, h.st.TLS.DialOption(), grpc.WithUnaryInterceptor(boundCalls), auth.BearerToken(h.st.InternalToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	g, err := registryv1.NewRegistryServiceClient(conn).CreateExecutorGroup(t.Context(), &registryv1.CreateExecutorGroupRequest{Group: &registryv1.ExecutorGroup{
+		AppName: app, Title: "XXL-JOB executors", AddressType: registryv1.AddressType_ADDRESS_TYPE_AUTO, AccessToken: token,
+	}})
+	if err != nil {
+		t.Fatalf("create the XXL-JOB executor group: %v", err)
+	}
+	h.xxlGroup = g.GetGroup().GetId()
+	for range 2 {
+		e, err := xxltest.New(xxltest.Config{
+			AppName: app, AdminAddresses: []string{"http://" + h.st.HTTPAddr + "/xxl-job-admin"}, AccessToken: token,
+			LogDir: t.TempDir(), CallbackRetryInterval: time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Handle("count", func(_ context.Context, job *xxltest.Job) {
+			h.tl.Record(firecheck.Execution{JobID: job.Param.JobID, TriggerID: xxlLogPrefix + strconv.FormatInt(job.Param.LogID, 10),
+				ScheduledMs: job.Param.LogDateTime, ArrivedNs: time.Now().UnixNano(), TriggerType: "XXL-JOB"})
+		})
+		e.Handle("probe", func(_ context.Context, job *xxltest.Job) {
+			select {
+			case h.xprobed <- job.Param.ExecutorParams:
+			default:
+			}
+		})
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Stop)
+		wctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		err = e.Wait(wctx, func() bool {
+			return slices.ContainsFunc(e.AdminCalls(), func(c xxltest.AdminCall) bool { return c.Endpoint == "api/registry" && c.OK })
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("XXL-JOB executor %s not registered: %v (calls %+v)", e.Address(), err, e.AdminCalls())
+		}
+	}
+}
+
+// xxlTriggerIDs returns execs with the XXL-JOB executors' executions named by their trigger
+// ids, which the scheduler recorded against the log ids it sent (scheduler.xxl_runs).
+func (h *harness) xxlTriggerIDs(execs []firecheck.Execution) []firecheck.Execution {
+	t := h.t
+	t.Helper()
+	d, err := db.Open(t.Context(), db.Config{URL: h.dbURL, Schema: "scheduler"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rows, err := d.QueryContext(t.Context(), `SELECT log_id, trigger_id FROM xxl_runs`)
+	if err != nil {
+		t.Fatalf("read xxl_runs: %v", err)
+	}
+	defer rows.Close()
+	ids := map[string]string{}
+	for rows.Next() {
+		var logID int64
+		var id string
+		if err := rows.Scan(&logID, &id); err != nil {
+			t.Fatal(err)
+		}
+		ids[xxlLogPrefix+strconv.FormatInt(logID, 10)] = id
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := slices.Clone(execs)
+	for i, e := range out {
+		if !strings.HasPrefix(e.TriggerID, xxlLogPrefix) {
+			continue
+		}
+		id, ok := ids[e.TriggerID]
+		if !ok {
+			t.Errorf("job %d ran on an XXL-JOB executor under %s, which the scheduler has no record of", e.JobID, e.TriggerID)
+			continue
+		}
+		out[i].TriggerID = id
+	}
+	return out
+}
+
+// front stands where a load balancer in front of the scheduler replicas would: the stack's
+// gateway (XXL-JOB callbacks, REST) and logsvc (kills) dial its one address, and each connection
+// goes on to a live replica.
+type front struct {
+	ln net.Listener
+
+	mu    sync.Mutex
+	c     *replicaSet
+	conns map[net.Conn]bool
+	done  bool
+}
+
+// startFront listens on a free loopback port; it routes nowhere until route.
+func startFront(t testing.TB) (*front, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &front{ln: ln, conns: map[net.Conn]bool{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { f.pipe(conn) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		f.done = true
+		for c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+		wg.Wait()
+	})
+	return f, nil
+}
+
+func (f *front) addr() string { return f.ln.Addr().String() }
+
+// route sends the connections to c's live replicas.
+func (f *front) route(c *replicaSet) {
+	f.mu.Lock()
+	f.c = c
+	f.mu.Unlock()
+}
+
+// track adds (or, with add false, removes) a connection to close at the end; false when the
+// front has closed.
+func (f *front) track(conn net.Conn, add bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !add {
+		delete(f.conns, conn)
+		return true
+	}
+	if f.done {
+		return false
+	}
+	f.conns[conn] = true
+	return true
+}
+
+// pipe joins a connection to a live replica, the first that accepts in a random order.
+func (f *front) pipe(in net.Conn) {
+	defer in.Close()
+	f.mu.Lock()
+	c := f.c
+	f.mu.Unlock()
+	if c == nil || !f.track(in, true) {
+		return
+	}
+	defer f.track(in, false)
+	live := c.liveReplicas()
+	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+	var out net.Conn
+	for _, r := range live {
+		var err error
+		if out, err = net.DialTimeout("tcp", r.addr, time.Second); err == nil {
+			break
+		}
+	}
+	if out == nil {
+		return
+	}
+	if !f.track(out, true) {
+		out.Close()
+		return
+	}
+	defer f.track(out, false)
+	defer out.Close()
+	go func() {
+		_, _ = io.Copy(out, in)
+		out.Close()
+	}()
+	_, _ = io.Copy(in, out)
+}
+
 // probeEveryReplica runs a manual fire of a probe job through each live replica (a manual fire is
-// dispatched by the replica that takes it), so every replica has seen the agent before the first
-// scheduled fire, which would otherwise fail for want of an executor: not what these tests are
-// about.
+// dispatched by the replica that takes it), on the agent and on the XXL-JOB executors, so every
+// replica has seen both groups' executors before the first scheduled fire, which would otherwise
+// fail for want of an executor: not what these tests are about.
 func (h *harness) probeEveryReplica() {
 	t := h.t
 	t.Helper()
 	ctx := t.Context()
 	live := h.c.liveReplicas()
-	probe, err := live[0].jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
-		GroupId: h.st.GroupID, Name: "probe", Handler: "probe", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
-		Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
-	}})
-	if err != nil {
-		t.Fatalf("create probe job: %v", err)
-	}
-	id := probe.GetJob().GetId()
-	for _, r := range live {
-		until := time.Now().Add(30 * time.Second)
-		for ok := false; !ok; {
-			if time.Now().After(until) {
-				t.Fatalf("replica %s never ran a manual fire on the agent within 30s", r.id)
-			}
-			if _, err := r.jobs.TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: id, Params: r.id}); err != nil {
-				t.Fatalf("trigger probe through %s: %v", r.id, err)
-			}
-			retry := time.NewTimer(500 * time.Millisecond) // then trigger again
-		wait:
-			for {
-				select {
-				case by := <-h.probed:
-					if ok = by == r.id; ok {
-						break wait
-					} // else a late run of an earlier replica's probe
-				case <-retry.C:
-					break wait
+	for _, g := range []struct {
+		group  int64
+		what   string
+		probed chan string
+	}{{h.st.GroupID, "the agent", h.probed}, {h.xxlGroup, "an XXL-JOB executor", h.xprobed}} {
+		probe, err := live[0].jobs.CreateJob(ctx, &schedulerv1.CreateJobRequest{Job: &schedulerv1.Job{
+			GroupId: g.group, Name: "probe", Handler: "probe", GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN,
+			Schedule: &schedulerv1.Schedule{Type: schedulerv1.ScheduleType_SCHEDULE_TYPE_NONE},
+		}})
+		if err != nil {
+			t.Fatalf("create probe job: %v", err)
+		}
+		id := probe.GetJob().GetId()
+		for _, r := range live {
+			until := time.Now().Add(30 * time.Second)
+			for ok := false; !ok; {
+				if time.Now().After(until) {
+					t.Fatalf("replica %s never ran a manual fire on %s within 30s", r.id, g.what)
 				}
+				if _, err := r.jobs.TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: id, Params: r.id}); err != nil {
+					t.Fatalf("trigger probe through %s: %v", r.id, err)
+				}
+				retry := time.NewTimer(500 * time.Millisecond) // then trigger again
+			wait:
+				for {
+					select {
+					case by := <-g.probed:
+						if ok = by == r.id; ok {
+							break wait
+						} // else a late run of an earlier replica's probe
+					case <-retry.C:
+						break wait
+					}
+				}
+				retry.Stop()
 			}
-			retry.Stop()
 		}
 	}
 }
@@ -530,12 +794,15 @@ func logReport(t *testing.T, r *firecheck.Report, notes []string) {
 
 // replicaSet is the set of `jobmesh scheduler` processes.
 type replicaSet struct {
-	t      *testing.T
+	t      testing.TB
 	bin    string
 	logDir string
 	args   []string
 	token  string            // the stack's internal token, which the test's clients present too
 	tls    *meshtls.Identity // the stack's certificate, which the test's clients present too
+	// extra, when set, gives flags of replica id's process besides args (a benchmark's
+	// --pprof-addr).
+	extra func(id string) []string
 
 	mu   sync.Mutex
 	live map[string]*replica // by replica id
@@ -545,6 +812,7 @@ type replicaSet struct {
 // replica is one `jobmesh scheduler` process.
 type replica struct {
 	id    string
+	addr  string // its gRPC address
 	proc  *cluster.Proc
 	jobs  schedulerv1.JobServiceClient
 	sched schedulerv1.SchedulerServiceClient
@@ -567,7 +835,7 @@ func (c *replicaSet) start(id string) *replica {
 	}
 	t.Cleanup(func() { logf.Close() })
 	p, err := cluster.Start(context.Background(), cluster.Spec{Name: "replica " + id, Path: c.bin,
-		Args: append(slices.Clone(c.args), "--replica-id", id), Log: logf, Ready: []string{"scheduler grpc "}, ReadyTimeout: 30 * time.Second})
+		Args: append(append(slices.Clone(c.args), "--replica-id", id), c.extraArgs(id)...), Log: logf, Ready: []string{"scheduler grpc "}, ReadyTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +846,7 @@ func (c *replicaSet) start(id string) *replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	r := &replica{id: id, proc: p, jobs: schedulerv1.NewJobServiceClient(conn), sched: schedulerv1.NewSchedulerServiceClient(conn)}
+	r := &replica{id: id, addr: p.Value("scheduler grpc "), proc: p, jobs: schedulerv1.NewJobServiceClient(conn), sched: schedulerv1.NewSchedulerServiceClient(conn)}
 	c.mu.Lock()
 	if c.live == nil {
 		c.live = map[string]*replica{}
@@ -587,6 +855,14 @@ func (c *replicaSet) start(id string) *replica {
 	c.all = append(c.all, r)
 	c.mu.Unlock()
 	return r
+}
+
+// extraArgs are replica id's flags besides args (extra).
+func (c *replicaSet) extraArgs(id string) []string {
+	if c.extra == nil {
+		return nil
+	}
+	return c.extra(id)
 }
 
 // liveReplicas returns the live replicas, by id.
@@ -714,7 +990,7 @@ func (c *replicaSet) dumpLogs() {
 }
 
 // parallel runs f(0..n-1) on the given number of goroutines and fails the test on any error.
-func parallel(t *testing.T, n, workers int, f func(i int) error) {
+func parallel(t testing.TB, n, workers int, f func(i int) error) {
 	t.Helper()
 	next := make(chan int)
 	errs := make(chan error, n)
@@ -751,7 +1027,7 @@ func boundCalls(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 }
 
 // buildJobmesh builds the jobmesh binary once for the test.
-func buildJobmesh(t *testing.T) string {
+func buildJobmesh(t testing.TB) string {
 	t.Helper()
 	bin, err := cluster.BuildJobmesh(t.TempDir())
 	if err != nil {

@@ -59,3 +59,47 @@ func TestAdvertised(t *testing.T) {
 		}
 	}
 }
+
+func TestXxlURL(t *testing.T) {
+	for _, tt := range []struct {
+		addr, want string // want "" for refused
+	}{
+		{"http://127.0.0.1:9999/", "http://127.0.0.1:9999/"},
+		{"http://127.0.0.1:9999", "http://127.0.0.1:9999/"},
+		{"https://exec.example.com/", "https://exec.example.com/"},
+		{"http://exec-1.example.com:8081/xxl-executor", "http://exec-1.example.com:8081/xxl-executor/"},
+		{"http://[fd00::1]:9999/", "http://[fd00::1]:9999/"},
+		{"127.0.0.1:9999", ""},
+		{"ftp://127.0.0.1:9999/", ""},
+		{"http://user:pw@127.0.0.1:9999/", ""},
+		{"http://127.0.0.1:9999/?x=1", ""},
+		{"http://127.0.0.1:9999/#f", ""},
+		{"http://127.0.0.1:0/", ""},
+		{"http://127.0.0.1:99999/", ""},
+		{"http://-bad-/", ""},
+		{"http:///", ""},
+		{"http://[fe80::1%25eth0]:80/", ""},
+	} {
+		got, ok := XxlURL(tt.addr)
+		if ok != (tt.want != "") || got != tt.want {
+			t.Errorf("XxlURL(%q) = %q, %v, want %q", tt.addr, got, ok, tt.want)
+		}
+	}
+	for a, want := range map[string]bool{"127.0.0.1:9999": true, "http://127.0.0.1:9999/": true, "http://127.0.0.1:9999": false, "nope": false} {
+		if got := Executor(a); got != want {
+			t.Errorf("Executor(%q) = %v, want %v", a, got, want)
+		}
+	}
+}
+
+func TestListenLoopback(t *testing.T) {
+	ln, err := ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a := ln.Addr().(*net.TCPAddr)
+	if !a.IP.IsLoopback() || a.Port < lowPortMin || a.Port >= lowPortMax {
+		t.Errorf("ListenLoopback on %v, want a loopback port in [%d, %d)", a, lowPortMin, lowPortMax)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 // Conn sends RPCs to a gateway's REST API. It is safe for concurrent use.
@@ -162,6 +163,16 @@ func (c *Conn) request(ctx context.Context, method string, req proto.Message) (*
 			return nil, err
 		}
 		body = bytes.NewReader(b)
+		// The other fields (an update_mask) go in the query: without it the gateway infers the
+		// mask from the body's fields, which leaves out every field being set to its zero value.
+		used[fd.Name()] = true
+		q, err := query(msg, used)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "restconn: %s: %v", method, err)
+		}
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
 	}
 	hreq, err := http.NewRequestWithContext(ctx, verb, c.base.String()+path, body)
 	if err != nil {
@@ -280,6 +291,16 @@ func query(msg protoreflect.Message, skip map[protoreflect.Name]bool) (url.Value
 		}
 		name := string(fd.Name())
 		switch {
+		case fd.Message() != nil && fd.Message().FullName() == "google.protobuf.FieldMask":
+			// grpc-gateway reads a field mask from the query as comma-separated paths.
+			fm, ok := v.Message().Interface().(*fieldmaskpb.FieldMask)
+			if !ok {
+				err = fmt.Errorf("field %s: not a field mask", name)
+				return false
+			}
+			if len(fm.GetPaths()) > 0 {
+				q.Set(name, strings.Join(fm.GetPaths(), ","))
+			}
 		case fd.IsMap() || fd.Message() != nil:
 			err = fmt.Errorf("field %s: only scalar fields go in a query", name)
 			return false

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
@@ -66,6 +67,11 @@ func TestRoutesFromAnnotations(t *testing.T) {
 			_, err := schedulerv1.NewJobServiceClient(cc).UpdateJob(ctx, &schedulerv1.UpdateJobRequest{Job: &schedulerv1.Job{Id: 4, Name: "n"}})
 			return err
 		}, "PATCH", "/api/v1/jobs/4", `{"id":"4","name":"n"}`},
+		{"body of one field, the update mask in the query", func(ctx context.Context, cc *restconn.Conn) error {
+			_, err := schedulerv1.NewJobServiceClient(cc).UpdateJob(ctx, &schedulerv1.UpdateJobRequest{Job: &schedulerv1.Job{Id: 4},
+				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"params", "child_job_ids"}}})
+			return err
+		}, "PATCH", "/api/v1/jobs/4?update_mask=params%2Cchild_job_ids", `{"id":"4"}`},
 		{"string id escaped", func(ctx context.Context, cc *restconn.Conn) error {
 			_, err := logsv1.NewLogServiceClient(cc).KillRun(ctx, &logsv1.KillRunRequest{Id: "1-2/3"})
 			return err

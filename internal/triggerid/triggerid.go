@@ -4,6 +4,9 @@
 //
 //	<job>-<scheduled ms>-<shard>-<attempt>            a job's own fire (scheduled, manual, misfire) and its retries
 //	<job>-<scheduled ms>-<shard>-<attempt>-p<parent>  a fire that a run of job <parent> caused (child job), and its retries
+//	<job>-<scheduled ms>-<shard>-<attempt>-w<workflow>.<node>
+//	                                                  node <node> (its index in the pinned graph) of the instance of
+//	                                                  workflow <workflow> scheduled at <scheduled ms>, and its retries
 //
 // A child fire's scheduled time is its parent's, which the child's own schedule may have too;
 // the parent suffix keeps the two fires apart.
@@ -23,6 +26,10 @@ type ID struct {
 	Shard, Attempt int32
 	// Parent is the job whose successful run fired Job as its child; 0 for a job's own fire.
 	Parent int64
+	// Workflow is the workflow of a workflow node's fire (0 for none), Node the node's index in
+	// the instance's graph.
+	Workflow int64
+	Node     int32
 }
 
 // String returns the trigger id.
@@ -39,12 +46,30 @@ func (id ID) String() string {
 		b = append(b, "-p"...)
 		b = strconv.AppendInt(b, id.Parent, 10)
 	}
+	if id.Workflow != 0 {
+		b = append(b, "-w"...)
+		b = strconv.AppendInt(b, id.Workflow, 10)
+		b = append(b, '.')
+		b = strconv.AppendInt(b, int64(id.Node), 10)
+	}
 	return string(b)
 }
 
 // Parse reads a scheduler's trigger id; ok is false for any other string (a trigger id of
 // another client, or a malformed one).
 func Parse(s string) (id ID, ok bool) {
+	s, wf, isWf := strings.Cut(s, "-w")
+	if isWf {
+		w, n, found := strings.Cut(wf, ".")
+		if !found {
+			return ID{}, false
+		}
+		node, okN := number(n)
+		if id.Workflow, ok = number(w); !ok || !okN || id.Workflow <= 0 || node > math.MaxInt32 {
+			return ID{}, false
+		}
+		id.Node = int32(node)
+	}
 	head, parent, child := strings.Cut(s, "-p")
 	if child {
 		if id.Parent, ok = number(parent); !ok || id.Parent <= 0 {

@@ -13,6 +13,10 @@ func TestParse(t *testing.T) {
 		{"123-5-3-2", ID{Job: 123, ScheduledMs: 5, Shard: 3, Attempt: 2}, true},
 		{"7-1700000000000-0-0-p42", ID{Job: 7, ScheduledMs: 1700000000000, Parent: 42}, true},
 		{"7-5-1-2-p9", ID{Job: 7, ScheduledMs: 5, Shard: 1, Attempt: 2, Parent: 9}, true},
+		{"7-5-0-1-w3.12", ID{Job: 7, ScheduledMs: 5, Attempt: 1, Workflow: 3, Node: 12}, true},
+		{"7-5-0-1-w3", ID{}, false},
+		{"7-5-0-1-w0.1", ID{}, false},
+		{"7-5-0-1-w3.x", ID{}, false},
 		{"7-1700000000000-0", ID{}, false},
 		{"7-1-0-0-0", ID{}, false},
 		{"7-1-0-0-p", ID{}, false},
@@ -45,7 +49,12 @@ func TestStringParsesBack(t *testing.T) {
 	if own.String() != "42-1763884800000-1-2" || child.String() != "42-1763884800000-1-2-p7" {
 		t.Errorf("ids %q and %q", own.String(), child.String())
 	}
-	for _, id := range []ID{own, child} {
+	node := own
+	node.Workflow, node.Node = 9, 4
+	if node.String() != "42-1763884800000-1-2-w9.4" {
+		t.Errorf("node id %q", node.String())
+	}
+	for _, id := range []ID{own, child, node} {
 		if got, ok := Parse(id.String()); !ok || got != id {
 			t.Errorf("Parse(%q) = %+v, %v; want %+v", id.String(), got, ok, id)
 		}

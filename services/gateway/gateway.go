@@ -42,6 +42,7 @@ import (
 	"github.com/jobmesh/jobmesh/services/executor-agent/meshtls"
 	"github.com/jobmesh/jobmesh/services/gateway/auth"
 	"github.com/jobmesh/jobmesh/services/gateway/openapi"
+	"github.com/jobmesh/jobmesh/services/gateway/xxladmin"
 )
 
 //go:embed ui
@@ -80,6 +81,16 @@ type Config struct {
 	// Version is the build's version, served as the API document's info.version. Empty means
 	// the main module's version in the binary's build information, or "dev" without one.
 	Version string
+	// XxlContextPath is where the XXL-JOB admin API that XXL-JOB executors call is served
+	// (package xxladmin); default "/xxl-job-admin". The API is served only with an
+	// InternalToken, which it calls the registry and the scheduler with.
+	XxlContextPath string
+	// XxlAccessToken is the XXL-JOB access token executors of groups without a token of their
+	// own present; empty lets them in with none.
+	XxlAccessToken string
+	// XxlDeadTime is how long an XXL-JOB executor stays registered after its last registry
+	// call; default 90s, 10s to 1h in whole seconds.
+	XxlDeadTime time.Duration
 }
 
 // DefaultMaxBodyBytes is the default Config.MaxBodyBytes.
@@ -97,6 +108,16 @@ func (c Config) validate() error {
 		return errors.New("gateway: logs addr: required")
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("gateway: max body bytes %d: want a positive size", c.MaxBodyBytes)
+	}
+	if c.XxlContextPath != "" {
+		if err := xxladmin.CheckContextPath(c.XxlContextPath); err != nil {
+			return fmt.Errorf("gateway: XXL-JOB %w", err)
+		}
+	}
+	if c.XxlDeadTime != 0 {
+		if err := xxladmin.CheckDeadTime(c.XxlDeadTime); err != nil {
+			return fmt.Errorf("gateway: XXL-JOB %w", err)
+		}
 	}
 	if t := c.TraceURLTemplate; t != "" {
 		if u, err := url.Parse(strings.ReplaceAll(t, traceIDPlaceholder, "0")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -119,6 +140,7 @@ type Gateway struct {
 	conns []*grpc.ClientConn
 	srv   *http.Server
 	ln    net.Listener
+	xxl   *xxladmin.Handler // nil without an internal token
 
 	once sync.Once
 	done chan error
@@ -183,6 +205,7 @@ func (g *Gateway) handler() (http.Handler, error) {
 	regs := []func() error{
 		func() error { return schedulerv1.RegisterJobServiceHandler(ctx, mux, sched) },
 		func() error { return schedulerv1.RegisterSchedulerServiceHandler(ctx, mux, sched) },
+		func() error { return schedulerv1.RegisterWorkflowServiceHandler(ctx, mux, sched) },
 		func() error { return registryv1.RegisterRegistryServiceHandler(ctx, mux, reg) },
 		func() error { return logsv1.RegisterLogServiceHandler(ctx, mux, logs) },
 	}
@@ -228,12 +251,41 @@ func (g *Gateway) handler() (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(uiConfig)
 	})
+	if g.cfg.InternalToken != "" {
+		if g.xxl, err = g.xxlAdmin(); err != nil {
+			return nil, err
+		}
+		root.Handle(g.xxl.ContextPath()+"/", g.xxl)
+	}
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	root.Handle("/", http.FileServerFS(ui))
 	return root, nil
+}
+
+// xxlAdmin builds the XXL-JOB admin API over connections to the registry and the scheduler that
+// present the internal token: the API vouches for executors it has checked itself.
+func (g *Gateway) xxlAdmin() (*xxladmin.Handler, error) {
+	reg, err := g.dial(g.cfg.RegistryAddr, auth.BearerToken(g.cfg.InternalToken))
+	if err != nil {
+		return nil, err
+	}
+	sched, err := g.dial(g.cfg.SchedulerAddr, auth.BearerToken(g.cfg.InternalToken))
+	if err != nil {
+		return nil, err
+	}
+	regClient := registryv1.NewRegistryServiceClient(reg)
+	h, err := xxladmin.New(xxladmin.Config{
+		ContextPath: g.cfg.XxlContextPath, AccessToken: g.cfg.XxlAccessToken, DeadTime: g.cfg.XxlDeadTime,
+		MaxBodyBytes: g.cfg.MaxBodyBytes, Registry: regClient, Scheduler: schedulerv1.NewSchedulerServiceClient(sched),
+		Tokens: auth.NewExecutorTokens(auth.ClientResolver{Registry: regClient}, nil), Logger: g.log.With("api", "xxl-job-admin"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	return h, nil
 }
 
 // buildVersion is v, else the version the binary's build information gives.
@@ -316,6 +368,12 @@ func (g *Gateway) guardEdge(next http.Handler) http.Handler {
 		hd.Set("X-Frame-Options", "DENY")
 		hd.Set("X-Content-Type-Options", "nosniff")
 		hd.Set("Referrer-Policy", "no-referrer")
+		if g.xxl != nil && g.xxl.Owns(r.URL.Path) {
+			// XXL-JOB executors read only HTTP 200 answers: the API bounds its bodies itself
+			// (at MaxBodyBytes too) and refuses in XXL-JOB's way.
+			next.ServeHTTP(w, r)
+			return
+		}
 		if r.ContentLength > g.cfg.MaxBodyBytes {
 			tooLarge(w, g.cfg.MaxBodyBytes)
 			return

@@ -9,11 +9,17 @@ import (
 	"io"
 	"net/http"
 	"net/smtp"
+	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/triggerid"
 )
 
 // JobInfo is what logsvc needs to know about a job: for its alarms, and for runs whose trigger
@@ -86,12 +92,22 @@ func (j SchedulerJobs) CountJobs(ctx context.Context, groups []int64) (int64, er
 	return n, nil
 }
 
-// Alarm is one failed run to tell people about.
+// Alarm is one failed run, or one failed workflow instance, to tell people about.
 type Alarm struct {
-	// Run is the run as stored when it ended.
+	// Run is the run as stored when it ended; nil for a workflow instance's alarm.
 	Run *logsv1.Run
 	// Job is its job; Name is empty when the scheduler could not be asked.
 	Job JobInfo
+	// Workflow is the failed workflow instance, for its alarm (Run is nil then).
+	Workflow *logsv1.SendWorkflowAlarmRequest
+}
+
+// recipients are the alarm's email addresses: the job's, or the workflow's.
+func (a Alarm) recipients() []string {
+	if a.Workflow != nil {
+		return a.Workflow.GetAlarmEmails()
+	}
+	return a.Job.AlarmEmails
 }
 
 // AlarmChannel delivers alarms one way. Add a channel by implementing it and listing it in
@@ -120,8 +136,8 @@ func (c *EmailChannel) Name() string { return "email" }
 
 // Send implements AlarmChannel.
 func (c *EmailChannel) Send(ctx context.Context, a Alarm) (bool, error) {
-	to := make([]string, 0, len(a.Job.AlarmEmails))
-	for _, e := range a.Job.AlarmEmails {
+	to := make([]string, 0, len(a.recipients()))
+	for _, e := range a.recipients() {
 		if e = strings.TrimSpace(e); e != "" && !strings.ContainsAny(e, "\r\n") {
 			to = append(to, e)
 		}
@@ -134,6 +150,16 @@ func (c *EmailChannel) Send(ctx context.Context, a Alarm) (bool, error) {
 		host, _, _ := strings.Cut(c.Addr, ":")
 		auth = smtp.PlainAuth("", c.Username, c.Password, host)
 	}
+	if w := a.Workflow; w != nil {
+		subject := fmt.Sprintf("jobmesh alarm: workflow %d %s instance %s failed", w.GetWorkflowId(), oneLine(w.GetWorkflowName()), w.GetInstanceId())
+		var b strings.Builder
+		fmt.Fprintf(&b, "From: %s\r\nTo: %s\r\nSubject: %s\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n",
+			c.From, strings.Join(to, ", "), subject)
+		fmt.Fprintf(&b, "Workflow:       %d %s\r\nInstance:       %s\r\nStatus:         FAILED\r\nScheduled:      %s\r\nEnded:          %s\r\n\r\nFailed nodes:\r\n%s\r\n",
+			w.GetWorkflowId(), oneLine(w.GetWorkflowName()), w.GetInstanceId(), time.UnixMilli(w.GetScheduledUnixMs()).UTC().Format(time.RFC3339),
+			time.UnixMilli(w.GetEndUnixMs()).UTC().Format(time.RFC3339), crlf(strings.Join(w.GetFailedNodes(), "\n")))
+		return c.send(ctx, auth, to, b.String())
+	}
 	r := a.Run
 	subject := fmt.Sprintf("jobmesh alarm: job %d %s failed (%s)", r.GetJobId(), oneLine(a.Job.Name), r.GetStatus())
 	var b strings.Builder
@@ -142,9 +168,16 @@ func (c *EmailChannel) Send(ctx context.Context, a Alarm) (bool, error) {
 	fmt.Fprintf(&b, "Job:            %d %s\r\nRun:            %s\r\nStatus:         %s\r\nTrigger:        %s\r\nExecutor:       %s\r\nScheduled:      %s\r\nAttempt:        %d\r\n\r\nTrigger message:\r\n%s\r\n\r\nHandle message:\r\n%s\r\n",
 		r.GetJobId(), oneLine(a.Job.Name), r.GetId(), r.GetStatus(), r.GetTriggerOutcome(), r.GetExecutorAddress(),
 		r.GetScheduledTime().AsTime().UTC().Format(time.RFC3339), r.GetAttempt(), crlf(r.GetTriggerMessage()), crlf(r.GetHandleMessage()))
-	// net/smtp takes no context: bound it by running it aside.
+	if wi := workflowInstanceOf(r.GetId()); wi != "" {
+		fmt.Fprintf(&b, "\r\nWorkflow instance: %s\r\n", wi)
+	}
+	return c.send(ctx, auth, to, b.String())
+}
+
+// send mails msg to to; net/smtp takes no context, so it runs aside, bounded by ctx.
+func (c *EmailChannel) send(ctx context.Context, auth smtp.Auth, to []string, msg string) (bool, error) {
 	done := make(chan error, 1)
-	go func() { done <- smtp.SendMail(c.Addr, auth, c.From, to, []byte(b.String())) }()
+	go func() { done <- smtp.SendMail(c.Addr, auth, c.From, to, []byte(msg)) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -197,6 +230,16 @@ type WebhookPayload struct {
 	// TriggerMessage and HandleMessage say what happened.
 	TriggerMessage string `json:"trigger_message"`
 	HandleMessage  string `json:"handle_message"`
+	// WorkflowInstanceID is the workflow instance of a workflow node's run
+	// (w<workflow>-<scheduled ms>); empty for a job's own run. For a failed instance's own alarm
+	// it is the instance, trigger_id and the job fields are empty, and Status is
+	// WORKFLOW_INSTANCE_STATUS_FAILED.
+	WorkflowInstanceID string `json:"workflow_instance_id,omitempty"`
+	// WorkflowID and WorkflowName name the failed instance's workflow (its alarm only).
+	WorkflowID   int64  `json:"workflow_id,omitempty"`
+	WorkflowName string `json:"workflow_name,omitempty"`
+	// FailedNodes are the failed instance's failed nodes, "<node id>: <why>" (its alarm only).
+	FailedNodes []string `json:"failed_nodes,omitempty"`
 }
 
 // Name implements AlarmChannel.
@@ -204,14 +247,7 @@ func (c *WebhookChannel) Name() string { return "webhook" }
 
 // Send implements AlarmChannel: a 2xx answer is success; anything else is retried.
 func (c *WebhookChannel) Send(ctx context.Context, a Alarm) (bool, error) {
-	r := a.Run
-	body, err := json.Marshal(WebhookPayload{
-		TriggerID: r.GetId(), JobID: r.GetJobId(), JobName: a.Job.Name, GroupID: r.GetGroupId(), Status: r.GetStatus().String(),
-		TriggerOutcome: r.GetTriggerOutcome().String(), ExecutorAddress: r.GetExecutorAddress(),
-		ScheduledTime: rfc3339(r.GetScheduledTime().AsTime(), r.GetScheduledTime() != nil),
-		EndTime:       rfc3339(r.GetEndTime().AsTime(), r.GetEndTime() != nil), Attempt: r.GetAttempt(),
-		TriggerMessage: r.GetTriggerMessage(), HandleMessage: r.GetHandleMessage(),
-	})
+	body, err := json.Marshal(webhookPayload(a))
 	if err != nil {
 		return true, fmt.Errorf("webhook payload: %w", err)
 	}
@@ -242,6 +278,24 @@ func (c *WebhookChannel) Send(ctx context.Context, a Alarm) (bool, error) {
 		}
 	}
 	return true, fmt.Errorf("webhook %s: %d attempts: %w", c.URL, attempts, last)
+}
+
+// webhookPayload is a's webhook body.
+func webhookPayload(a Alarm) WebhookPayload {
+	if w := a.Workflow; w != nil {
+		return WebhookPayload{GroupID: w.GetGroupId(), Status: "WORKFLOW_INSTANCE_STATUS_FAILED",
+			ScheduledTime: rfc3339(time.UnixMilli(w.GetScheduledUnixMs()), true), EndTime: rfc3339(time.UnixMilli(w.GetEndUnixMs()), true),
+			WorkflowInstanceID: w.GetInstanceId(), WorkflowID: w.GetWorkflowId(), WorkflowName: w.GetWorkflowName(), FailedNodes: w.GetFailedNodes()}
+	}
+	r := a.Run
+	return WebhookPayload{
+		TriggerID: r.GetId(), JobID: r.GetJobId(), JobName: a.Job.Name, GroupID: r.GetGroupId(), Status: r.GetStatus().String(),
+		TriggerOutcome: r.GetTriggerOutcome().String(), ExecutorAddress: r.GetExecutorAddress(),
+		ScheduledTime: rfc3339(r.GetScheduledTime().AsTime(), r.GetScheduledTime() != nil),
+		EndTime:       rfc3339(r.GetEndTime().AsTime(), r.GetEndTime() != nil), Attempt: r.GetAttempt(),
+		TriggerMessage: r.GetTriggerMessage(), HandleMessage: r.GetHandleMessage(),
+		WorkflowInstanceID: workflowInstanceOf(r.GetId()),
+	}
 }
 
 func (c *WebhookChannel) post(ctx context.Context, client *http.Client, body []byte) error {
@@ -365,26 +419,49 @@ func (s *Service) alarm(ctx context.Context, id string) (st int32, ok bool) {
 			s.log.WarnContext(ctx, "alarm: cannot read the job; sending without its name and emails", "job_id", r.GetJobId(), "error", err)
 		}
 	}
-	sentAny := false
-	var errs []error
-	for _, ch := range s.cfg.AlarmChannels {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		sent, err := ch.Send(sctx, a)
-		cancel()
-		sentAny = sentAny || sent
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ch.Name(), err))
-		}
-	}
+	sentAny, err := s.deliver(ctx, a)
 	switch {
-	case len(errs) > 0:
-		s.log.ErrorContext(ctx, "alarm not delivered", "trigger_id", id, "job_id", r.GetJobId(), "error", errors.Join(errs...))
+	case err != nil:
+		s.log.ErrorContext(ctx, "alarm not delivered", "trigger_id", id, "job_id", r.GetJobId(), "error", err)
 		return alarmFailed, true
 	case sentAny:
 		s.log.InfoContext(ctx, "alarm sent", "trigger_id", id, "job_id", r.GetJobId())
 		return alarmSent, true
 	}
 	return alarmNotNeeded, true
+}
+
+// deliver sends a on every channel, a minute at most each: sent says whether any had
+// something to do; the error joins the channels that failed.
+func (s *Service) deliver(ctx context.Context, a Alarm) (sent bool, err error) {
+	var errs []error
+	for _, ch := range s.cfg.AlarmChannels {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		did, err := ch.Send(sctx, a)
+		cancel()
+		sent = sent || did
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ch.Name(), err))
+		}
+	}
+	return sent, errors.Join(errs...)
+}
+
+// SendWorkflowAlarm implements LogService: it sends the failed instance's alarm on every
+// channel, now. An error means a channel failed (the scheduler sends it again later).
+func (s *Service) SendWorkflowAlarm(ctx context.Context, req *logsv1.SendWorkflowAlarmRequest) (*logsv1.SendWorkflowAlarmResponse, error) {
+	if _, _, ok := strings.Cut(req.GetInstanceId(), "-"); !ok || !strings.HasPrefix(req.GetInstanceId(), "w") {
+		return nil, apierr.Field("instance_id", "not a workflow instance id (w<workflow>-<scheduled ms>): %q", req.GetInstanceId())
+	}
+	sentAny, err := s.deliver(ctx, Alarm{Workflow: req})
+	if err != nil {
+		s.log.ErrorContext(ctx, "workflow alarm not delivered", "instance_id", req.GetInstanceId(), "error", err)
+		return nil, status.Errorf(codes.Unavailable, "workflow alarm of %s not delivered: %v", req.GetInstanceId(), err)
+	}
+	if sentAny {
+		s.log.InfoContext(ctx, "workflow alarm sent", "instance_id", req.GetInstanceId(), "workflow_id", req.GetWorkflowId())
+	}
+	return &logsv1.SendWorkflowAlarmResponse{Sent: sentAny}, nil
 }
 
 // setAlarm records the alarm status of runs still PENDING.
@@ -417,4 +494,14 @@ func (s *Service) alarms(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// workflowInstanceOf is the workflow instance of a node's run, from its trigger id
+// (<job>-<instance ms>-<shard>-<attempt>-w<workflow>.<node>); "" for a job's own run.
+func workflowInstanceOf(triggerID string) string {
+	id, ok := triggerid.Parse(triggerID)
+	if !ok || id.Workflow == 0 {
+		return ""
+	}
+	return "w" + strconv.FormatInt(id.Workflow, 10) + "-" + strconv.FormatInt(id.ScheduledMs, 10)
 }

@@ -369,7 +369,7 @@ func scanIngest(row interface{ Scan(...any) error }) (run, error) {
 	var r run
 	err := row.Scan(&r.id, &r.job, &r.group, &r.triggerType, &r.schedMs, &r.trigMs, &r.address, &r.handler, &r.params,
 		&r.shardIndex, &r.shardTotal, &r.attempt, &r.retriesLeft, &r.route, &r.outcome, &r.triggerMsg, &r.status,
-		&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm, &r.judged)
+		&r.handleMsg, &r.startMs, &r.endMs, &r.traceID, &r.alarm, &r.judged, &r.outputs)
 	return r, err
 }
 
@@ -377,22 +377,22 @@ func scanIngest(row interface{ Scan(...any) error }) (run, error) {
 // readRuns scans them and runColumnar lists them.
 const ingestColumns = `trigger_id, job_id, group_id, trigger_type, scheduled_ms, trigger_ms, executor_address, handler, params,
 	shard_index, shard_total, attempt, retries_left, route_strategy, trigger_outcome, trigger_message, status,
-	handle_message, start_ms, end_ms, trace_id, alarm_status, judged`
+	handle_message, start_ms, end_ms, trace_id, alarm_status, judged, outputs`
 
 // ingestTypes are ingestColumns' Postgres array types, for unnest.
 var ingestTypes = []string{"text", "bigint", "bigint", "int", "bigint", "bigint", "text", "text", "text",
-	"int", "int", "int", "int", "int", "int", "text", "int", "text", "bigint", "bigint", "text", "int", "int"}
+	"int", "int", "int", "int", "int", "int", "text", "int", "text", "bigint", "bigint", "text", "int", "int", "text"}
 
 // runValues lists a run's ingestColumns values.
 func runValues(r *run) []any {
 	return []any{r.id, r.job, r.group, r.triggerType, r.schedMs, r.trigMs, r.address, r.handler, r.params,
 		r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft, r.route, r.outcome, r.triggerMsg, r.status,
-		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm, r.judged}
+		r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm, r.judged, r.outputs}
 }
 
 // runCopySize is the size of a run's row in a binary COPY without its texts' bytes: the field
 // count, a length per field, six bigints and ten ints (copyRun).
-const runCopySize = 2 + 4*23 + 8*6 + 4*10
+const runCopySize = 2 + 4*24 + 8*6 + 4*10
 
 // copyRun adds r's ingestColumns values to a COPY into runs.
 func copyRun(b *db.CopyRows, r *run) {
@@ -420,20 +420,21 @@ func copyRun(b *db.CopyRows, r *run) {
 	b.Text(r.traceID)
 	b.Int32(r.alarm)
 	b.Int32(r.judged)
+	b.Text(r.outputs)
 }
 
 // runColumnar lists runs' ingestColumns values as one array per column (for unnest).
 func runColumnar(runs []*run) []any {
 	n := len(runs)
-	ids, addrs, handlers, params, tmsgs, hmsgs, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, addrs, handlers, params, tmsgs, hmsgs, traces, outputs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	jobs, groups, scheds, trigs, starts, ends := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	ttypes, sidx, stot, atts, rets, routes, outs, sts, alarms, judged := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	for i, r := range runs {
 		ids[i], jobs[i], groups[i], ttypes[i], scheds[i], trigs[i], addrs[i], handlers[i], params[i] = r.id, r.job, r.group, r.triggerType, r.schedMs, r.trigMs, r.address, r.handler, r.params
 		sidx[i], stot[i], atts[i], rets[i], routes[i], outs[i], tmsgs[i], sts[i] = r.shardIndex, r.shardTotal, r.attempt, r.retriesLeft, r.route, r.outcome, r.triggerMsg, r.status
-		hmsgs[i], starts[i], ends[i], traces[i], alarms[i], judged[i] = r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm, r.judged
+		hmsgs[i], starts[i], ends[i], traces[i], alarms[i], judged[i], outputs[i] = r.handleMsg, r.startMs, r.endMs, r.traceID, r.alarm, r.judged, r.outputs
 	}
-	return []any{ids, jobs, groups, ttypes, scheds, trigs, addrs, handlers, params, sidx, stot, atts, rets, routes, outs, tmsgs, sts, hmsgs, starts, ends, traces, alarms, judged}
+	return []any{ids, jobs, groups, ttypes, scheds, trigs, addrs, handlers, params, sidx, stot, atts, rets, routes, outs, tmsgs, sts, hmsgs, starts, ends, traces, alarms, judged, outputs}
 }
 
 // unnest is a FROM item over n array parameters of the given types, numbered from 1.
@@ -455,7 +456,7 @@ var (
 			params = u.params, shard_index = u.shard_index, shard_total = u.shard_total, attempt = u.attempt,
 			retries_left = u.retries_left, route_strategy = u.route_strategy, trigger_outcome = u.trigger_outcome,
 			trigger_message = u.trigger_message, status = u.status, handle_message = u.handle_message, start_ms = u.start_ms,
-			end_ms = u.end_ms, trace_id = u.trace_id, alarm_status = u.alarm_status, judged = u.judged
+			end_ms = u.end_ms, trace_id = u.trace_id, alarm_status = u.alarm_status, judged = u.judged, outputs = u.outputs
 		FROM ` + unnest(ingestTypes) + ` AS u (` + ingestColumns + `)
 		WHERE runs.trigger_id = u.trigger_id`
 	// upsertRunsSQLite's ON CONFLICT clause follows its VALUES.
@@ -466,7 +467,7 @@ var (
 			retries_left = excluded.retries_left, route_strategy = excluded.route_strategy, trigger_outcome = excluded.trigger_outcome,
 			trigger_message = excluded.trigger_message, status = excluded.status, handle_message = excluded.handle_message,
 			start_ms = excluded.start_ms, end_ms = excluded.end_ms, trace_id = excluded.trace_id, alarm_status = excluded.alarm_status,
-			judged = excluded.judged`
+			judged = excluded.judged, outputs = excluded.outputs`
 )
 
 // insertRuns stores runs not stored before, in trigger id order (seq follows it).
@@ -481,7 +482,7 @@ func (s *Service) insertRuns(ctx context.Context, tx *db.Tx, runs []*run) error 
 		var rows db.CopyRows
 		size := 0
 		for _, r := range runs {
-			size += runCopySize + len(r.id) + len(r.address) + len(r.handler) + len(r.params) + len(r.triggerMsg) + len(r.handleMsg) + len(r.traceID)
+			size += runCopySize + len(r.id) + len(r.address) + len(r.handler) + len(r.params) + len(r.triggerMsg) + len(r.handleMsg) + len(r.traceID) + len(r.outputs)
 		}
 		rows.Grow(size)
 		for _, r := range runs {

@@ -25,10 +25,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
 	"github.com/jobmesh/jobmesh/internal/etcdembed/etcdtest"
@@ -864,5 +866,67 @@ func TestRetentionLeavesNewerRowsAlone(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWorkflowAlarm: a failed workflow instance's alarm goes to its workflow's alarm emails and
+// to the webhook, naming the instance and its failed nodes; a channel that fails makes the call
+// fail (the scheduler sends it again), and an id that is no instance's is refused.
+func TestWorkflowAlarm(t *testing.T) {
+	t.Parallel()
+	mail := newSMTPServer(t)
+	hooks := make(chan WebhookPayload, 4)
+	var down atomic.Bool
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p WebhookPayload
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(w, "bad payload", http.StatusBadRequest)
+			return
+		}
+		if down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		hooks <- p
+	}))
+	t.Cleanup(hook.Close)
+	cfg := Config{Retention: -1, AlarmChannels: []AlarmChannel{
+		&EmailChannel{Addr: mail.addr, From: "jobmesh@example.com"},
+		&WebhookChannel{URL: hook.URL, Attempts: 2, Backoff: time.Millisecond},
+	}}
+	e := newEnvWith(t, dbtest.Stores(t)[0], cfg, false)
+	req := &logsv1.SendWorkflowAlarmRequest{InstanceId: "w7-1700000000000", WorkflowId: 7, WorkflowName: "nightly etl", GroupId: 3,
+		ScheduledUnixMs: 1_700_000_000_000, EndUnixMs: 1_700_000_060_000, FailedNodes: []string{"load: its run ended RUN_STATUS_FAIL"},
+		AlarmEmails: []string{"data@example.com"}}
+	resp, err := e.svc.SendWorkflowAlarm(ctxFor(t), req)
+	if err != nil || !resp.GetSent() {
+		t.Fatalf("SendWorkflowAlarm: %v, %v; want sent", resp, err)
+	}
+	select {
+	case m := <-mail.msgs:
+		if !slices.Equal(m.to, []string{"data@example.com"}) || !strings.Contains(m.data, "Subject: jobmesh alarm: workflow 7 nightly etl instance w7-1700000000000 failed") ||
+			!strings.Contains(m.data, "load: its run ended RUN_STATUS_FAIL") {
+			t.Errorf("mail to %v:\n%s", m.to, m.data)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("no alarm mail")
+	}
+	select {
+	case p := <-hooks:
+		if p.WorkflowInstanceID != "w7-1700000000000" || p.WorkflowID != 7 || p.WorkflowName != "nightly etl" || p.GroupID != 3 ||
+			p.Status != "WORKFLOW_INSTANCE_STATUS_FAILED" || !slices.Equal(p.FailedNodes, req.FailedNodes) || p.TriggerID != "" {
+			t.Errorf("webhook payload: %+v", p)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("no webhook")
+	}
+	down.Store(true)
+	if _, err := e.svc.SendWorkflowAlarm(ctxFor(t), req); status.Code(err) != codes.Unavailable {
+		t.Errorf("with the webhook down: %v, want Unavailable", err)
+	}
+	bad := proto.CloneOf(req)
+	bad.InstanceId = "140-a"
+	if _, err := e.svc.SendWorkflowAlarm(ctxFor(t), bad); status.Code(apierr.ToStatus(err)) != codes.InvalidArgument {
+		t.Errorf("a run's id: %v, want InvalidArgument", err)
 	}
 }

@@ -268,6 +268,9 @@ func checkResults(req *logsv1.IngestResultsRequest) (*ticket, error) {
 		if st := int32(r.GetStatus()); st < statusRunning || st > statusKilled {
 			return nil, apierr.Field(fmt.Sprintf("results[%d].status", i), "want RUNNING, SUCCESS, FAIL, TIMEOUT or KILLED, got %s", r.GetStatus())
 		}
+		if err := checkOutputs(fmt.Sprintf("results[%d].outputs", i), r.GetOutputs()); err != nil {
+			return nil, err
+		}
 	}
 	return resultsTicket(results), nil
 }
@@ -313,7 +316,7 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now 
 		var rows db.CopyRows
 		size := 0
 		for _, c := range cs {
-			size += completionCopySize + len(c.r.id) + len(c.r.params)
+			size += completionCopySize + len(c.r.id) + len(c.r.params) + len(c.r.outputs)
 		}
 		rows.Grow(size)
 		for _, c := range cs {
@@ -332,6 +335,7 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now 
 			rows.Int32(r.triggerType)
 			rows.Text(r.params)
 			rows.Int32(c.replaces)
+			rows.Text(r.outputs)
 			rows.Int64(now)
 		}
 		if _, err := tx.CopyIn(ctx, "completions", completionColumns+", created_ms", &rows); err != nil {
@@ -343,7 +347,7 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now 
 			for _, c := range chunk {
 				r := c.r
 				args = append(args, r.id, r.job, r.group, r.status, r.outcome, r.attempt, r.shardIndex, r.shardTotal,
-					r.schedMs, r.endMs, r.triggerType, r.params, c.replaces, now)
+					r.schedMs, r.endMs, r.triggerType, r.params, c.replaces, r.outputs, now)
 			}
 			q := `INSERT INTO completions (` + completionColumns + `, created_ms) VALUES ` + s.values(len(chunk), completionFields+1, "")
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
@@ -361,9 +365,9 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now 
 // completionColumns are the completions columns taken from a run, completionFields of them, in
 // the order complete writes them.
 const completionColumns = `trigger_id, job_id, group_id, status, trigger_outcome, attempt, shard_index, shard_total,
-	scheduled_ms, end_ms, trigger_type, params, replaces_status`
+	scheduled_ms, end_ms, trigger_type, params, replaces_status, outputs`
 
-const completionFields = 13
+const completionFields = 14
 
 // completionCopySize is the size of a completion's row in a binary COPY without its texts'
 // bytes: the field count, a length per field (created_ms too), five bigints and seven ints.

@@ -77,6 +77,9 @@ type Config struct {
 	// Jobs reads jobs from the scheduler (SchedulerJobs): alarm emails and names, and the
 	// dashboard's job count. nil sends alarms without them.
 	Jobs Jobs
+	// Workflows counts workflow instances in the scheduler (SchedulerWorkflows), for reports
+	// and the dashboard. nil leaves them out.
+	Workflows Workflows
 	// AlarmChannels deliver failure alarms (EmailChannel, WebhookChannel, or any other). With
 	// none, failed runs are marked NOT_NEEDED.
 	AlarmChannels []AlarmChannel

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -272,6 +273,7 @@ func TestConformance(t *testing.T) {
 				{"LinesDedupeAndOrder", testLines},
 				{"ListRunsFiltersAndPages", testListRuns},
 				{"WatchCompletionsOnceAndResume", testWatch},
+				{"WatchHeaderSaysWhereItStarts", testWatchStart},
 				{"TailFollowsRunToItsEnd", testTail},
 				{"ClearRuns", testClear},
 				{"InvalidInputNamesField", testInvalid},
@@ -410,6 +412,68 @@ func ids(cs []*logsv1.Completion) []string {
 		out = append(out, c.GetTriggerId()+"="+strings.TrimPrefix(c.GetStatus().String(), "RUN_STATUS_"))
 	}
 	return out
+}
+
+// testWatchStart: a completion stream's header says the cursor it starts after: logsvc's newest
+// for after_cursor 0 (no later than a completion already sent, no earlier than one the
+// stream then sends), the given cursor otherwise, and 0 with from_oldest, which sends every
+// completion kept.
+func testWatchStart(t *testing.T, e *env) {
+	const job = 130
+	first, cancel := watch(t, e, 0)
+	defer cancel()
+	fromNewest := startOf(t, first)
+	rec := record("130-a", job, base)
+	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED
+	rec.TriggerMessage = "no executor"
+	e.mustRecords(t, rec)
+	c := collect(t, first, job, "130-a")[0]
+	if c.GetCursor() <= fromNewest {
+		t.Errorf("stream from the newest started after %d, then sent cursor %d", fromNewest, c.GetCursor())
+	}
+	again, cancel2 := watch(t, e, 0)
+	defer cancel2()
+	if got := startOf(t, again); got < c.GetCursor() {
+		t.Errorf("stream from the newest started after %d, before completion %d already made", got, c.GetCursor())
+	}
+	// A stream after a given cursor starts there. The cursor given is this completion's own
+	// (never 0, which asks for the newest): subtests run in parallel, so it may be the first.
+	given, cancel3 := watch(t, e, c.GetCursor())
+	defer cancel3()
+	if got := startOf(t, given); got != c.GetCursor() {
+		t.Errorf("stream after cursor %d: header says %d", c.GetCursor(), got)
+	}
+	// from_oldest: every completion kept, this one included.
+	ctx, cancel4 := context.WithCancel(ctxFor(t))
+	defer cancel4()
+	oldest, err := e.logs.WatchCompletions(ctx, &logsv1.WatchCompletionsRequest{FromOldest: true})
+	if err != nil {
+		t.Fatalf("WatchCompletions from the oldest: %v", err)
+	}
+	if got := startOf(t, oldest); got != 0 {
+		t.Errorf("stream from the oldest: header says %d, want 0", got)
+	}
+	if got := collect(t, oldest, job, "130-a"); got[0].GetCursor() != c.GetCursor() {
+		t.Errorf("stream from the oldest sent %v, want completion %d", got, c.GetCursor())
+	}
+}
+
+// startOf reads the starting cursor a completion stream's header carries.
+func startOf(t *testing.T, w grpc.ServerStreamingClient[logsv1.WatchCompletionsResponse]) int64 {
+	t.Helper()
+	md, err := w.Header()
+	if err != nil {
+		t.Fatalf("watch header: %v", err)
+	}
+	v := md.Get(completionCursorHeader)
+	if len(v) != 1 {
+		t.Fatalf("watch header %v: want one %s", md, completionCursorHeader)
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil {
+		t.Fatalf("watch header %s=%q: %v", completionCursorHeader, v[0], err)
+	}
+	return n
 }
 
 func testFailedTrigger(t *testing.T, e *env) {

@@ -42,6 +42,8 @@ const (
 // it).
 type run struct {
 	id, address, handler, params, triggerMsg, handleMsg, traceID string
+	// outputs is what a final result published (RunResult.outputs), JSON; "" for none.
+	outputs string
 
 	job, group, schedMs, trigMs, startMs, endMs int64
 
@@ -304,6 +306,7 @@ func (rs *runSet) end(res *logsv1.RunResult) bool {
 		return false
 	}
 	r.status, r.handleMsg, r.startMs, r.endMs = int32(res.GetStatus()), clip(res.GetMessage()), res.GetStartUnixMs(), endMs
+	r.outputs = encodeOutputs(res.GetOutputs())
 	if r.outcome == outcomeUnknown {
 		r.outcome = outcomeOK
 	}

@@ -341,8 +341,9 @@ func (s *Service) runningBy(ctx context.Context, unit, from, to int64, groups []
 }
 
 // GetReport implements LogService: counts by UTC day of the scheduled time, and each job's
-// success rate over the range, read from the counters kept as runs complete; only the runs of
-// group_ids when given.
+// success rate over the range, read from the counters kept as runs complete, with each day's
+// workflow instances (from the scheduler, when the service was given it); only the runs and
+// instances of group_ids when given.
 func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (*logsv1.GetReportResponse, error) {
 	var bad apierr.Fields
 	start, err := time.Parse(time.DateOnly, req.GetStartDate())
@@ -377,12 +378,14 @@ func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (
 	if err != nil {
 		return nil, err
 	}
+	instances := s.workflowDays(ctx, req.GetStartDate(), req.GetEndDate(), groups)
 	resp := &logsv1.GetReportResponse{}
 	for day := from; day < to; day++ {
 		d := &logsv1.DayReport{Date: time.UnixMilli(day * dayMs).UTC().Format(time.DateOnly), Running: running[day]}
 		if c := finished[day]; c != nil {
 			d.Success, d.Fail = c[0], c[1]
 		}
+		d.WorkflowInstances = instances[d.Date]
 		resp.Days = append(resp.Days, d)
 	}
 	if _, err := s.countJobs(ctx); err != nil { // the completions the background pass has not counted yet
@@ -414,8 +417,8 @@ func (s *Service) GetReport(ctx context.Context, req *logsv1.GetReportRequest) (
 
 // GetDashboard implements LogService: today is the current UTC day. Run counts come from the
 // report counters plus the running runs, so they stay cheap on a large table; runs cleared or
-// pruned still count, as in XXL-JOB's report. Jobs come from the scheduler and executors from
-// the registry's live view, when the service was given them. With group_ids, runs and jobs are
+// pruned still count, as in XXL-JOB's report. Jobs and today's workflow instances come from the
+// scheduler and executors from the registry's live view, when the service was given them. With group_ids, runs and jobs are
 // those of the groups.
 func (s *Service) GetDashboard(ctx context.Context, req *logsv1.GetDashboardRequest) (*logsv1.GetDashboardResponse, error) {
 	var bad apierr.Fields
@@ -476,6 +479,8 @@ func (s *Service) GetDashboard(ctx context.Context, req *logsv1.GetDashboardRequ
 		}
 		resp.JobCount = n
 	}
+	day := time.UnixMilli(today * dayMs).UTC().Format(time.DateOnly)
+	resp.WorkflowInstancesToday = s.workflowDays(ctx, day, day, groups)[day]
 	if s.cfg.Executors != nil && len(groups) == 0 {
 		resp.ExecutorCount = int64(s.cfg.Executors.ExecutorCount())
 	}

@@ -3,6 +3,7 @@ package logsvc
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -100,21 +101,27 @@ func (s *Service) wait(ctx context.Context, signal <-chan struct{}) error {
 	return nil
 }
 
+// completionCursorHeader is the response header of WatchCompletions that carries the stream's
+// starting cursor (the proto's documented contract).
+const completionCursorHeader = "x-jobmesh-completion-cursor"
+
 // WatchCompletions implements LogService. after_cursor 0 starts at the newest completion, so
-// only runs ending after the call are sent. The response headers are sent once the starting
-// cursor is fixed: a client that waits for them knows no later completion will be missed.
+// only runs ending after the call are sent (or at the oldest, with from_oldest). The response
+// headers are sent once the starting cursor is fixed, and carry it (completionCursorHeader): a
+// client that waits for them knows no later completion will be missed, and where the stream
+// starts.
 func (s *Service) WatchCompletions(req *logsv1.WatchCompletionsRequest, stream grpc.ServerStreamingServer[logsv1.WatchCompletionsResponse]) error {
 	ctx := stream.Context()
 	cursor := req.GetAfterCursor()
 	if cursor < 0 {
 		return apierr.Field("after_cursor", "must not be negative, got %d", cursor)
 	}
-	if cursor == 0 {
+	if cursor == 0 && !req.GetFromOldest() {
 		if err := s.store.QueryRowContext(ctx, `SELECT COALESCE(MAX(cursor), 0) FROM completions`).Scan(&cursor); err != nil {
 			return fmt.Errorf("read newest completion: %w", err)
 		}
 	}
-	if err := stream.SendHeader(metadata.MD{}); err != nil {
+	if err := stream.SendHeader(metadata.Pairs(completionCursorHeader, strconv.FormatInt(cursor, 10))); err != nil {
 		return err
 	}
 	for {
@@ -140,7 +147,7 @@ func (s *Service) WatchCompletions(req *logsv1.WatchCompletionsRequest, stream g
 
 func (s *Service) completionsAfter(ctx context.Context, cursor int64) ([]*logsv1.Completion, error) {
 	rows, err := s.store.QueryContext(ctx, s.store.Q(`SELECT cursor, trigger_id, job_id, status, trigger_outcome, attempt,
-			shard_index, shard_total, scheduled_ms, end_ms, trigger_type, params, replaces_status
+			shard_index, shard_total, scheduled_ms, end_ms, trigger_type, params, replaces_status, outputs
 		FROM completions WHERE cursor > $1 ORDER BY cursor LIMIT $2`), cursor, s.cfg.WatchBatch)
 	if err != nil {
 		return nil, fmt.Errorf("read completions: %w", err)
@@ -149,11 +156,15 @@ func (s *Service) completionsAfter(ctx context.Context, cursor int64) ([]*logsv1
 	var out []*logsv1.Completion
 	for rows.Next() {
 		c := &logsv1.Completion{}
-		var st, outcome, tt, replaces int32
+		var (
+			st, outcome, tt, replaces int32
+			outputs                   string
+		)
 		if err := rows.Scan(&c.Cursor, &c.TriggerId, &c.JobId, &st, &outcome, &c.Attempt, &c.ShardIndex, &c.ShardTotal,
-			&c.ScheduledUnixMs, &c.EndUnixMs, &tt, &c.Params, &replaces); err != nil {
+			&c.ScheduledUnixMs, &c.EndUnixMs, &tt, &c.Params, &replaces, &outputs); err != nil {
 			return nil, fmt.Errorf("read completions: %w", err)
 		}
+		c.Outputs = decodeOutputs(outputs)
 		c.Status, c.TriggerOutcome, c.TriggerType = logsv1.RunStatus(st), logsv1.TriggerOutcome(outcome), schedulerv1.TriggerType(tt)
 		c.ReplacesStatus = logsv1.RunStatus(replaces)
 		out = append(out, c)

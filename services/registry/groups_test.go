@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,11 @@ func TestGroupUpdateValidationNamesTheField(t *testing.T) {
 				ManualAddresses: []string{"10.0.0.1:9999", "no such host:9999"}},
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"address_type", "manual_addresses"}},
 		}, "manual_addresses[1]"},
+		{"XXL-JOB executor URL with a query", &registryv1.UpdateExecutorGroupRequest{
+			Group: &registryv1.ExecutorGroup{Id: cr.Group.Id, AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL,
+				ManualAddresses: []string{"http://10.0.0.1:9999/", "http://10.0.0.2:9999/?x=1"}},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"address_type", "manual_addresses"}},
+		}, "manual_addresses[1]"},
 		{"empty title", &registryv1.UpdateExecutorGroupRequest{
 			Group:      &registryv1.ExecutorGroup{Id: cr.Group.Id},
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"title"}},
@@ -123,6 +129,16 @@ func TestGroupUpdateValidationNamesTheField(t *testing.T) {
 	g, err := c.GetExecutorGroup(ctx, &registryv1.GetExecutorGroupRequest{Id: cr.Group.Id})
 	if err != nil || g.Group.Title != "t" || g.Group.AddressType != registryv1.AddressType_ADDRESS_TYPE_AUTO {
 		t.Errorf("group after refused updates = %v, %v, want it unchanged", g, err)
+	}
+
+	// XXL-JOB executors' URLs are manual addresses too, kept with the "/" the scheduler appends to.
+	up, err := c.UpdateExecutorGroup(ctx, &registryv1.UpdateExecutorGroupRequest{
+		Group: &registryv1.ExecutorGroup{Id: cr.Group.Id, AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL,
+			ManualAddresses: []string{"10.0.0.1:9999", "http://10.0.0.2:9999"}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"address_type", "manual_addresses"}},
+	})
+	if err != nil || !slices.Equal(up.GetGroup().GetManualAddresses(), []string{"10.0.0.1:9999", "http://10.0.0.2:9999/"}) {
+		t.Errorf("manual addresses with an XXL-JOB URL: %v, %v", up.GetGroup().GetManualAddresses(), err)
 	}
 }
 

@@ -235,6 +235,10 @@ func (s *Service) checkRegistration(ctx context.Context, e *registryv1.Executor)
 	if e.Capacity < 0 || e.Capacity > maxCapacity {
 		fs.Add("executor.capacity", "want 0 to %d, got %d", maxCapacity, e.Capacity)
 	}
+	if e.Kind != registryv1.ExecutorKind_EXECUTOR_KIND_UNSPECIFIED {
+		// The registry sets the kind: an agent cannot pass for an XXL-JOB executor.
+		fs.Add("executor.kind", "set by the registry, not by the executor (XXL-JOB executors register through the XXL-JOB admin API), got %v", e.Kind)
+	}
 	if len(e.Version) > maxVersion {
 		fs.Add("executor.version", "at most %d bytes, got %d", maxVersion, len(e.Version))
 	}

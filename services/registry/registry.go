@@ -61,6 +61,9 @@ type Config struct {
 	ExecutorTTL time.Duration
 	// MaxExecutorsPerGroup caps the executors registered under one app at once. Default 1000.
 	MaxExecutorsPerGroup int
+	// XxlMinDeadTime is the shortest dead time RegisterXxlExecutor accepts. Default (and the
+	// API's rule) MinXxlDeadTime, 10s; tests lower it, to at least 1s, to see registrations expire.
+	XxlMinDeadTime time.Duration
 }
 
 // MaskedToken is what reads return in place of a group's access token. Sent back in an update
@@ -81,6 +84,8 @@ type Service struct {
 	credKey   *seal.Key // fingerprints registrations' access tokens (Executor.credential)
 	ttl       time.Duration
 	maxPerApp int
+	// xxlMinDeadTime is Config.XxlMinDeadTime.
+	xxlMinDeadTime time.Duration
 
 	mu      sync.Mutex
 	started bool
@@ -123,9 +128,17 @@ func New(cfg Config, store *db.DB, etcd *clientv3.Client) (*Service, error) {
 	if maxPerApp < 0 {
 		return nil, fmt.Errorf("registry: max executors per group %d: must not be negative", maxPerApp)
 	}
+	xxlMin := cfg.XxlMinDeadTime
+	if xxlMin == 0 {
+		xxlMin = MinXxlDeadTime
+	}
+	if xxlMin < time.Second || xxlMin%time.Second != 0 {
+		return nil, fmt.Errorf("registry: XXL-JOB min dead time %v: want whole seconds, at least 1s", xxlMin)
+	}
 	sk := seal.New(cfg.SealSecret, seal.Registration)
 	return &Service{log: log, store: store, etcd: etcd, view: newView(log, etcd, time.Now, sk), reveal: reveal,
-		executor: executor, seal: sk, credKey: seal.New(cfg.SealSecret, seal.Credential), ttl: ttl, maxPerApp: maxPerApp}, nil
+		executor: executor, seal: sk, credKey: seal.New(cfg.SealSecret, seal.Credential), ttl: ttl, maxPerApp: maxPerApp,
+		xxlMinDeadTime: xxlMin}, nil
 }
 
 // Register adds RegistryService to g.
@@ -428,8 +441,12 @@ func validateGroup(g *registryv1.ExecutorGroup) error {
 	}
 	seen := make(map[string]int, len(g.ManualAddresses))
 	for i, a := range g.ManualAddresses {
-		if !hostport.Valid(a) {
-			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "want host:port, got %q", a)
+		if u, ok := hostport.XxlURL(a); ok {
+			a = u // an XXL-JOB executor's URL, kept as the scheduler calls it
+			g.ManualAddresses[i] = a
+		}
+		if !hostport.Executor(a) {
+			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "want host:port (a jobmesh agent) or an http(s) URL (an XXL-JOB executor), got %q", a)
 		} else if j, dup := seen[a]; dup {
 			// Routing takes a set: a repeated address would get two ROUND turns or two shards.
 			fs.Add(fmt.Sprintf("manual_addresses[%d]", i), "%q repeats manual_addresses[%d]", a, j)

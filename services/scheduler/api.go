@@ -9,11 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -41,7 +44,7 @@ func (s *Service) CreateJob(ctx context.Context, req *schedulerv1.CreateJobReque
 	now := s.clk.Now()
 	j := fromProto(in)
 	j.CreateMs, j.UpdateMs = now.UnixMilli(), now.UnixMilli()
-	if isScript(j.GlueType) {
+	if j.GlueType.isScript() {
 		j.GlueUpdatedMs = now.UnixMilli()
 	}
 	sch, err := s.validate(ctx, j, 0)
@@ -62,7 +65,7 @@ func (s *Service) CreateJob(ctx context.Context, req *schedulerv1.CreateJobReque
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "job created", "job_id", id, "name", j.Name)
-	return &schedulerv1.CreateJobResponse{Job: toProto(out)}, nil
+	return &schedulerv1.CreateJobResponse{Job: toProto(out), Warnings: s.saveWarnings(ctx, out)}, nil
 }
 
 // GetJob implements JobService.
@@ -201,7 +204,7 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 	}
 	now := s.clk.Now()
 	next.UpdateMs = now.UnixMilli()
-	glueChanged := isScript(next.GlueType) && (next.GlueType != cur.GlueType || next.GlueSource != cur.GlueSource)
+	glueChanged := next.GlueType.isScript() && (next.GlueType != cur.GlueType || next.GlueSource != cur.GlueSource)
 	if glueChanged {
 		next.GlueUpdatedMs = now.UnixMilli()
 	}
@@ -217,7 +220,7 @@ func (s *Service) UpdateJob(ctx context.Context, req *schedulerv1.UpdateJobReque
 	if err != nil {
 		return nil, err
 	}
-	return &schedulerv1.UpdateJobResponse{Job: toProto(out)}, nil
+	return &schedulerv1.UpdateJobResponse{Job: toProto(out), Warnings: s.saveWarnings(ctx, out)}, nil
 }
 
 // DeleteJob implements JobService.
@@ -316,6 +319,72 @@ func (s *Service) CopyJob(ctx context.Context, req *schedulerv1.CopyJobRequest) 
 	return &schedulerv1.CopyJobResponse{Job: toProto(out)}, nil
 }
 
+// callerTriggerType is the trigger type a caller gave a trigger: MANUAL or API, dflt when unset.
+func callerTriggerType(t schedulerv1.TriggerType, dflt triggerType) (triggerType, error) {
+	switch t {
+	case schedulerv1.TriggerType_TRIGGER_TYPE_UNSPECIFIED:
+		return dflt, nil
+	case schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL, schedulerv1.TriggerType_TRIGGER_TYPE_API:
+		return triggerTypeOf(t), nil
+	}
+	return 0, apierr.Field("trigger_type", "want MANUAL or API, got %s", t)
+}
+
+// TriggerJob implements JobService: fire once now. The replica that leads the job's partition
+// dispatches the fire: another forwards the call to it (forwardTrigger), and dispatches the fire
+// itself only when the leader is not known or cannot be reached.
+func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobRequest) (*schedulerv1.TriggerJobResponse, error) {
+	tt, err := callerTriggerType(req.GetTriggerType(), triggerManual)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range req.GetAddresses() {
+		if !validAddress(a) {
+			return nil, apierr.Field(fmt.Sprintf("addresses[%d]", i), "want host:port or an XXL-JOB executor's http(s) URL ending in /, got %q", a)
+		}
+	}
+	if n := len([]rune(req.GetParams())); n > maxParamsLen {
+		return nil, apierr.Field("params", "at most %d characters, got %d", maxParamsLen, n)
+	}
+	// Forward before anything is reserved: the replica that dispatches reserves the fire's time,
+	// and this one dispatches a forwarded trigger only if the leader never took the call.
+	if resp, handled, err := s.forwardTrigger(ctx, req); handled {
+		return resp, err
+	}
+	j, err := s.jobs.get(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkTriggerAddresses(ctx, j.GroupID, req.GetAddresses()); err != nil {
+		return nil, err
+	}
+	// Every accepted trigger is a run of its own: its scheduled time is reserved for it alone,
+	// so its trigger id is too (and its retries', which keep that time).
+	fireMs, err := s.jobs.reserveManualFire(ctx, j.ID, s.clk.Now().UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil && isForwarded(ctx) {
+		// The forwarding replica went away meanwhile: it may not have heard that this one took the
+		// call, and then dispatches the trigger itself (forwardTrigger). The reserved time stays
+		// unused.
+		return nil, status.FromContextError(err).Err()
+	}
+	f := &fire{job: j, fireMs: fireMs, trigType: tt, addresses: req.GetAddresses()}
+	if req.GetParams() != "" {
+		p := req.GetParams()
+		f.params = &p
+	}
+	done := make(chan []string, 1)
+	s.dispatch(f, trace.LinkFromContext(ctx), func(ids []string) { done <- ids })
+	select {
+	case ids := <-done:
+		return &schedulerv1.TriggerJobResponse{TriggerIds: ids}, nil
+	case <-ctx.Done(): // the fire goes on; its record tells how it went
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
 // ListGlueVersions implements JobService.
 func (s *Service) ListGlueVersions(ctx context.Context, req *schedulerv1.ListGlueVersionsRequest) (*schedulerv1.ListGlueVersionsResponse, error) {
 	if _, err := s.jobs.get(ctx, req.GetJobId()); err != nil {
@@ -325,7 +394,11 @@ func (s *Service) ListGlueVersions(ctx context.Context, req *schedulerv1.ListGlu
 	if err != nil {
 		return nil, err
 	}
-	return &schedulerv1.ListGlueVersionsResponse{Versions: vs}, nil
+	resp := &schedulerv1.ListGlueVersionsResponse{Versions: make([]*schedulerv1.GlueVersion, len(vs))}
+	for i, v := range vs {
+		resp.Versions[i] = v.proto()
+	}
+	return resp, nil
 }
 
 // RestoreGlueVersion implements JobService.
@@ -398,17 +471,7 @@ func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedul
 	if n := len([]rune(j.Author)); n > maxAuthorLen {
 		fs.Add("author", "at most %d characters, got %d", maxAuthorLen, n)
 	}
-	if j.AlarmEmails != "" {
-		emails := strings.Split(j.AlarmEmails, ",")
-		if len(emails) > maxAlarmEmails {
-			fs.Add("alarm_emails", "at most %d addresses, got %d", maxAlarmEmails, len(emails))
-		}
-		for i, e := range emails {
-			if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
-				fs.Add(fmt.Sprintf("alarm_emails[%d]", i), "not an email address: %q", e)
-			}
-		}
-	}
+	checkAlarmEmails(&fs, j.AlarmEmails)
 	checkEnum(&fs, "schedule.type", schedulerv1.ScheduleType_name, int32(j.ScheduleType))
 	checkEnum(&fs, "misfire_strategy", schedulerv1.MisfireStrategy_name, int32(j.Misfire))
 	checkEnum(&fs, "route_strategy", schedulerv1.RouteStrategy_name, int32(j.Route))
@@ -434,16 +497,13 @@ func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedul
 			}
 		}
 	}
-	if j.GlueType == schedulerv1.GlueType_GLUE_TYPE_BEAN {
+	if j.GlueType == glueBean {
 		if j.Handler == "" {
 			fs.Add("handler", "required for glue type BEAN: the name of a handler registered in the executor")
 		}
-	} else if isScript(j.GlueType) {
-		if j.GlueType == schedulerv1.GlueType_GLUE_TYPE_GLUE_GROOVY {
-			fs.Add("glue_type", "GLUE_GROOVY is not supported by jobmesh executors; use a script type or BEAN")
-		}
+	} else if j.GlueType.isScript() {
 		if strings.TrimSpace(j.GlueSource) == "" {
-			fs.Add("glue_source", "required for glue type %s", strings.TrimPrefix(j.GlueType.String(), "GLUE_TYPE_"))
+			fs.Add("glue_source", "required for glue type %s", j.GlueType)
 		}
 	}
 	if n := len(j.Handler); n > maxHandlerLen {
@@ -471,6 +531,30 @@ func (s *Service) validate(ctx context.Context, j *jobRow, self int64) (*schedul
 		return nil, err
 	}
 	return sch, fs.Err()
+}
+
+// checkAlarmEmails checks comma-separated alarm emails (a job's or a workflow's).
+func checkAlarmEmails(fs *apierr.Fields, list string) {
+	if list == "" {
+		return
+	}
+	emails := strings.Split(list, ",")
+	if len(emails) > maxAlarmEmails {
+		fs.Add("alarm_emails", "at most %d addresses, got %d", maxAlarmEmails, len(emails))
+	}
+	for i, e := range emails {
+		if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
+			fs.Add(fmt.Sprintf("alarm_emails[%d]", i), "not an email address: %q", e)
+		}
+	}
+}
+
+// splitEmails is comma-separated alarm emails as a list (none for "").
+func splitEmails(list string) []string {
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
 }
 
 // checkChildren rejects missing children, children in another executor group than the job's
@@ -579,19 +663,19 @@ func firstFire(sch *schedule.Schedule, st jobStatus, now time.Time) int64 {
 // defaults fills in the API's documented defaults for unset enums.
 func defaults(j *jobRow) {
 	if j.Misfire == 0 {
-		j.Misfire = schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING
+		j.Misfire = misfireDoNothing
 	}
 	if j.Route == 0 {
-		j.Route = schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST
+		j.Route = route.First
 	}
 	if j.Block == 0 {
-		j.Block = schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION
+		j.Block = blockSerial
 	}
 	if j.RetryBackoff == 0 {
-		j.RetryBackoff = schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE
+		j.RetryBackoff = retryNoWait
 	}
 	if j.GlueType == 0 {
-		j.GlueType = schedulerv1.GlueType_GLUE_TYPE_BEAN
+		j.GlueType = glueBean
 	}
 	if j.Status == jobStatusUnset {
 		j.Status = jobStopped
@@ -603,9 +687,9 @@ func fromProto(p *schedulerv1.Job) *jobRow {
 		ID: p.GetId(), GroupID: p.GetGroupId(), Name: p.GetName(), Author: p.GetAuthor(),
 		AlarmEmails: strings.Join(p.GetAlarmEmails(), ","), ScheduleType: scheduleTypeOf(p.GetSchedule().GetType()),
 		ScheduleExpr: strings.TrimSpace(p.GetSchedule().GetExpression()), TimeZone: p.GetSchedule().GetTimeZone(),
-		Misfire: p.GetMisfireStrategy(), Route: p.GetRouteStrategy(), Handler: p.GetHandler(), Params: p.GetParams(),
-		Block: p.GetBlockStrategy(), TimeoutSeconds: p.GetTimeoutSeconds(), RetryCount: p.GetRetryCount(),
-		RetryBackoff: p.GetRetryBackoff(), RetryIntervalMs: p.GetRetryIntervalMs(), GlueType: p.GetGlueType(),
+		Misfire: misfireStrategyOf(p.GetMisfireStrategy()), Route: routeOf(p.GetRouteStrategy()), Handler: p.GetHandler(), Params: p.GetParams(),
+		Block: blockStrategyOf(p.GetBlockStrategy()), TimeoutSeconds: p.GetTimeoutSeconds(), RetryCount: p.GetRetryCount(),
+		RetryBackoff: retryBackoffOf(p.GetRetryBackoff()), RetryIntervalMs: p.GetRetryIntervalMs(), GlueType: glueTypeOf(p.GetGlueType()),
 		GlueSource: p.GetGlueSource(), GlueRemark: p.GetGlueRemark(), ChildJobIDs: joinIDs(p.GetChildJobIds()),
 		Status: jobStatusOf(p.GetStatus()), Version: p.GetVersion(),
 	}
@@ -617,16 +701,14 @@ func toProto(j *jobRow) *schedulerv1.Job {
 	p := &schedulerv1.Job{
 		Id: j.ID, GroupId: j.GroupID, Name: j.Name, Author: j.Author,
 		Schedule:        &schedulerv1.Schedule{Type: scheduleTypeProto(j.ScheduleType), Expression: j.ScheduleExpr, TimeZone: j.TimeZone},
-		MisfireStrategy: j.Misfire, RouteStrategy: j.Route, Handler: j.Handler, Params: j.Params,
-		BlockStrategy: j.Block, TimeoutSeconds: j.TimeoutSeconds, RetryCount: j.RetryCount,
-		RetryBackoff: j.RetryBackoff, RetryIntervalMs: j.RetryIntervalMs, GlueType: j.GlueType,
+		MisfireStrategy: j.Misfire.proto(), RouteStrategy: routeProto(j.Route), Handler: j.Handler, Params: j.Params,
+		BlockStrategy: j.Block.proto(), TimeoutSeconds: j.TimeoutSeconds, RetryCount: j.RetryCount,
+		RetryBackoff: j.RetryBackoff.proto(), RetryIntervalMs: j.RetryIntervalMs, GlueType: j.GlueType.proto(),
 		GlueSource: j.GlueSource, GlueRemark: j.GlueRemark, GlueUpdatedTime: tsMs(j.GlueUpdatedMs),
 		ChildJobIds: splitIDs(j.ChildJobIDs), Status: j.Status.proto(), LastFireTime: tsMs(j.LastFireMs),
 		NextFireTime: tsMs(j.NextFireMs), Version: j.Version, CreateTime: tsMs(j.CreateMs), UpdateTime: tsMs(j.UpdateMs),
 	}
-	if j.AlarmEmails != "" {
-		p.AlarmEmails = strings.Split(j.AlarmEmails, ",")
-	}
+	p.AlarmEmails = splitEmails(j.AlarmEmails)
 	return p
 }
 

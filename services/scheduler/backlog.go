@@ -13,7 +13,6 @@ import (
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
@@ -136,7 +135,7 @@ func (s *Service) retarget(sh *shardSend) bool {
 		return false
 	}
 	use, note := s.execs.health.usable(addrs, true)
-	dec, err := s.router.Route(ctx, f.job.ID, route.Strategy(f.job.Route), use)
+	dec, err := s.router.Route(ctx, f.job.ID, f.job.Route, use)
 	if err != nil || len(dec.Targets) != 1 {
 		return false
 	}
@@ -173,8 +172,8 @@ func (s *Service) hold(sh *shardSend) {
 // a FIRE_ONCE_NOW job waits on when no other fire of its job is overdue; the rest are given up.
 func (s *Service) expire(sh *shardSend) {
 	f := sh.f
-	if !sh.pinned && f.trigType == schedulerv1.TriggerType_TRIGGER_TYPE_CRON &&
-		f.job.Misfire == schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW && s.waits.keepOverdue(sh) {
+	if !sh.pinned && f.trigType == triggerCron &&
+		f.job.Misfire == misfireFireOnceNow && s.waits.keepOverdue(sh) {
 		return
 	}
 	s.giveUp(sh, "")
@@ -237,7 +236,7 @@ func (s *Service) giveUp(sh *shardSend, why string) {
 	s.log.WarnContext(sh.ctx, "trigger given up", "job_id", sh.f.job.ID, "trigger_id", sh.id, "reason", failure)
 	s.metrics.gaveUp(outcome)
 	endDispatch(sh.span, answer, true, failure)
-	s.deliver(sh.ctx, rec)
+	s.deliver(sh.ctx, sh.f, rec)
 	s.finish(sh, failure)
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,12 +29,50 @@ const maxBackoff = time.Hour
 // acted on already are passed over.
 type completionFollower struct {
 	wakeC chan struct{}
-	// at is the cursor of the last batch received (0 before the first).
+	// at is the cursor of the last batch received, or the cursor the stream started after (0:
+	// from the oldest completion, or logsvc had none); -1 while no stream has said where it is.
 	at atomic.Int64
+
+	mu sync.Mutex
+	// live is closed while a session of the stream is live (its starting cursor fixed); a new
+	// one replaces it when the session ends.
+	live   chan struct{}
+	isLive bool
 }
 
 func newCompletionFollower() *completionFollower {
-	return &completionFollower{wakeC: make(chan struct{}, 1)}
+	f := &completionFollower{wakeC: make(chan struct{}, 1), live: make(chan struct{})}
+	f.at.Store(-1)
+	return f
+}
+
+// setLive records whether a session of the stream is live.
+func (f *completionFollower) setLive(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case on && !f.isLive:
+		close(f.live)
+	case !on && f.isLive:
+		f.live = make(chan struct{})
+	}
+	f.isLive = on
+}
+
+// waitLive waits up to d for a live session; false when there is none by then.
+func (f *completionFollower) waitLive(ctx context.Context, d time.Duration) bool {
+	f.mu.Lock()
+	live := f.live
+	f.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-live:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // wake tells the follower that the set of engines, or a cursor, changed.
@@ -43,6 +83,10 @@ func (f *completionFollower) wake() {
 	}
 }
 
+// completionCursorHeader is the response header of LogService.WatchCompletions that carries the
+// cursor the stream starts after.
+const completionCursorHeader = "x-jobmesh-completion-cursor"
+
 // errRestart: an engine needs completions from before the stream's position.
 var errRestart = errors.New("completion stream restarts for a partition taken over")
 
@@ -51,7 +95,7 @@ var errRestart = errors.New("completion stream restarts for a partition taken ov
 func (s *Service) followCompletions(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		from, ok := s.completionStart()
+		from, oldest, ok := s.completionStart()
 		if !ok {
 			select {
 			case <-ctx.Done():
@@ -60,7 +104,7 @@ func (s *Service) followCompletions(ctx context.Context) {
 			}
 			continue
 		}
-		err := s.completionSession(ctx, from)
+		err := s.completionSession(ctx, from, oldest)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -76,35 +120,75 @@ func (s *Service) followCompletions(ctx context.Context) {
 	}
 }
 
-// completionStart returns the lowest cursor of the engines ready for completions; false when
-// there are none.
-func (s *Service) completionStart() (int64, bool) {
+// completionStart returns where the stream starts: the lowest cursor of the engines ready for
+// completions and not ending; ok false when there are none. An engine at cursor 0 (its partition
+// has never acted on a completion) counts only when no other has a cursor: 0 starts the stream
+// at logsvc's newest completion, which would pass over the completions the others have not
+// acted on yet, while every completion after another's cursor is one the engine at 0 has not
+// acted on either. An engine whose 0 means every completion (all) starts it at the oldest
+// (oldest true).
+func (s *Service) completionStart() (from int64, oldest, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	from, ok := int64(0), false
 	for _, l := range s.engines {
-		if c := l.cursor.Load(); c >= 0 && (!ok || c < from) {
+		if l.ending() {
+			continue // its partition's next leader reads the stored cursor
+		}
+		c := l.cursor.Load()
+		if c == 0 && l.all {
+			return 0, true, true
+		}
+		if c >= 0 && (!ok || from == 0 || (c > 0 && c < from)) {
 			from, ok = c, true
 		}
 	}
-	return from, ok
+	return from, false, ok
 }
 
-func (s *Service) completionSession(ctx context.Context, from int64) error {
+// completionSession follows the stream from cursor from, or from the oldest completion, until
+// it breaks or an engine needs it to start earlier (errRestart).
+func (s *Service) completionSession(ctx context.Context, from int64, oldest bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	st, err := s.logs.WatchCompletions(ctx, &logsv1.WatchCompletionsRequest{AfterCursor: from})
+	st, err := s.logs.WatchCompletions(ctx, &logsv1.WatchCompletionsRequest{AfterCursor: from, FromOldest: oldest})
 	if err != nil {
 		return err
 	}
-	s.completions.at.Store(from)
+	// The header comes once logsvc has fixed where the stream starts, and says where.
+	md, err := st.Header()
+	if err != nil {
+		return err
+	}
+	// A start the header does not give is known only when it is a cursor of ours: a logsvc that
+	// does not know from_oldest streams from its newest, and says nothing.
+	start, known := from, from > 0
+	if v := md.Get(completionCursorHeader); from == 0 && len(v) == 1 {
+		if start, err = strconv.ParseInt(v[0], 10, 64); err != nil {
+			return fmt.Errorf("completion stream: header %s: %w", completionCursorHeader, err)
+		}
+		known = !oldest || start == 0
+	}
+	// An older logsvc does not stream every completion when asked: asking again would not
+	// either, so the stream goes on from its newest.
+	refused := oldest && !known
+	if refused {
+		s.log.Warn("logsvc did not stream every completion as asked (an older version?); following it from its newest")
+	}
+	s.streamFrom(start, known)
+	defer s.completions.setLive(false)
+	// After 0 is every completion, whether asked for or found (logsvc had none).
+	oldest = known && start == 0
+	wantsOldest := func(need bool) bool { return need && !oldest && !refused }
+	if _, need, _ := s.completionStart(); wantsOldest(need) {
+		return errRestart // an engine that needs every completion took over as the stream began
+	}
 	go func() { // an engine that needs older completions restarts the stream
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-s.completions.wakeC:
-				if c, ok := s.completionStart(); ok && c < s.completions.at.Load() {
+				if c, need, ok := s.completionStart(); ok && (c < s.completions.at.Load() || wantsOldest(need)) {
 					cancel(errRestart)
 					return
 				}
@@ -126,8 +210,54 @@ func (s *Service) completionSession(ctx context.Context, from int64) error {
 		if err := s.handleCompletions(ctx, cs); err != nil {
 			return err
 		}
-		s.completions.at.Store(cs[len(cs)-1].GetCursor())
+		last := cs[len(cs)-1].GetCursor()
+		s.completions.at.Store(last)
+		// An engine that became ready while the batch was applied, after the wake check above
+		// compared its cursor with the stream's position before the batch, was left out of it:
+		// the batch's completions of its partition are still to act on.
+		if s.behindStream(last) {
+			return errRestart
+		}
 	}
+}
+
+// streamFrom records that the completion stream is live from cursor start. The engines that
+// have never followed completions (cursor 0, not all) start there too, so that a restart of the
+// stream resumes from it rather than from whatever is newest then (they fire only once it is
+// live: startFollowing); a start of 0 is every completion (logsvc had none, or the stream is
+// from the oldest). A logsvc that does not say where a stream from its newest starts (known
+// false) leaves them, and the stream's position, as they were.
+func (s *Service) streamFrom(start int64, known bool) {
+	s.mu.Lock()
+	if known {
+		for _, l := range s.engines {
+			if l.cursor.Load() == 0 && !l.all {
+				if start > 0 {
+					l.cursor.CompareAndSwap(0, start)
+				} else {
+					l.all = true
+				}
+			}
+		}
+		s.completions.at.Store(start)
+	}
+	s.mu.Unlock()
+	s.completions.setLive(true)
+}
+
+// behindStream reports whether an engine ready for completions, and not ending, has a cursor
+// below at, the stream's position: it was not in the batches up to at, and the stream must
+// restart from its cursor. (An ending engine's cursor stays where it stopped; its partition's
+// next leader reads the stored one.)
+func (s *Service) behindStream(at int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.engines {
+		if c := l.cursor.Load(); c >= 0 && c < at && !l.ending() {
+			return true
+		}
+	}
+	return false
 }
 
 // handleCompletions applies one batch for the partitions this replica leads, in one transaction
@@ -186,7 +316,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	}
 	var mine []*logsv1.Completion
 	for _, c := range cs {
-		p := partition.PartitionOf(c.GetJobId(), s.partCount())
+		p := s.completionPart(c)
 		if l := byPart[p]; l != nil && c.GetCursor() > from[p] {
 			mine = append(mine, c)
 		}
@@ -199,9 +329,17 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	// One read of the batch's jobs that act on a completion (children, retries, FIX_DELAY): most
 	// completions ask nothing, and a batch that asks nothing writes nothing. Reads need no fence.
 	ids := make([]int64, 0, len(mine))
+	var nodes []*logsv1.Completion // workflow nodes' completions: the instance decides, not the job
+	jobOnly := mine[:0:0]
 	for _, c := range mine {
+		if _, ok := isNodeCompletion(c); ok {
+			nodes = append(nodes, c)
+			continue
+		}
+		jobOnly = append(jobOnly, c)
 		ids = append(ids, c.GetJobId())
 	}
+	mine = jobOnly
 	acting, err := s.jobs.getActing(ctx, tx, ids)
 	if err != nil {
 		return err
@@ -217,6 +355,9 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 			act = append(act, c)
 			fenced[partition.PartitionOf(c.GetJobId(), s.partCount())] = true
 		}
+	}
+	for _, c := range nodes {
+		fenced[s.completionPart(c)] = true
 	}
 	terms = terms[:0]
 	for p, l := range byPart {
@@ -241,6 +382,11 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	if err != nil {
 		return err
 	}
+	wfAfter, err := s.actOnNodeCompletions(ctx, tx, nodes)
+	if err != nil {
+		return err
+	}
+	after = append(after, wfAfter...)
 	if len(terms) > 0 {
 		if err := s.jobs.saveCursors(ctx, tx, terms, last); err != nil {
 			return err
@@ -318,7 +464,7 @@ func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[i
 			if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
 				return nil, err
 			}
-			after = append(after, func() { s.armPending(l, f, due) })
+			after = append(after, func() { l.armPending(f, due) })
 		case ok:
 			then, err := s.fireChildren(ctx, tx, l, j, c, jobs, children)
 			if err != nil {
@@ -352,7 +498,14 @@ func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *lo
 	if err != nil {
 		return nil
 	}
-	next := max(c.GetEndUnixMs(), s.clk.Now().UnixMilli()) + sch.Interval().Milliseconds()
+	// One interval after the run ended, however late its completion reached this leader; at
+	// once when that has passed (a late completion does not add its lateness to the delay). The
+	// end is the executor's clock's: it is taken as no earlier than the fire's scheduled time
+	// and no later than now, so an executor's clock that is behind cannot shorten the delay
+	// below the run itself, nor one ahead push the next fire out.
+	nowMs := s.clk.Now().UnixMilli()
+	end := min(max(c.GetEndUnixMs(), c.GetScheduledUnixMs()), nowMs)
+	next := max(end+sch.Interval().Milliseconds(), nowMs)
 	return s.jobs.planNextFire(ctx, tx, j.ID, next)
 }
 
@@ -360,7 +513,10 @@ func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *lo
 // returns what arms them after the commit. jobs and children are the batch's jobs read.
 func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow, c *logsv1.Completion,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
-	var after []func()
+	var (
+		after []func()
+		fired []dueFire
+	)
 	for _, childID := range splitIDs(j.ChildJobIDs) {
 		if childID == j.ID {
 			continue
@@ -383,12 +539,17 @@ func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jo
 		// The child's scheduled time is the parent's and its id names the parent, so its trigger
 		// id is the same however often this completion is handled, and not the id of the child's
 		// own fire at that time.
-		f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), parent: j.ID, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}
+		f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), parent: j.ID, trigType: triggerParent}
 		due := s.clk.Now().UnixMilli()
 		if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
 			return nil, err
 		}
+		fired = append(fired, dueFire{f: f, due: due})
 		after = append(after, func() { s.armOnLeader(f, due) })
+	}
+	// A child of a partition another replica leads is handed to it at once (handoff.go).
+	if err := s.notifyPending(ctx, tx, fired); err != nil {
+		return nil, err
 	}
 	return after, nil
 }
@@ -416,7 +577,6 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	retry := pendingRetry(j, c)
 	k := retry.key()
-	disarm := func() { s.disarmPending(l, k) }
 	switch st := c.GetStatus(); st {
 	case logsv1.RunStatus_RUN_STATUS_RUNNING:
 		held, err := s.jobs.setPendingDue(ctx, tx, k, heldDueMs, 0)
@@ -425,7 +585,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 		}
 		s.log.Info("retry held back: the executor reports the run it was for as running", "trigger_id", c.GetTriggerId(),
 			"retry_trigger_id", k.triggerID())
-		return []func(){disarm}, nil
+		return []func(){func() { l.disarmPending(k, false) }}, nil
 	case logsv1.RunStatus_RUN_STATUS_SUCCESS, logsv1.RunStatus_RUN_STATUS_KILLED:
 		dropped, err := s.jobs.dropPending(ctx, tx, k)
 		if err != nil {
@@ -435,7 +595,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 		if dropped {
 			s.log.Info("retry dropped: the executor's report corrects the failure it was for", "trigger_id", c.GetTriggerId(),
 				"retry_trigger_id", k.triggerID(), "status", st.String())
-			after = append(after, disarm)
+			after = append(after, func() { l.disarmPending(k, true) })
 			if err := s.planFixDelay(ctx, tx, j, c); err != nil { // the retry would have
 				return nil, err
 			}
@@ -457,18 +617,25 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 		if err != nil || !released {
 			return nil, err
 		}
-		return []func(){func() { s.armPending(l, retry, due) }}, nil
+		return []func(){func() { l.armPending(retry, due) }}, nil
 	}
 }
 
 // disarmPending takes a pending fire out of this leadership's ring, if it is armed there.
-func (s *Service) disarmPending(l *engine, k pendingKey) {
+// deleted says its row is gone: it is not armed again from a read of pending_fires that began
+// before the delete (claims.done).
+func (l *engine) disarmPending(k pendingKey, deleted bool) {
 	for _, e := range l.ring.RemoveJob(k.job) {
 		if e.Value.pending && e.Value.key() == k {
-			l.disarmEntry(e)
+			if !deleted {
+				l.disarmEntry(e)
+			}
 			continue
 		}
 		l.ring.Add(e)
+	}
+	if deleted {
+		l.claims.done(k)
 	}
 }
 
@@ -476,8 +643,8 @@ func (s *Service) disarmPending(l *engine, k pendingKey) {
 func retryWait(j *jobRow, attempt int32) time.Duration {
 	wait := time.Duration(j.RetryIntervalMs) * time.Millisecond
 	switch j.RetryBackoff {
-	case schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED:
-	case schedulerv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL:
+	case retryFixed:
+	case retryExponential:
 		for range attempt {
 			if wait = 2 * wait; wait >= maxBackoff {
 				return maxBackoff

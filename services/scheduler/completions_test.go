@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func (r *completionRig) job(t *testing.T, st schedule.Type, expr string, childre
 		ids += strconv.FormatInt(c, 10)
 	}
 	id, err := r.s.jobs.insert(t.Context(), &jobRow{GroupID: 1, Name: "j", ScheduleType: st, ScheduleExpr: expr, Misfire: 1, Route: 1,
-		Block: 1, RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED, RetryIntervalMs: 10_000, GlueType: 1,
+		Block: 1, RetryCount: 1, RetryBackoff: retryFixed, RetryIntervalMs: 10_000, GlueType: 1,
 		Handler: "h", Status: jobRunning, ChildJobIDs: ids}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func TestCorrectionsDecideTheRetry(t *testing.T) {
 	if _, ok := r.pendingDue(t, child, fireMs, 0); !ok {
 		t.Errorf("child fire after the SUCCESS correction: none pending, want one")
 	}
-	if got := r.armed(child); len(got) != 1 || got[0][:len("TRIGGER_TYPE_PARENT")] != "TRIGGER_TYPE_PARENT" {
+	if got := r.armed(child); len(got) != 1 || !strings.HasPrefix(got[0], "PARENT/") {
 		t.Errorf("armed for the child: %v, want its PARENT fire", got)
 	}
 
@@ -172,7 +173,7 @@ func TestCorrectionsDecideTheRetry(t *testing.T) {
 	if due, ok := r.pendingDue(t, parent, fire2, 1); !ok || due != want {
 		t.Errorf("retry after the TIMEOUT correction: due %d %v, want %d", due, ok, want)
 	}
-	if got := r.armed(parent); len(got) != 1 || got[0] != "TRIGGER_TYPE_RETRY/1@"+strconv.FormatInt(want, 10) {
+	if got := r.armed(parent); len(got) != 1 || got[0] != "RETRY/1@"+strconv.FormatInt(want, 10) {
 		t.Errorf("armed after the TIMEOUT correction: %v, want the retry at %d", got, want)
 	}
 
@@ -224,13 +225,13 @@ func TestCorrectionPlansFixDelayOnce(t *testing.T) {
 	t.Parallel()
 	r := newCompletionRig(t)
 	j := r.job(t, schedule.FixDelay, "30s")
-	const fireMs = 1_699_999_000_000
+	fireMs := r.clk.Now().UnixMilli() - 50 // its runs end now (handle: 50 ms after their fire)
 	r.handle(t, j, fireMs, [2]logsv1.RunStatus{stFail, stNone})
 	if next := r.nextFire(t, j); next != 0 {
 		t.Fatalf("next fire after a FAIL with a retry: %d, want none (the retry's completion plans it)", next)
 	}
 	r.handle(t, j, fireMs, [2]logsv1.RunStatus{stSuccess, stFail})
-	want := r.clk.Now().Add(-time.Millisecond).Add(30 * time.Second).UnixMilli()
+	want := fireMs + 50 + 30_000 // 30 s after the run ended
 	if next := r.nextFire(t, j); next != want {
 		t.Errorf("next fire after the SUCCESS correction: %d, want %d", next, want)
 	}
@@ -397,3 +398,102 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 
 // storeDB is the database under s's store, for tests that look at its tables.
 func storeDB(s *Service) *db.DB { return s.jobs.(store).db }
+
+// TestEngineLeftOutOfABatchRestartsTheStream: a partition's engine that becomes ready while a
+// batch is applied (its takeover read its cursor after the batch took the engines it concerns)
+// is left out of that batch, and the stream has moved past it: behindStream says so, the
+// stream restarts from the engine's cursor, and the batch applied again acts on the
+// partition's completion once. An ending engine left behind restarts nothing.
+func TestEngineLeftOutOfABatchRestartsTheStream(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	ctx := t.Context()
+	r.s.count.Store(2)
+	var odd int64
+	for odd == 0 {
+		if id := r.job(t, schedule.FixRate, "1m"); id%2 == 1 {
+			odd = id
+		}
+	}
+	if err := r.s.jobs.raiseFence(ctx, 1, 1, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 1's engine is taking over: its cursor is not read yet.
+	l1 := &engine{s: r.s, part: 1, epoch: 1, ring: ring.New(r.clk, func([]ringEntry) {}), owed: newOwed(), deposed: make(chan struct{})}
+	l1.cursor.Store(-1)
+	r.s.mu.Lock()
+	r.s.engines[1] = l1
+	r.s.mu.Unlock()
+	fireMs := r.clk.Now().UnixMilli()
+	batch := []*logsv1.Completion{{Cursor: 10, TriggerId: TriggerID(odd, fireMs, 0, 0), JobId: odd,
+		Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+		TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}}
+	if err := r.s.handleCompletions(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.pendingDue(t, odd, fireMs, 1); ok {
+		t.Fatal("a partition whose engine was not ready got a retry")
+	}
+	if r.s.behindStream(10) {
+		t.Fatal("behindStream with no engine behind the stream")
+	}
+	// Its takeover ends during the batch: its stored cursor is before the batch.
+	l1.cursor.Store(5)
+	if !r.s.behindStream(10) {
+		t.Fatal("an engine left out of the batch does not restart the stream")
+	}
+	if err := r.s.handleCompletions(ctx, batch); err != nil { // the restarted stream's first batch
+		t.Fatal(err)
+	}
+	if _, ok := r.pendingDue(t, odd, fireMs, 1); !ok {
+		t.Error("the batch applied again did not retry partition 1's failed fire")
+	}
+	if r.s.behindStream(10) {
+		t.Error("behindStream once every engine has applied the batch")
+	}
+	// An ending engine behind the stream restarts nothing.
+	l1.cursor.Store(5)
+	close(l1.deposed)
+	if r.s.behindStream(10) {
+		t.Error("a deposed engine behind the stream restarts it")
+	}
+}
+
+// TestCompletionStartPassesOverPartitionsThatNeverActed: the completion stream starts at the
+// lowest cursor of the ready engines, but an engine at cursor 0 (its partition never acted on
+// a completion) does not send it to logsvc's newest completion past what the others have yet
+// to act on; only engines all at 0 start it there. An engine whose 0 means every completion
+// (its partition began following when logsvc had none) starts it at the oldest.
+func TestCompletionStartPassesOverPartitionsThatNeverActed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		cursors []int64
+		all     int // index of the engine whose 0 is every completion; -1 for none
+		from    int64
+		oldest  bool
+		ok      bool
+	}{
+		{"none ready", []int64{-1, -1}, -1, 0, false, false},
+		{"all never acted", []int64{0, -1, 0}, -1, 0, false, true},
+		{"lowest acted", []int64{700, 0, 500, -1}, -1, 500, false, true},
+		{"never acted first", []int64{0, 900}, -1, 900, false, true},
+		{"every completion among others", []int64{700, 0, 500}, 1, 0, true, true},
+		{"every completion alone", []int64{0}, 0, 0, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Service{engines: map[int]*engine{}}
+			for p, c := range tc.cursors {
+				l := &engine{part: p, all: p == tc.all}
+				l.cursor.Store(c)
+				s.engines[p] = l
+			}
+			// Map order varies: ask often enough to meet every order of a few engines.
+			for range 20 {
+				if from, oldest, ok := s.completionStart(); from != tc.from || oldest != tc.oldest || ok != tc.ok {
+					t.Fatalf("completionStart() = %d, %v, %v; want %d, %v, %v", from, oldest, ok, tc.from, tc.oldest, tc.ok)
+				}
+			}
+		})
+	}
+}

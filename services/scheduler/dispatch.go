@@ -14,8 +14,6 @@ import (
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
-	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
@@ -24,8 +22,8 @@ import (
 // fire is one firing of a job on its way to executors.
 type fire struct {
 	job      *jobRow
-	fireMs   int64 // scheduled time, Unix ms: part of the trigger id
-	trigType schedulerv1.TriggerType
+	fireMs   int64       // scheduled time, Unix ms: part of the trigger id
+	trigType triggerType // why the fire runs: its kind
 	attempt  int32
 	// parent is the job whose run fired this one as its child (a PARENT fire, and its retries),
 	// 0 otherwise: part of the trigger id, as the child's own schedule may have fireMs too.
@@ -45,6 +43,12 @@ type fire struct {
 	// dueMs is when the fire is due to start, Unix ms: its ring time (0 for manual triggers).
 	// The ring hands fires over up to DispatchLead before it (dispatchScheduled).
 	dueMs int64
+	// wf is the workflow node a workflow's fire runs, nil for other fires.
+	wf *wfFire
+	// skip, when set, is why the fire does not run (a late fire its job's misfire strategy
+	// skipped): a pending fire whose SKIPPED record, carrying skip, is delivered when it comes
+	// due, in place of a Run (skipFire).
+	skip string
 }
 
 // TriggerID is the deterministic id of a job's own fire (not a child fire: see triggerid): the
@@ -55,14 +59,32 @@ func TriggerID(jobID, fireMs int64, shard, attempt int32) string {
 
 // triggerID is the trigger id of the fire's given shard.
 func (f *fire) triggerID(shard int32) string {
-	return triggerid.ID{Job: f.job.ID, ScheduledMs: f.fireMs, Shard: shard, Attempt: f.attempt, Parent: f.parent}.String()
+	id := triggerid.ID{Job: f.job.ID, ScheduledMs: f.fireMs, Shard: shard, Attempt: f.attempt, Parent: f.parent}
+	if f.wf != nil {
+		id.Workflow, id.Node = f.wf.ID, f.wf.Node
+	}
+	return id.String()
 }
 
-// onFire is the ring's callback: hand every due fire to a trigger pool without blocking the ring.
+// onFire is the ring's callback: hand every due fire to a trigger pool without blocking the ring,
+// and the skipped fires among them to a goroutine that records them (after an outage a pre-read
+// may arm thousands, which must not hold the ring's on-time fires).
 func (s *Service) onFire(due []ringEntry) {
+	var skips []*fire
 	for _, e := range due {
 		e.Value.dueMs = e.FireAt
+		if e.Value.skip != "" {
+			skips = append(skips, e.Value)
+			continue
+		}
 		s.submit(e.Value)
+	}
+	if len(skips) > 0 {
+		go func() {
+			for _, f := range skips {
+				s.skipFire(f)
+			}
+		}()
 	}
 }
 
@@ -97,8 +119,7 @@ func (s *Service) dispatchScheduled(f *fire) {
 // on the executor's state at that time.
 func (s *Service) sendsEarly(f *fire) bool {
 	j := f.job
-	if len(f.addresses) > 0 || j.Block == schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER ||
-		j.Route == schedulerv1.RouteStrategy_ROUTE_STRATEGY_BUSYOVER {
+	if len(f.addresses) > 0 || j.Block == blockDiscardLater || j.Route == route.Busyover {
 		return false
 	}
 	return s.groups.holdsFires(j.GroupID)
@@ -107,6 +128,10 @@ func (s *Service) sendsEarly(f *fire) bool {
 // submit queues a fire on the fast pool, or the slow one for jobs whose dispatch has been slow.
 // A full pool is recorded as a trigger failure, never dropped silently.
 func (s *Service) submit(f *fire) {
+	if f.skip != "" {
+		s.skipFire(f)
+		return
+	}
 	p := s.fast
 	if s.slowness.isSlow(f.job.ID) {
 		p = s.slow
@@ -148,14 +173,6 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 	defer cancel()
 	end := func(ids, addrs []string, failed int, msg string) {
 		endFire(span, ids, addrs, failed, msg)
-		if f.pending { // settling deletes its pending_fires row: not on the goroutine of the answers
-			go func() {
-				s.settling <- struct{}{}
-				defer func() { <-s.settling }()
-				s.settled(f, ids, then)
-			}()
-			return
-		}
 		s.settled(f, ids, then)
 	}
 	fail := func(msg string) {
@@ -192,11 +209,11 @@ func (s *Service) dispatch(f *fire, cause trace.Link, then func(ids []string)) {
 		ctx, rctx = withAccessToken(ctx, token), withAccessToken(rctx, token)
 		// Pass over the executors that could not be reached lately, and those that said they are
 		// full while another has room (a broadcast's shards go to every executor that is up).
-		addrs, note := s.execs.health.usable(addrs, f.job.Route != schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST)
-		dec, err := s.router.Route(rctx, f.job.ID, route.Strategy(f.job.Route), addrs)
+		addrs, note := s.execs.health.usable(addrs, f.job.Route != route.ShardingBroadcast)
+		dec, err := s.router.Route(rctx, f.job.ID, f.job.Route, addrs)
 		dec.Message += note
 		if err != nil {
-			msg := fmt.Sprintf("route %s over group %d: %v", strings.TrimPrefix(f.job.Route.String(), "ROUTE_STRATEGY_"), f.job.GroupID, err)
+			msg := fmt.Sprintf("route %s over group %d: %v", f.job.Route, f.job.GroupID, err)
 			if dec.Message != "" { // FAILOVER and BUSYOVER say which executors failed their check, and why
 				msg += "\n" + dec.Message
 			}
@@ -278,11 +295,11 @@ func (f *fire) pinnedTo() (addr, why string) {
 }
 
 // settled closes a dispatch: a scheduled fire is no longer owed (a retry or child fire leaves
-// pending_fires), its leadership's dispatch ends, and then gets the fire's trigger ids.
+// pending_fires once logsvc has its records), its leadership's dispatch ends, and then gets the
+// fire's trigger ids.
 func (s *Service) settled(f *fire, ids []string, then func(ids []string)) {
 	if f.lead != nil {
 		s.settle(f)
-		f.lead.unpin(f.key())
 		f.lead.end()
 	}
 	if then != nil {
@@ -320,9 +337,15 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	now := sentAt.UnixMilli()
 	trig := &executorv1.Trigger{
 		TriggerId: id, JobId: j.ID, GroupId: j.GroupID, Handler: j.Handler, Params: params,
-		BlockStrategy: j.Block, TimeoutSeconds: j.TimeoutSeconds, GlueType: j.GlueType, GlueSource: j.GlueSource,
+		BlockStrategy: j.Block.proto(), TimeoutSeconds: j.TimeoutSeconds, GlueType: j.GlueType.proto(), GlueSource: j.GlueSource,
 		GlueUpdatedUnixMs: j.GlueUpdatedMs, ShardIndex: shard, ShardTotal: total, ScheduledUnixMs: f.fireMs,
-		DispatchUnixMs: now, Attempt: f.attempt, TriggerType: f.trigType, TraceContext: tc,
+		DispatchUnixMs: now, Attempt: f.attempt, TriggerType: f.trigType.proto(), TraceContext: tc,
+	}
+	if w := f.wf; w != nil {
+		trig.Context, trig.WorkflowInstanceId, trig.WorkflowNodeId = w.Context, instanceID(w.ID, f.fireMs), w.NodeID
+		if w.TimeoutSeconds > 0 {
+			trig.TimeoutSeconds = w.TimeoutSeconds
+		}
 	}
 	if s.delivery != nil {
 		trig.DeliveryToken = s.delivery.Sum(id)
@@ -333,7 +356,7 @@ func (s *Service) send(ctx context.Context, f *fire, t route.Target, routeMsg st
 	s.try(&shardSend{
 		f: f, t: t, ctx: ctx, id: id, trig: trig, rec: rec, span: span, routeMsg: routeMsg, skip: skip, done: done,
 		sentAt: sentAt, giveUpAt: s.giveUpAt(f, sentAt), pinned: pinned,
-		reroute: !pinned && len(f.addresses) == 0 && total == 1 && j.Route != schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST,
+		reroute: !pinned && len(f.addresses) == 0 && total == 1 && j.Route != route.ShardingBroadcast,
 	})
 }
 
@@ -372,7 +395,7 @@ func (s *Service) answered(sh *shardSend, ack *executorv1.RunAck, err error) (fa
 	}
 	s.metrics.sent(f.trigType, f.fireMs, sh.sentAt, outcome)
 	endDispatch(span, answer, failure != "", failure)
-	s.deliver(ctx, rec)
+	s.deliver(ctx, f, rec)
 	return failure
 }
 
@@ -392,9 +415,9 @@ func (s *Service) record(f *fire, id string, shard, total int32, addr, params st
 		left = 0
 	}
 	return &logsv1.TriggerRecord{
-		TriggerId: id, JobId: j.ID, GroupId: j.GroupID, TriggerType: f.trigType, ScheduledUnixMs: f.fireMs,
+		TriggerId: id, JobId: j.ID, GroupId: j.GroupID, TriggerType: f.trigType.proto(), ScheduledUnixMs: f.fireMs,
 		TriggerUnixMs: s.clk.Now().UnixMilli(), ExecutorAddress: addr, Handler: j.Handler, Params: params,
-		ShardIndex: shard, ShardTotal: total, Attempt: f.attempt, RetriesLeft: left, RouteStrategy: j.Route,
+		ShardIndex: shard, ShardTotal: total, Attempt: f.attempt, RetriesLeft: left, RouteStrategy: routeProto(j.Route),
 	}
 }
 
@@ -414,12 +437,16 @@ func (s *Service) recordFailure(ctx context.Context, f *fire, shard, total int32
 	traceID, tc := traceOf(ctx)
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
 	s.log.WarnContext(ctx, "trigger failed", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
-	s.deliver(ctx, rec)
+	s.deliver(ctx, f, rec)
 	return id
 }
 
-func (s *Service) deliver(ctx context.Context, rec *logsv1.TriggerRecord) {
+// deliver queues fire f's trigger record for logsvc; a pending fire's row waits for its
+// acknowledgement (rowAcks).
+func (s *Service) deliver(ctx context.Context, f *fire, rec *logsv1.TriggerRecord) {
+	s.rowAcks.expect(f, rec.TriggerId)
 	if err := s.records.Send(rec); err != nil {
+		s.rowAcks.dropped(rec.TriggerId) // never acknowledged: logsvc completes the run without it
 		if n, ok := s.dropped.add(s.clk.Now()); ok {
 			s.log.ErrorContext(ctx, "trigger records not queued for logsvc", "dropped", n, "last_trigger_id", rec.TriggerId, "error", err)
 		}
@@ -448,65 +475,6 @@ func (d *dropReport) add(now time.Time) (n int, ok bool) {
 	}
 	n, d.n, d.logged = d.n, 0, now
 	return n, true
-}
-
-// TriggerJob implements JobService: fire once now. The replica that leads the job's partition
-// dispatches the fire: another forwards the call to it (forwardTrigger), and dispatches the fire
-// itself only when the leader is not known or cannot be reached.
-func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobRequest) (*schedulerv1.TriggerJobResponse, error) {
-	tt := req.GetTriggerType()
-	switch tt {
-	case schedulerv1.TriggerType_TRIGGER_TYPE_UNSPECIFIED:
-		tt = schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL
-	case schedulerv1.TriggerType_TRIGGER_TYPE_MANUAL, schedulerv1.TriggerType_TRIGGER_TYPE_API:
-	default:
-		return nil, apierr.Field("trigger_type", "want MANUAL or API, got %s", tt)
-	}
-	for i, a := range req.GetAddresses() {
-		if !validAddress(a) {
-			return nil, apierr.Field(fmt.Sprintf("addresses[%d]", i), "want host:port, got %q", a)
-		}
-	}
-	if n := len([]rune(req.GetParams())); n > maxParamsLen {
-		return nil, apierr.Field("params", "at most %d characters, got %d", maxParamsLen, n)
-	}
-	// Forward before anything is reserved: the replica that dispatches reserves the fire's time,
-	// and this one dispatches a forwarded trigger only if the leader never took the call.
-	if resp, handled, err := s.forwardTrigger(ctx, req); handled {
-		return resp, err
-	}
-	j, err := s.jobs.get(ctx, req.GetId())
-	if err != nil {
-		return nil, err
-	}
-	if err := s.checkTriggerAddresses(ctx, j.GroupID, req.GetAddresses()); err != nil {
-		return nil, err
-	}
-	// Every accepted trigger is a run of its own: its scheduled time is reserved for it alone,
-	// so its trigger id is too (and its retries', which keep that time).
-	fireMs, err := s.jobs.reserveManualFire(ctx, j.ID, s.clk.Now().UnixMilli())
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil && isForwarded(ctx) {
-		// The forwarding replica went away meanwhile: it may not have heard that this one took the
-		// call, and then dispatches the trigger itself (forwardTrigger). The reserved time stays
-		// unused.
-		return nil, status.FromContextError(err).Err()
-	}
-	f := &fire{job: j, fireMs: fireMs, trigType: tt, addresses: req.GetAddresses()}
-	if req.GetParams() != "" {
-		p := req.GetParams()
-		f.params = &p
-	}
-	done := make(chan []string, 1)
-	s.dispatch(f, trace.LinkFromContext(ctx), func(ids []string) { done <- ids })
-	select {
-	case ids := <-done:
-		return &schedulerv1.TriggerJobResponse{TriggerIds: ids}, nil
-	case <-ctx.Done(): // the fire goes on; its record tells how it went
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
 }
 
 // pool is a trigger pool: a bounded queue and a fixed set of workers.

@@ -11,10 +11,11 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
 // TestSlowJobsMoveToTheSlowPool: more than ten dispatches over 500 ms within a minute move a job
@@ -88,8 +89,8 @@ func TestBroadcastShardsGoOutTogether(t *testing.T) {
 	const group = 7
 	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addrA, addrB}}}
-	f := &fire{job: &jobRow{ID: 1, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST},
-		fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+	f := &fire{job: &jobRow{ID: 1, GroupID: group, Handler: "h", Route: route.ShardingBroadcast},
+		fireMs: time.Now().UnixMilli(), trigType: triggerCron}
 	done := make(chan []string, 1)
 	s.dispatch(f, trace.Link{}, func(ids []string) { done <- ids })
 	for _, e := range []*gatedExecutor{a, b} {
@@ -129,8 +130,8 @@ func TestHeldRunDoesNotHoldAWorker(t *testing.T) {
 	}
 	lead := &engine{owed: newOwed()}
 	fireTo := func(group int64) *fire {
-		f := &fire{job: &jobRow{ID: group, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
-			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: lead}
+		f := &fire{job: &jobRow{ID: group, GroupID: group, Handler: "h", Route: route.First},
+			fireMs: time.Now().UnixMilli(), trigType: triggerCron, lead: lead}
 		lead.owed.arm(f.job.ID, f.fireMs)
 		return f
 	}
@@ -177,8 +178,8 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
 	lead := &engine{owed: newOwed()}
 	fireOf := func(job int64) *fire {
-		f := &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
-			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: lead}
+		f := &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: route.First},
+			fireMs: time.Now().UnixMilli(), trigType: triggerCron, lead: lead}
 		lead.owed.arm(job, f.fireMs)
 		return f
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 )
@@ -30,6 +29,8 @@ type engine struct {
 	owed  *owed
 	// claims are the pending fires (retries, child fires) this engine has armed.
 	claims claims
+	// handoff are the jobs whose pending fires another replica has just stored (handoffLoop).
+	handoff *handoffs
 	// tags numbers the pending fires it arms, so that two of one job due in the same millisecond
 	// (or one due with a scheduled fire) are two ring entries, not one replacing the other.
 	tags atomic.Int64
@@ -41,6 +42,12 @@ type engine struct {
 	cursor atomic.Int64
 	// cursorSavedMs is when the completion follower last saved the cursor (clock ms).
 	cursorSavedMs atomic.Int64
+	// all (guarded by s.mu): cursor 0 means every completion logsvc keeps, not its newest (the
+	// partition began following when logsvc had none).
+	all bool
+	// following: the takeover has made a partition that never followed completions follow the
+	// replica's stream (startFollowing), once, whatever the takeover's retries.
+	following bool
 	// deposed is closed when a fenced write found a newer leader of the partition.
 	deposed     chan struct{}
 	deposedOnce sync.Once
@@ -159,7 +166,8 @@ func (s *Service) lead(ctx context.Context, p int, epoch int64) {
 		}
 		return
 	}
-	l := &engine{s: s, part: p, epoch: epoch, owed: newOwed(), lastScanMs: s.clk.Now().UnixMilli(), deposed: make(chan struct{})}
+	l := &engine{s: s, part: p, epoch: epoch, owed: newOwed(), handoff: newHandoffs(), lastScanMs: s.clk.Now().UnixMilli(),
+		deposed: make(chan struct{})}
 	l.cursor.Store(-1)
 	l.run(ctx)
 }
@@ -211,7 +219,12 @@ func (l *engine) run(ctx context.Context) {
 		defer close(done)
 		err := l.takeOver(lctx)
 		if err == nil {
+			hctx, hcancel := context.WithCancel(lctx)
+			hdone := make(chan struct{})
+			go func() { defer close(hdone); l.handoffLoop(hctx) }()
 			err = l.preReadLoop(lctx)
+			hcancel()
+			<-hdone
 		}
 		if errors.Is(err, errDeposed) {
 			l.depose()
@@ -309,6 +322,46 @@ func (l *engine) takeOver(ctx context.Context) error {
 	}
 }
 
+// startFollowing makes a partition that has never followed completions follow this replica's
+// stream before its engine fires anything. When the stream has not said where it is, a stream
+// that starts at logsvc's newest completion once it connects would pass over the completions of
+// the fires sent before that: the engine waits for it to be live, and the takeover is tried
+// again (and nothing fired) while it is not; streamFrom moves the engine's cursor to where the
+// stream starts. That start is saved as the partition's cursor, so that a next leader resumes
+// there even if this one dies before acting on a completion.
+func (l *engine) startFollowing(ctx context.Context) error {
+	s := l.s
+	pos := func() (int64, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return l.cursor.Load(), l.all
+	}
+	c, all := pos()
+	if c == 0 && !all { // the stream has not said where it is
+		if !s.completions.waitLive(ctx, s.cfg.DispatchTimeout) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("partition %d never followed completions, and logsvc's completion stream is not live yet", l.part)
+		}
+		if c, all = pos(); c == 0 && !all {
+			return nil // a logsvc that does not say where its stream starts: nothing known to save
+		}
+	}
+	tx, err := s.jobs.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
+		return err
+	}
+	if err := s.jobs.saveCursors(ctx, tx, []term{l.term()}, c); err != nil {
+		return err
+	}
+	return s.jobs.commit(tx)
+}
+
 func (l *engine) takeOverOnce(ctx context.Context) error {
 	s := l.s
 	start := time.Now() // a measurement for the log, not scheduling: the wall clock
@@ -320,13 +373,32 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 	}
 	// The previous leader can write the cursor no more: the follower may act on the partition's
 	// completions from here.
-	cursor, err := s.jobs.cursor(ctx, l.part)
+	cursor, started, err := s.jobs.cursor(ctx, l.part)
 	if err != nil {
 		return err
 	}
+	// A started cursor 0: its first leader's stream started when logsvc had no completion, so
+	// every completion logsvc keeps is one of its own to act on.
+	all := started && cursor == 0
+	s.mu.Lock() // streamFrom moves the engines at 0 to where the stream starts, under s.mu too
+	if at := s.completions.at.Load(); !started && at >= 0 {
+		// The partition has never followed completions: it starts where this replica's stream
+		// is (its completions from before were sent by a leader that died before it acted on
+		// any), not at logsvc's newest completion, which would restart the stream past what the
+		// replica's other partitions have not acted on yet.
+		cursor, all = at, at == 0
+	}
 	if l.cursor.Load() < 0 {
 		l.cursor.Store(cursor)
+		l.all = all
 		s.completions.wake()
+	}
+	s.mu.Unlock()
+	if !started && !l.following {
+		if err := l.startFollowing(ctx); err != nil {
+			return err
+		}
+		l.following = true
 	}
 	if err := l.takeOverPending(ctx); err != nil {
 		return err
@@ -357,7 +429,7 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		var mine []*fire
 		for t := aj.armedFrom; t != 0 && (aj.NextFireMs == 0 || t < aj.NextFireMs); t = nextAfter(sch, time.UnixMilli(t)) {
 			if t >= oldest {
-				mine = append(mine, &fire{job: aj.jobRow, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, lead: l})
+				mine = append(mine, &fire{job: aj.jobRow, fireMs: t, trigType: triggerCron, lead: l})
 			}
 			if aj.NextFireMs == 0 {
 				break // FIX_DELAY or ONCE: the armed fire was the only one
@@ -367,7 +439,7 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		for i, f := range mine {
 			times[i] = f.fireMs
 		}
-		plan := planMisfires(misfireStrategyOf(aj.Misfire), times, nowMs, s.cfg.MisfireThreshold)
+		plan := planMisfires(aj.Misfire, times, nowMs, s.cfg.MisfireThreshold)
 		onceNow, skipped := misfireFires(aj.jobRow, plan, nowMs, s.cfg.MisfireThreshold)
 		whyByMs := make(map[int64]string, len(skipped))
 		for _, sk := range skipped {
@@ -461,7 +533,7 @@ func (l *engine) resolveLater(ctx context.Context, ds []*doubt) {
 	if len(ds) == 0 || !l.begin() {
 		return
 	}
-	go l.s.resolveDoubts(ctx, l, ds)
+	go l.resolveDoubts(ctx, ds)
 }
 
 // wait pauses on the injected clock.

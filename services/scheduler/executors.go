@@ -42,6 +42,8 @@ type executorPool struct {
 	// health is what the executors' answers said of them (routing passes over the unreachable
 	// and the full).
 	health *executorHealth
+	// xxl serves the executors whose address is an http(s) URL: XXL-JOB executors.
+	xxl *xxlDriver
 }
 
 func newExecutorPool(opts []grpc.DialOption) *executorPool {
@@ -63,7 +65,15 @@ type poolConn struct {
 // longer than any call (dispatch deadlines are seconds), so a call never loses its connection.
 const idleConnAfter = 30 * time.Minute
 
+// client returns the client of an executor: an XXL-JOB executor (an http(s) URL) is driven over
+// its HTTP protocol, any other over a pooled gRPC connection.
 func (p *executorPool) client(addr string) (executorv1.ExecutorServiceClient, error) {
+	if isXxlAddress(addr) {
+		if p.xxl == nil {
+			return nil, fmt.Errorf("executor %s: XXL-JOB executors are not served here", addr)
+		}
+		return &xxlExecutor{d: p.xxl, addr: addr}, nil
+	}
 	now := time.Now() // housekeeping, not scheduling: the wall clock
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -425,5 +435,6 @@ func (v *routeView) CheckGroup(ctx context.Context, id int64) error {
 	return err
 }
 
-// validAddress reports whether a is an executor address (host:port) a caller may name.
-func validAddress(a string) bool { return hostport.Valid(a) }
+// validAddress reports whether a is an executor address a caller may name: an agent's host:port
+// or an XXL-JOB executor's URL.
+func validAddress(a string) bool { return hostport.Executor(a) }

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -42,12 +44,16 @@ func (e *lateExecutor) deadlinePassed(id string) chan struct{} {
 
 func (e *lateExecutor) Run(ctx context.Context, req *executorv1.RunRequest) (*executorv1.RunResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	resp, err := e.next.Run(metadata.NewOutgoingContext(context.WithoutCancel(ctx), md), req)
+	if _, err := e.next.Run(metadata.NewOutgoingContext(context.WithoutCancel(ctx), md), req); err != nil {
+		return nil, err
+	}
 	<-ctx.Done()
 	for _, t := range req.GetTriggers() {
 		e.pass(t.GetTriggerId())
 	}
-	return resp, err
+	// The executor's answer is dropped: sent at this call's own deadline, it could still reach a
+	// caller whose deadline timer had not yet run, which would then count it as in time.
+	return nil, status.Error(codes.DeadlineExceeded, "answered after the deadline")
 }
 
 // pass closes id's channel, once: the scheduler sends an unanswered fire again under its id.

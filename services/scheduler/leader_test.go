@@ -99,6 +99,20 @@ func (c *cluster) replica(t *testing.T, id string) *scheduler.Service {
 // replicaWith starts a scheduler replica of the cluster with cfg (a 1 s session TTL unless set).
 func (c *cluster) replicaWith(t *testing.T, cfg scheduler.Config) *scheduler.Service {
 	t.Helper()
+	return c.replicaIngesting(t, cfg, c.logsConn)
+}
+
+// replicaIngesting starts a scheduler replica as replicaWith does, whose trigger records go
+// through ingest.
+func (c *cluster) replicaIngesting(t *testing.T, cfg scheduler.Config, ingest *grpc.ClientConn) *scheduler.Service {
+	t.Helper()
+	return c.replicaOf(t, cfg, ingest, logsv1.NewLogServiceClient(c.logsConn))
+}
+
+// replicaOf starts a scheduler replica as replicaWith does, whose trigger records go through
+// ingest and which asks logs for the rest of what logsvc answers.
+func (c *cluster) replicaOf(t *testing.T, cfg scheduler.Config, ingest *grpc.ClientConn, logs logsv1.LogServiceClient) *scheduler.Service {
+	t.Helper()
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = time.Second
 	}
@@ -110,7 +124,7 @@ func (c *cluster) replicaWith(t *testing.T, cfg scheduler.Config) *scheduler.Ser
 	cli.KV, cli.Watcher, cli.Lease = namespace.NewKV(cli.KV, c.ns), namespace.NewWatcher(cli.Watcher, c.ns), namespace.NewLease(cli.Lease, c.ns)
 	s, err := scheduler.New(cfg, scheduler.Deps{
 		Store: c.store, Etcd: cli, Registry: registryv1.NewRegistryServiceClient(c.regConn),
-		Ingest: logsv1.NewIngestServiceClient(c.logsConn), Logs: logsv1.NewLogServiceClient(c.logsConn),
+		Ingest: logsv1.NewIngestServiceClient(ingest), Logs: logs,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ type metrics struct {
 	runFires   metric.Int64Histogram
 
 	byOutcome map[string][]metric.AddOption
-	byType    map[schedulerv1.TriggerType][]metric.RecordOption
+	byType    map[triggerType][]metric.RecordOption
 	byPool    map[string]metric.MeasurementOption
 	replica   attribute.KeyValue
 
@@ -62,7 +62,7 @@ func newMetrics(replicaID string) *metrics {
 	m := otel.Meter(meterName)
 	mt := &metrics{
 		byOutcome: map[string][]metric.AddOption{},
-		byType:    map[schedulerv1.TriggerType][]metric.RecordOption{},
+		byType:    map[triggerType][]metric.RecordOption{},
 		byPool:    map[string]metric.MeasurementOption{},
 		replica:   attribute.String("jobmesh.scheduler.replica.id", replicaID),
 	}
@@ -87,7 +87,7 @@ func newMetrics(replicaID string) *metrics {
 	}
 	for v, name := range schedulerv1.TriggerType_name {
 		t := strings.ToLower(strings.TrimPrefix(name, "TRIGGER_TYPE_"))
-		mt.byType[schedulerv1.TriggerType(v)] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("jobmesh.trigger.type", t)))}
+		mt.byType[triggerType(v)] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("jobmesh.trigger.type", t)))}
 	}
 	for _, p := range []string{"fast", "slow"} {
 		mt.byPool[p] = metric.WithAttributeSet(attribute.NewSet(attribute.String("jobmesh.pool.name", p)))
@@ -160,7 +160,7 @@ func (mt *metrics) stop() {
 }
 
 // sent records a Run call for a fire scheduled at fireMs, sent at now, and its outcome.
-func (mt *metrics) sent(tt schedulerv1.TriggerType, fireMs int64, now time.Time, outcome string) {
+func (mt *metrics) sent(tt triggerType, fireMs int64, now time.Time, outcome string) {
 	late := now.Sub(time.UnixMilli(fireMs)).Seconds()
 	if late < 0 {
 		late = 0 // a manual fire's time is taken before routing; never negative

@@ -7,8 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 )
 
 // BenchmarkMetricsSent measures what recording one dispatched fire costs with a real meter
@@ -24,6 +22,6 @@ func BenchmarkMetricsSent(b *testing.B) {
 	fireMs := now.Add(-3 * time.Millisecond).UnixMilli()
 	b.ReportAllocs()
 	for b.Loop() {
-		mt.sent(schedulerv1.TriggerType_TRIGGER_TYPE_CRON, fireMs, now, outcomeAccepted)
+		mt.sent(triggerCron, fireMs, now, outcomeAccepted)
 	}
 }

@@ -4,30 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"time"
-
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 )
 
-// misfireStrategy is what a job does with fires later than the misfire threshold: the
-// scheduler's own copy of schedulerv1.MisfireStrategy, converted at the edge
-// (misfireStrategyOf).
-type misfireStrategy int
+// misfireStrategy is what a job (or workflow) does with fires later than the misfire threshold,
+// as jobs.misfire_strategy stores it; misfireStrategyOf and proto convert at the API's edge.
+type misfireStrategy int32
 
 const (
 	// misfireDoNothing skips every late fire: each is recorded SKIPPED, none runs.
-	misfireDoNothing misfireStrategy = iota + 1
+	misfireDoNothing misfireStrategy = 1
 	// misfireFireOnceNow runs once now for all the late fires; the others are recorded SKIPPED.
-	misfireFireOnceNow
+	misfireFireOnceNow misfireStrategy = 2
 )
-
-// misfireStrategyOf converts a job's stored strategy; an unset one is DO_NOTHING, the API's
-// default.
-func misfireStrategyOf(m schedulerv1.MisfireStrategy) misfireStrategy {
-	if m == schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW {
-		return misfireFireOnceNow
-	}
-	return misfireDoNothing
-}
 
 // String names the strategy as the API does.
 func (m misfireStrategy) String() string {
@@ -108,13 +96,13 @@ func planMisfires(strategy misfireStrategy, owed []int64, nowMs int64, threshold
 // scheduled fire of trigger type MISFIRE at the chosen time; the caller arms it due now) and
 // the skipped fires, each with why it was skipped.
 func misfireFires(j *jobRow, p misfirePlan, nowMs int64, threshold time.Duration) (onceNow *fire, skipped []skippedFire) {
-	strategy := misfireStrategyOf(j.Misfire)
+	strategy := j.Misfire
 	if p.onceNowMs != 0 {
-		onceNow = &fire{job: j, fireMs: p.onceNowMs, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE}
+		onceNow = &fire{job: j, fireMs: p.onceNowMs, trigType: triggerMisfire}
 	}
 	for _, t := range p.skip {
 		skipped = append(skipped, skippedFire{
-			f:   &fire{job: j, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON},
+			f:   &fire{job: j, fireMs: t, trigType: triggerCron},
 			why: misfireReason(strategy, j.ID, t, p.onceNowMs, nowMs, threshold),
 		})
 	}
@@ -138,42 +126,43 @@ func (m *misfired) add(onceNow *fire, skipped []skippedFire) {
 
 // store keeps, inside the pre-read's fenced transaction, the decisions of the jobs it advanced
 // (the others' next fire was moved by the API meanwhile: their misfire is not this scan's), and
-// saves each run now as a pending fire due at nowMs: it is then decided with the job's advance,
-// once, and a leader that dies before dispatching it leaves it to the next one (takeOverPending)
-// instead of to the takeover's walk of the schedule, which would meet the fires the misfire
-// skipped without a record.
+// saves each run now and each skipped fire as a pending fire due at nowMs: they are then decided
+// with the job's advance, once, and a leader that dies before dispatching the run or delivering
+// a skipped fire's record leaves them to the next one (takeOverPending) instead of to the
+// takeover's walk of the schedule, which starts past them.
 func (m *misfired) store(ctx context.Context, st engineStore, tx *sql.Tx, advanced map[int64]bool, nowMs int64) error {
+	var rows []dueFire
 	kept := m.onceNow[:0]
 	for _, f := range m.onceNow {
-		if !advanced[f.job.ID] {
-			continue
+		if advanced[f.job.ID] {
+			f.pending = true
+			rows = append(rows, dueFire{f: f, due: nowMs})
+			kept = append(kept, f)
 		}
-		f.pending = true
-		if err := st.addPending(ctx, tx, f, nowMs); err != nil {
-			return err
-		}
-		kept = append(kept, f)
 	}
 	m.onceNow = kept
 	skipped := m.skipped[:0]
 	for _, sk := range m.skipped {
 		if advanced[sk.f.job.ID] {
+			sk.f.pending, sk.f.skip = true, sk.why
+			rows = append(rows, dueFire{f: sk.f, due: nowMs})
 			skipped = append(skipped, sk)
 		}
 	}
 	m.skipped = skipped
-	return nil
+	return st.addPendings(ctx, tx, rows)
 }
 
-// armMisfires acts on a committed pre-read's misfire decisions: it arms each run now, due at
-// nowMs, and records each skipped fire SKIPPED.
-func (s *Service) armMisfires(ctx context.Context, l *engine, m misfired, nowMs int64) {
+// armMisfires acts on a committed pre-read's misfire decisions: it arms each run now and each
+// skipped fire, due at nowMs (a skipped fire delivers its SKIPPED record then: skipFire).
+func (l *engine) armMisfires(ctx context.Context, m misfired, nowMs int64) {
+	s := l.s
 	for _, f := range m.onceNow {
 		s.log.WarnContext(ctx, "misfire: running once now", "job_id", f.job.ID, "trigger_id", TriggerID(f.job.ID, f.fireMs, 0, 0),
 			"late", time.Duration(nowMs-f.fireMs)*time.Millisecond, "strategy", misfireFireOnceNow.String())
-		s.armPending(l, f, nowMs)
+		l.armPending(f, nowMs)
 	}
 	for _, sk := range m.skipped {
-		s.recordSkipped(ctx, sk)
+		l.armPending(sk.f, nowMs)
 	}
 }

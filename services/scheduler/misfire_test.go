@@ -12,6 +12,8 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
+
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
 func TestPlanMisfires(t *testing.T) {
@@ -113,7 +115,8 @@ func TestMisfireReason(t *testing.T) {
 // TestPreReadMisfiresFollowTheJobsStrategy: a pre-read that finds a job's next fire 58 s late
 // (the misfire threshold is 5 s) records it SKIPPED under its own trigger id when the job's
 // strategy is DO_NOTHING, and runs it once now, as a MISFIRE fire under that trigger id, when it
-// is FIRE_ONCE_NOW; both jobs carry on from now. The run now is a pending fire until dispatched,
+// is FIRE_ONCE_NOW; both jobs carry on from now. The run now and the skipped fire are pending
+// fires until dispatched or recorded, so a leader that dies first leaves them to the next one,
 // and a second pre-read decides nothing again.
 func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	t.Parallel()
@@ -128,19 +131,19 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	}
 	nowMs := clk.Now().UnixMilli()
 	lateMs := nowMs - 58_000
-	newJob := func(m schedulerv1.MisfireStrategy) int64 {
+	newJob := func(m misfireStrategy) int64 {
 		t.Helper()
 		id, err := s.jobs.insert(ctx, &jobRow{GroupID: group, Name: m.String(), ScheduleType: schedule.FixRate,
-			ScheduleExpr: "1m", Misfire: m, Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST, Block: schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION,
-			RetryCount: 1, RetryBackoff: schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE, GlueType: schedulerv1.GlueType_GLUE_TYPE_BEAN, Handler: "count",
+			ScheduleExpr: "1m", Misfire: m, Route: route.First, Block: blockSerial,
+			RetryCount: 1, RetryBackoff: retryNoWait, GlueType: glueBean, Handler: "count",
 			Status: jobRunning, NextFireMs: lateMs}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return id
 	}
-	doNothing := newJob(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING)
-	onceNow := newJob(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW)
+	doNothing := newJob(misfireDoNothing)
+	onceNow := newJob(misfireFireOnceNow)
 	// A ring that is not running: what the pre-read arms stays there to be looked at.
 	l := &engine{s: s, epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: nowMs}
 	if _, err := l.preRead(ctx); err != nil {
@@ -148,22 +151,27 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	}
 
 	skippedID := TriggerID(doNothing, lateMs, 0, 0)
-	rec := waitRecords(t, ingest, []string{skippedID})[skippedID]
-	if rec.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_SKIPPED || rec.GetScheduledUnixMs() != lateMs ||
-		rec.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_CRON ||
-		!strings.Contains(rec.GetTriggerMessage(), "58s late") || !strings.Contains(rec.GetTriggerMessage(), "DO_NOTHING") {
-		t.Errorf("DO_NOTHING job's late fire recorded %v, want a SKIPPED CRON record of the fire at %d saying how late and the strategy", rec, lateMs)
-	}
+	var skip *fire
 	for _, e := range l.ring.RemoveJob(doNothing) {
-		if e.Value.fireMs < nowMs {
+		switch {
+		case e.Value.skip != "" && skip == nil:
+			skip = e.Value
+			if e.FireAt != nowMs || skip.fireMs != lateMs || !skip.pending || skip.trigType != triggerCron {
+				t.Errorf("skipped fire armed at %d for the fire at %d (%v, pending %v), want a pending CRON fire due now (%d) for the late fire at %d",
+					e.FireAt, skip.fireMs, skip.trigType, skip.pending, nowMs, lateMs)
+			}
+		case e.Value.fireMs < nowMs:
 			t.Errorf("DO_NOTHING job: a fire at %d (%v) armed, want only fires from now on", e.Value.fireMs, e.Value.trigType)
 		}
+	}
+	if skip == nil {
+		t.Fatal("DO_NOTHING job: its late fire was not kept to be recorded SKIPPED")
 	}
 
 	var run *fire
 	for _, e := range l.ring.RemoveJob(onceNow) {
 		switch {
-		case e.Value.trigType == schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE && run == nil:
+		case e.Value.trigType == triggerMisfire && run == nil:
 			run = e.Value
 			if e.FireAt != nowMs || run.fireMs != lateMs || !run.pending {
 				t.Errorf("run now armed at %d for the fire at %d (pending %v), want due now (%d), for the late fire at %d, pending",
@@ -177,8 +185,8 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 		t.Fatal("FIRE_ONCE_NOW job: no MISFIRE run armed")
 	}
 	runID := TriggerID(onceNow, lateMs, 0, 0)
-	if n := pendingCount(t, s); n != 1 {
-		t.Errorf("%d pending fires, want the run now's", n)
+	if n := pendingCount(t, s); n != 2 {
+		t.Errorf("%d pending fires, want the run now's and the skipped fire's", n)
 	}
 
 	// The next pre-read decides nothing again: the jobs were advanced with the decision.
@@ -193,6 +201,34 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 			}
 		}
 	}
+
+	// The leader dies before the skipped fire's record leaves: the next leader's pre-read finds
+	// the fire in pending_fires and records it.
+	if err := s.jobs.raiseFence(ctx, 0, 2, "t2"); err != nil {
+		t.Fatal(err)
+	}
+	next := &engine{s: s, epoch: 2, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), lastScanMs: clk.Now().UnixMilli()}
+	if _, err := next.preRead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var again *fire
+	for _, e := range next.ring.RemoveJob(doNothing) {
+		if e.Value.skip != "" {
+			again = e.Value
+			again.dueMs = e.FireAt
+		}
+	}
+	if again == nil || again.fireMs != lateMs {
+		t.Fatalf("the next leader armed %v, want the skipped fire at %d", again, lateMs)
+	}
+	s.submit(again)
+	rec := waitRecords(t, ingest, []string{skippedID})[skippedID]
+	if rec.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_SKIPPED || rec.GetScheduledUnixMs() != lateMs ||
+		rec.GetTriggerType() != schedulerv1.TriggerType_TRIGGER_TYPE_CRON ||
+		!strings.Contains(rec.GetTriggerMessage(), "58s late") || !strings.Contains(rec.GetTriggerMessage(), "DO_NOTHING") {
+		t.Errorf("DO_NOTHING job's late fire recorded %v, want a SKIPPED CRON record of the fire at %d saying how late and the strategy", rec, lateMs)
+	}
+	waitFor(t, "the skipped fire's row goes once its record is acknowledged", func() bool { return pendingCount(t, s) == 1 })
 
 	run.dueMs = nowMs
 	s.dispatch(run, trace.Link{}, nil)
@@ -235,8 +271,10 @@ func TestSkippedCompletionPlansTheNextFixDelayFire(t *testing.T) {
 	job := r.job(t, schedule.FixDelay, "10s", child)
 	fireMs := r.clk.Now().Add(-time.Minute).UnixMilli()
 	r.handle(t, job, fireMs, [2]logsv1.RunStatus{logsv1.RunStatus_RUN_STATUS_SKIPPED})
-	if next, want := r.nextFire(t, job), r.clk.Now().Add(10*time.Second-time.Millisecond).UnixMilli(); next != want {
-		t.Errorf("next fire = %d, want %d (10 s after the skipped fire's completion)", next, want)
+	// The skipped fire's run ended a minute ago (handle: 50 ms after its time), more than the
+	// job's 10 s delay: the next fire is due at once, when the completion is handled.
+	if next, want := r.nextFire(t, job), r.clk.Now().Add(-time.Millisecond).UnixMilli(); next != want {
+		t.Errorf("next fire = %d, want %d (at once: 10 s after the skipped fire's end has passed)", next, want)
 	}
 	if _, ok := r.pendingDue(t, job, fireMs, 1); ok {
 		t.Error("a skipped fire got a retry")

@@ -3,13 +3,14 @@ package scheduler
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 )
 
@@ -25,16 +26,23 @@ type pendingKey struct {
 	job, fireMs    int64
 	shard, attempt int32
 	parent         int64
+	// wf and node name a workflow node's fire (wf 0 for other fires).
+	wf   int64
+	node int32
 }
 
 // triggerID is the trigger id the fire gets (or its first shard's, for a broadcast).
 func (k pendingKey) triggerID() string {
-	return triggerid.ID{Job: k.job, ScheduledMs: k.fireMs, Shard: max(k.shard, 0), Attempt: k.attempt, Parent: k.parent}.String()
+	return triggerid.ID{Job: k.job, ScheduledMs: k.fireMs, Shard: max(k.shard, 0), Attempt: k.attempt, Parent: k.parent,
+		Workflow: k.wf, Node: k.node}.String()
 }
 
 // key returns the pending key of a pending fire.
 func (f *fire) key() pendingKey {
 	k := pendingKey{job: f.job.ID, fireMs: f.fireMs, shard: -1, attempt: f.attempt, parent: f.parent}
+	if f.wf != nil {
+		k.wf, k.node = f.wf.ID, f.wf.Node
+	}
 	if f.shardTotal > 0 {
 		k.shard = f.shard
 	}
@@ -45,9 +53,17 @@ func (f *fire) key() pendingKey {
 type claims struct {
 	mu  sync.Mutex
 	set map[pendingKey]struct{}
+	// gone are the keys whose rows were deleted (done), with when: a read of pending_fires that
+	// began before a delete may still return the row, and must not arm it again. They are kept
+	// claimGone; a read older than claimGone/2 is not acted on.
+	gone     map[pendingKey]time.Time
+	prunedAt time.Time
 }
 
-// claim reports whether k was not claimed yet, and claims it.
+// claimGone is how long a deleted pending fire's key stays unclaimable.
+const claimGone = time.Minute
+
+// claim reports whether k was not claimed yet (nor deleted lately), and claims it.
 func (c *claims) claim(k pendingKey) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -55,6 +71,9 @@ func (c *claims) claim(k pendingKey) bool {
 		c.set = map[pendingKey]struct{}{}
 	}
 	if _, ok := c.set[k]; ok {
+		return false
+	}
+	if _, ok := c.gone[k]; ok {
 		return false
 	}
 	c.set[k] = struct{}{}
@@ -68,29 +87,109 @@ func (c *claims) release(k pendingKey) {
 	delete(c.set, k)
 }
 
+// done ends the claim of a fire whose row is deleted: it is not claimed again (claimGone).
+func (c *claims) done(k pendingKey) {
+	now := time.Now() // a measurement of age, not scheduling: the wall clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.set, k)
+	if c.gone == nil {
+		c.gone = map[pendingKey]time.Time{}
+	}
+	c.gone[k] = now
+	if now.Sub(c.prunedAt) >= time.Second {
+		c.prunedAt = now
+		for g, at := range c.gone {
+			if now.Sub(at) >= claimGone {
+				delete(c.gone, g)
+			}
+		}
+	}
+}
+
+// held reports whether k is claimed.
+func (c *claims) held(k pendingKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.set[k]
+	return ok
+}
+
 // addPending stores a pending fire inside the fenced completion transaction; a repeat of the same
 // completion (after a failover) changes nothing.
 func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error {
 	k := f.key()
+	var wf any
+	if f.wf != nil {
+		b, err := json.Marshal(f.wf)
+		if err != nil {
+			return fmt.Errorf("save pending fire %s: %w", k.triggerID(), err)
+		}
+		wf = string(b)
+	}
+	var skip any
+	if f.skip != "" {
+		skip = f.skip
+	}
 	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
-		trigger_type, fire_params, due_ms, parent_job_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`),
-		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, triggerTypeOf(f.trigType), f.params, dueMs, k.parent)
+		trigger_type, fire_params, due_ms, parent_job_id, wf_id, wf_node, wf, skip_reason)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING`),
+		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs, k.parent, k.wf, k.node, wf, skip)
 	if err != nil {
 		return storeErr(err, "save pending %s fire %s", f.trigType, k.triggerID())
 	}
 	return nil
 }
 
+// pendingColumns are what scanPending reads of a pending fire and its job.
+const pendingColumns = `p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
+		p.fire_params, p.due_ms, p.parent_job_id, p.wf, p.skip_reason, ` + jobColumns + ` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
+		LEFT JOIN job_state ON job_state.job_id = jobs.id`
+
 // duePending reads partition part's pending fires due at or before horizonMs with their jobs,
-// oldest first.
-func (s store) duePending(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_type,
-		p.fire_params, p.due_ms, p.parent_job_id, `+jobColumns+` FROM pending_fires p JOIN jobs ON jobs.id = p.job_id
-		LEFT JOIN job_state ON job_state.job_id = jobs.id
+// oldest first, inside q (a transaction or the store).
+func (s store) duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
+	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
 		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 	if err != nil {
 		return nil, nil, storeErr(err, "read pending fires")
 	}
+	return scanPending(rows)
+}
+
+// duePendingOf reads the pending fires named by refs (job and scheduled time) due at or before
+// horizonMs with their jobs, oldest first (a hand-off: handoffLoop).
+func (s store) duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error) {
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if s.db.Dialect() == db.Postgres {
+		jobs, ms := make([]int64, len(refs)), make([]int64, len(refs))
+		for i, r := range refs {
+			jobs[i], ms[i] = r.job, r.fireMs
+		}
+		rows, err = s.db.QueryContext(ctx, `SELECT `+pendingColumns+`
+			JOIN unnest($1::bigint[], $2::bigint[]) AS r(job, ms) ON p.job_id = r.job AND p.fire_ms = r.ms
+			WHERE p.due_ms <= $3 ORDER BY p.due_ms`, jobs, ms, horizonMs)
+	} else {
+		list := make([][2]int64, len(refs))
+		for i, r := range refs {
+			list[i] = [2]int64{r.job, r.fireMs}
+		}
+		b, _ := json.Marshal(list)
+		rows, err = s.db.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
+			JOIN json_each($1) AS r ON p.job_id = json_extract(r.value, '$[0]') AND p.fire_ms = json_extract(r.value, '$[1]')
+			WHERE p.due_ms <= $2 ORDER BY p.due_ms`), string(b), horizonMs)
+	}
+	if err != nil {
+		return nil, nil, storeErr(err, "read %d pending fires handed over", len(refs))
+	}
+	return scanPending(rows)
+}
+
+// scanPending reads pendingColumns' rows and closes them.
+func scanPending(rows *sql.Rows) ([]*fire, []int64, error) {
 	defer rows.Close()
 	var (
 		fires []*fire
@@ -101,19 +200,27 @@ func (s store) duePending(ctx context.Context, tx *sql.Tx, part int, horizonMs i
 			f      fire
 			tt     triggerType
 			params sql.NullString
+			wf     sql.NullString
+			skip   sql.NullString
 			due    int64
 			j      jobRow
 		)
-		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &tt, &params, &due, &f.parent},
+		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &tt, &params, &due, &f.parent, &wf, &skip},
 			jobFields(&j)...)...); err != nil {
 			return nil, nil, storeErr(err, "read pending fires")
 		}
-		f.trigType = tt.proto()
+		f.trigType, f.skip = tt, skip.String
 		if f.shard < 0 {
 			f.shard, f.shardTotal = 0, 0
 		}
 		if params.Valid {
 			f.params = &params.String
+		}
+		if wf.Valid {
+			f.wf = &wfFire{}
+			if err := json.Unmarshal([]byte(wf.String), f.wf); err != nil {
+				return nil, nil, fmt.Errorf("read pending fires: workflow node of job %d: %w", j.ID, err)
+			}
 		}
 		f.job, f.pending = &j, true
 		fires, dues = append(fires, &f), append(dues, due)
@@ -133,18 +240,27 @@ func (s store) deletePending(ctx context.Context, k pendingKey) error {
 	return nil
 }
 
-// pendingWhere names one pending fire by $1-$5 (pendingArgs).
-const pendingWhere = ` WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4 AND parent_job_id = $5`
+// pendingWhere names one pending fire by $1-$7 (pendingArgs).
+const pendingWhere = ` WHERE job_id = $1 AND fire_ms = $2 AND shard = $3 AND attempt = $4 AND parent_job_id = $5
+	AND wf_id = $6 AND wf_node = $7`
+
+// pendingMatch names one pending fire by $n+1-$n+7 (pendingArgs), in parentheses.
+func pendingMatch(n int) string {
+	return fmt.Sprintf(`(job_id = $%d AND fire_ms = $%d AND shard = $%d AND attempt = $%d AND parent_job_id = $%d AND wf_id = $%d AND wf_node = $%d)`,
+		n+1, n+2, n+3, n+4, n+5, n+6, n+7)
+}
 
 // pendingArgs are pendingWhere's arguments for k.
-func pendingArgs(k pendingKey) []any { return []any{k.job, k.fireMs, k.shard, k.attempt, k.parent} }
+func pendingArgs(k pendingKey) []any {
+	return []any{k.job, k.fireMs, k.shard, k.attempt, k.parent, k.wf, k.node}
+}
 
 // setPendingDue moves, inside tx, pending fire k's due time to dueMs, only while it is fromMs
 // when fromMs is not 0; it reports whether the row was there (and moved).
 func (s store) setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error) {
-	q, args := `UPDATE pending_fires SET due_ms = $6`+pendingWhere, append(pendingArgs(k), dueMs)
+	q, args := `UPDATE pending_fires SET due_ms = $8`+pendingWhere, append(pendingArgs(k), dueMs)
 	if fromMs != 0 {
-		q, args = q+` AND due_ms = $7`, append(args, fromMs)
+		q, args = q+` AND due_ms = $9`, append(args, fromMs)
 	}
 	res, err := tx.ExecContext(ctx, s.db.Q(q), args...)
 	if err != nil {
@@ -200,7 +316,7 @@ func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int
 }
 
 // armPending arms a pending fire at dueMs unless this leadership already has.
-func (s *Service) armPending(l *engine, f *fire, dueMs int64) {
+func (l *engine) armPending(f *fire, dueMs int64) {
 	f.lead, f.pending = l, true
 	k := f.key()
 	if !l.claims.claim(k) {
@@ -215,26 +331,21 @@ func (s *Service) armPending(l *engine, f *fire, dueMs int64) {
 // it; otherwise the partition's leader arms it from pending_fires at its next pre-read.
 func (s *Service) armOnLeader(f *fire, dueMs int64) {
 	if l := s.engineOf(f.job.ID); l != nil {
-		s.armPending(l, f, dueMs)
+		l.armPending(f, dueMs)
 	}
 }
 
 // settle records that a fire of leadership l left the ring for good (dispatched, rejected or
-// disarmed): an owed fire is no longer owed; a pending fire's row is deleted.
+// disarmed): a takeover's pin of it ends; an owed fire is no longer owed; a pending fire's row
+// is deleted once logsvc has acknowledged its trigger records (rowAcks), and stays claimed until
+// then.
 func (s *Service) settle(f *fire) {
+	f.lead.unpin(f.key())
 	if !f.pending {
 		f.lead.owed.done(f.job.ID, f.fireMs)
 		return
 	}
-	k := f.key()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.jobs.deletePending(ctx, k); err != nil {
-		// Still claimed, so this leader does not send it again; a new leader asks logsvc first.
-		s.log.Warn("dispatched fire left pending", "trigger_id", k.triggerID(), "error", err)
-		return
-	}
-	f.lead.claims.release(k)
+	s.rowAcks.settle(f.lead, f)
 }
 
 // disarmEntry takes back a fire removed from the ring without dispatching it.
@@ -248,9 +359,11 @@ func (l *engine) disarmEntry(e ringEntry) {
 
 // takeOverPending deletes the pending fires the previous leader dispatched: those whose trigger
 // ids logsvc knows or an executor of the job's group has seen (seenOnExecutors), rebuilding the
-// trigger records of those logsvc has no record of (rebuildRecord). The pre-read
-// arms the rest; one that an executor which did not answer may hold goes to it alone (pinned),
-// and one that several may hold is claimed until they say (resolveDoubts).
+// trigger records of those logsvc has no record of (rebuildRecord; their rows go once logsvc
+// has the rebuilt records, as a dispatched fire's do). The pre-read arms the rest; one that an
+// executor which did not answer may hold goes to it alone (pinned), and one that several may
+// hold is claimed until they say (resolveDoubts). Rows this leadership has claimed already (a
+// takeover tried again) are its own.
 func (l *engine) takeOverPending(ctx context.Context) error {
 	s := l.s
 	tx, err := s.jobs.begin(ctx)
@@ -262,7 +375,18 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	fires = slices.DeleteFunc(fires, func(f *fire) bool { return l.claims.held(f.key()) })
 	gone, rebuilt := 0, 0
+	// rebuild sends logsvc the record of a fire found dispatched, and settles the fire: its row
+	// goes once logsvc has the record.
+	rebuild := func(f *fire, addr string) {
+		f.lead = l
+		l.claims.claim(f.key())
+		s.rebuildRecord(ctx, f, addr)
+		s.rowAcks.settle(l, f)
+		rebuilt++
+		gone++
+	}
 	unknown := map[int64][]string{}
 	byID := make(map[string]*fire, len(fires))
 	for start := 0; start < len(fires); start += 10000 {
@@ -276,20 +400,26 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("look up pending fires in logsvc: %w", err)
 		}
+		unrecorded := make(map[string]bool, len(resp.GetUnrecordedTriggerIds()))
 		for _, id := range resp.GetUnrecordedTriggerIds() {
-			s.rebuildRecord(ctx, byID[id], "")
-			rebuilt++
+			if f := byID[id]; f != nil && f.skip == "" { // a skipped fire never ran: nothing to rebuild
+				unrecorded[id] = true
+				rebuild(f, "")
+			}
 		}
 		known := make(map[string]bool, len(resp.GetKnownTriggerIds()))
 		for _, id := range resp.GetKnownTriggerIds() {
+			known[id] = true
+			if unrecorded[id] {
+				continue
+			}
 			if err := s.jobs.deletePending(ctx, byID[id].key()); err != nil {
 				return err
 			}
-			known[id] = true
 			gone++
 		}
 		for _, id := range ids {
-			if !known[id] {
+			if !known[id] && byID[id].skip == "" { // a skipped fire was never sent: no executor to ask
 				unknown[byID[id].job.GroupID] = append(unknown[byID[id].job.GroupID], id)
 			}
 		}
@@ -297,12 +427,7 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 	// logsvc lags the fires under load; ask the executors about the ones it does not know.
 	onExec, silent, skipped := s.seenOnExecutors(ctx, unknown)
 	for id, addr := range onExec {
-		s.rebuildRecord(ctx, byID[id], addr)
-		rebuilt++
-		if err := s.jobs.deletePending(ctx, byID[id].key()); err != nil {
-			return err
-		}
-		gone++
+		rebuild(byID[id], addr)
 	}
 	pinned := 0
 	var doubts []*doubt
@@ -336,7 +461,7 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 func pendingRetry(j *jobRow, c *logsv1.Completion) *fire {
 	params := c.GetParams()
 	id, _ := triggerid.Parse(c.GetTriggerId())
-	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), parent: id.Parent, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_RETRY,
+	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), parent: id.Parent, trigType: triggerRetry,
 		attempt: c.GetAttempt() + 1, params: &params, pending: true}
 	if c.GetShardTotal() > 1 {
 		f.shard, f.shardTotal = c.GetShardIndex(), c.GetShardTotal()

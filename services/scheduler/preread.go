@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -69,6 +68,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	pendingRead := time.Now() // a measurement: a read older than claimGone/2 is not armed
 	pending, pendingDue, err := s.jobs.duePending(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
 	if err != nil {
 		return 0, err
@@ -94,7 +94,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		fires, onceNow, skipped, last, next := s.firesInWindow(j, sch, now, armTo)
+		fires, onceNow, skipped, last, next := firesInWindow(j, sch, now, armTo, s.cfg.MisfireThreshold)
 		misfires.add(onceNow, skipped)
 		armedFrom, _ := l.owed.min(j.ID)
 		for _, f := range fires {
@@ -142,6 +142,10 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
 		return 0, err
 	}
+	wfArm, err := l.fireWorkflows(ctx, tx, now, horizon)
+	if err != nil {
+		return 0, err
+	}
 	if err := s.jobs.commit(tx); err != nil {
 		return 0, fmt.Errorf("pre-read: %w", err)
 	}
@@ -152,10 +156,18 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		l.owed.arm(e.JobID, e.FireAt)
 		l.ring.Add(e)
 	}
-	for i, f := range pending {
-		s.armPending(l, f, pendingDue[i])
+	if age := time.Since(pendingRead); age < claimGone/2 {
+		for i, f := range pending {
+			l.armPending(f, pendingDue[i])
+		}
+	} else if len(pending) > 0 {
+		s.log.Warn("pending fires read too long ago not armed; the next pre-read reads them again", "partition", l.part,
+			"fires", len(pending), "read_ago", age)
 	}
-	s.armMisfires(ctx, l, misfires, nowMs)
+	l.armMisfires(ctx, misfires, nowMs)
+	for _, arm := range wfArm {
+		arm()
+	}
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "partition", l.part, "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
@@ -215,14 +227,15 @@ func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) erro
 // fires to arm, the misfire's FIRE_ONCE_NOW run (nil for none: armed now as a pending fire), the
 // misfire's skipped fires, the last fire armed (0 if none) and the job's new next fire (0 for
 // none). A next_fire later than the misfire threshold stands for every fire the schedule
-// missed since: planMisfires decides for it, and the schedule carries on from now.
-func (s *Service) firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time, horizon int64) (fires []*fire, onceNow *fire, skipped []skippedFire, last, next int64) {
+// missed since (later than threshold): planMisfires decides for it, and the schedule carries on
+// from now. It is pure: no clock, no store.
+func firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time, horizon int64, threshold time.Duration) (fires []*fire, onceNow *fire, skipped []skippedFire, last, next int64) {
 	nowMs := now.UnixMilli()
 	t := j.NextFireMs
 	for t != 0 && t <= horizon {
-		if isLate(t, nowMs, s.cfg.MisfireThreshold) {
-			p := planMisfires(misfireStrategyOf(j.Misfire), []int64{t}, nowMs, s.cfg.MisfireThreshold)
-			onceNow, skipped = misfireFires(j, p, nowMs, s.cfg.MisfireThreshold)
+		if isLate(t, nowMs, threshold) {
+			p := planMisfires(j.Misfire, []int64{t}, nowMs, threshold)
+			onceNow, skipped = misfireFires(j, p, nowMs, threshold)
 			if onceNow != nil {
 				last = onceNow.fireMs
 			}
@@ -232,7 +245,7 @@ func (s *Service) firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time
 			}
 			continue
 		}
-		fires = append(fires, &fire{job: j, fireMs: t, trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON})
+		fires = append(fires, &fire{job: j, fireMs: t, trigType: triggerCron})
 		last = t
 		if sch.Type() == schedule.FixDelay {
 			return fires, onceNow, skipped, last, 0 // the next fire is set when this one completes

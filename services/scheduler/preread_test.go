@@ -1,13 +1,11 @@
 package scheduler
 
 import (
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -15,13 +13,13 @@ func TestFiresInWindow(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 	ms := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
-	s := &Service{cfg: Config{MisfireThreshold: 5 * time.Second}, log: slog.New(slog.DiscardHandler)}
+	const threshold = 5 * time.Second
 	horizon := ms(5 * time.Second)
 	tests := []struct {
 		name      string
 		job       jobRow
 		wantFires []int64
-		wantTypes []schedulerv1.TriggerType
+		wantTypes []triggerType
 		wantNext  int64
 		// wantOnceNow is the misfire's FIRE_ONCE_NOW run (0: none), wantSkipped its skipped fires.
 		wantOnceNow int64
@@ -41,13 +39,13 @@ func TestFiresInWindow(t *testing.T) {
 		},
 		{
 			name:        "misfire DO_NOTHING skips and carries on from now",
-			job:         jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING},
+			job:         jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: misfireDoNothing},
 			wantSkipped: []int64{ms(-time.Minute)},
 			wantNext:    ms(10 * time.Second),
 		},
 		{
 			name:        "misfire FIRE_ONCE_NOW runs once now as the late fire",
-			job:         jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW},
+			job:         jobRow{ScheduleType: schedule.FixRate, ScheduleExpr: "10s", NextFireMs: ms(-time.Minute), Misfire: misfireFireOnceNow},
 			wantOnceNow: ms(-time.Minute),
 			wantNext:    ms(10 * time.Second),
 		},
@@ -83,12 +81,12 @@ func TestFiresInWindow(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseSchedule: %v", err)
 			}
-			fires, onceNow, skipped, _, next := s.firesInWindow(&tt.job, sch, now, horizon)
+			fires, onceNow, skipped, _, next := firesInWindow(&tt.job, sch, now, horizon, threshold)
 			switch {
 			case tt.wantOnceNow == 0 && onceNow != nil:
 				t.Errorf("run now at %d, want none", onceNow.fireMs)
 			case tt.wantOnceNow != 0 && (onceNow == nil || onceNow.fireMs != tt.wantOnceNow ||
-				onceNow.trigType != schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE):
+				onceNow.trigType != triggerMisfire):
 				t.Errorf("run now = %+v, want a MISFIRE fire at %d", onceNow, tt.wantOnceNow)
 			}
 			var gotSkipped []int64
@@ -104,7 +102,7 @@ func TestFiresInWindow(t *testing.T) {
 			var got []int64
 			for i, f := range fires {
 				got = append(got, f.fireMs)
-				want := schedulerv1.TriggerType_TRIGGER_TYPE_CRON
+				want := triggerCron
 				if tt.wantTypes != nil {
 					want = tt.wantTypes[i]
 				}

@@ -50,9 +50,6 @@ const DefaultPartitions = partition.DefaultCount
 // DefaultDispatchLead is Config.DispatchLead's default.
 const DefaultDispatchLead = 200 * time.Millisecond
 
-// maxSettling is how many pending_fires deletes of dispatched fires run at once.
-const maxSettling = 16
-
 // DefaultRecordQueue is Config.RecordQueue's default: 25 s of 20,000 fires/s while logsvc is
 // slow or away, about 160 MB of records at most.
 const DefaultRecordQueue = 500_000
@@ -128,6 +125,11 @@ type Config struct {
 	// results and lines only for the fires sent to it. Empty sends fires without a token, and
 	// logsvc then refuses their executors' deliveries.
 	DeliverySecret string
+	// XxlAccessToken is the XXL-JOB-ACCESS-TOKEN presented to XXL-JOB executors of a group that
+	// has no access token, and expected on their callbacks; empty for none.
+	XxlAccessToken string
+	// XxlLogPoll is how often the output of live XXL-JOB runs is read into logsvc. Default 1 s.
+	XxlLogPoll time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -180,6 +182,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.XxlLogPoll == 0 {
+		c.XxlLogPoll = DefaultXxlLogPoll
+	}
 }
 
 func (c *Config) validate() error {
@@ -202,6 +207,8 @@ func (c *Config) validate() error {
 		return errors.New("scheduler: trigger pool workers and queue: at least 1")
 	case c.RecordQueue < 1:
 		return fmt.Errorf("scheduler: record queue %d: at least 1", c.RecordQueue)
+	case c.XxlLogPoll < 10*time.Millisecond:
+		return fmt.Errorf("scheduler: xxl log poll %v: at least 10ms", c.XxlLogPoll)
 	case c.ExecutorQueue < 1 || c.ExecutorQueueTotal < c.ExecutorQueue:
 		return fmt.Errorf("scheduler: executor queue %d and total %d: at least 1, and the total at least the one", c.ExecutorQueue, c.ExecutorQueueTotal)
 	}
@@ -221,6 +228,7 @@ type Deps struct {
 type Service struct {
 	schedulerv1.UnimplementedJobServiceServer
 	schedulerv1.UnimplementedSchedulerServiceServer
+	schedulerv1.UnimplementedWorkflowServiceServer
 
 	cfg      Config
 	log      *slog.Logger
@@ -232,15 +240,17 @@ type Service struct {
 	router   *route.Router
 	delivery *seal.Key // seals fires' delivery tokens; nil without Config.DeliverySecret
 	execs    *executorPool
+	// xxl drives the XXL-JOB executors (xxl.go) and follows their runs' output.
+	xxl      *xxlDriver
 	fast     *pool
 	slow     *pool
 	slowness *slowTracker
 	metrics  *metrics
 	records  *ackstream.Sender[*logsv1.TriggerRecord, logsv1.IngestTriggerRecordsRequest, logsv1.IngestTriggerRecordsResponse]
 	dropped  dropReport // trigger records the records queue refused
-	// settling bounds the dispatched retry and child fires whose pending_fires rows are being
-	// deleted at once: answers come without a worker to bound them.
-	settling chan struct{}
+	// rowAcks deletes the rows of dispatched retry, child and workflow node fires once logsvc
+	// has acknowledged their trigger records.
+	rowAcks *rowAcks
 	// waits holds the fires waiting for their executors to take them (back-pressure).
 	waits *backlogs
 
@@ -257,6 +267,12 @@ type Service struct {
 	// existed theirs (assignPartitions).
 	assignMu sync.Mutex
 	assigned bool
+
+	// graphs keeps the workflow versions' graphs read ([2]int64{workflow, version} →
+	// *workflow.Graph): a version never changes.
+	graphs sync.Map
+	// wfAlarms wakes the loop that sends failed workflow instances' alarms (wfalarm.go).
+	wfAlarms *wfAlarmSender
 
 	mu      sync.Mutex
 	started bool
@@ -282,15 +298,18 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DeliverySecret != "" {
 		s.delivery = seal.New(cfg.DeliverySecret, seal.Delivery)
 	}
+	s.xxl = newXxlDriver(deps.Store, deps.Ingest, cfg, s.delivery)
+	s.execs.xxl = s.xxl
 	s.execs.batched, s.execs.clk, s.execs.health.clk = s.metrics.runBatch, cfg.Clock, cfg.Clock
 	s.waits = newBacklogs(s, cfg.ExecutorQueue, cfg.ExecutorQueueTotal)
 	s.execs.health.room = s.waits.kick
 	s.router = route.New(route.Options{Prober: s.execs, Now: cfg.Clock.Now})
 	s.slowness = newSlowTracker(cfg.Clock)
-	s.settling = make(chan struct{}, maxSettling)
+	s.rowAcks = newRowAcks(s)
 	s.fast = newPool("fast", cfg.FastWorkers, cfg.PoolQueue)
 	s.slow = newPool("slow", cfg.SlowWorkers, cfg.PoolQueue)
 	s.engines = map[int]*engine{}
+	s.wfAlarms = newWfAlarmSender()
 	s.completions = newCompletionFollower()
 	if cfg.PeerDialOptions != nil {
 		s.peers = newPeers(cfg.PeerDialOptions, cfg.DispatchTimeout)
@@ -312,6 +331,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		Acked:      func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
 		MaxPending: cfg.RecordQueue,
 		Logger:     cfg.Logger,
+		OnAck:      s.rowAcks.acked,
 	})
 	return s, nil
 }
@@ -325,10 +345,11 @@ func credentialKey(secret string) *seal.Key {
 	return seal.New(secret, seal.Credential)
 }
 
-// Register adds JobService and SchedulerService to g.
+// Register adds JobService, SchedulerService and WorkflowService to g.
 func (s *Service) Register(g *grpc.Server) {
 	schedulerv1.RegisterJobServiceServer(g, s)
 	schedulerv1.RegisterSchedulerServiceServer(g, s)
+	schedulerv1.RegisterWorkflowServiceServer(g, s)
 }
 
 // Start begins following the executor view, delivering trigger records, following completions
@@ -342,11 +363,15 @@ func (s *Service) Start(ctx context.Context) error {
 	s.started = true
 	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.records.Start(ctx)
+	s.rowAcks.start()
 	s.metrics.observe(s)
 	s.fast.start(s.dispatchScheduled)
 	s.slow.start(s.dispatchScheduled)
-	s.wg.Add(4)
+	s.wg.Add(7)
 	go func() { defer s.wg.Done(); s.groups.run(ctx) }()
+	go func() { defer s.wg.Done(); s.wfAlarmLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.listenHandoffs(ctx) }()
+	go func() { defer s.wg.Done(); s.xxl.follow.run(ctx) }()
 	go func() {
 		defer s.wg.Done()
 		if err := s.parts.Run(ctx); err != nil && ctx.Err() == nil {
@@ -379,6 +404,7 @@ func (s *Service) Stop() {
 	}
 	fcancel()
 	s.records.Stop()
+	s.rowAcks.stop() // deletes the rows the last acknowledgements settled
 	s.execs.close()
 	if s.peers != nil {
 		s.peers.close()
@@ -435,6 +461,9 @@ func (s *Service) engineOf(id int64) *engine {
 	return s.engines[partition.PartitionOf(id, n)]
 }
 
+// minKillTimeout is the least a kill waits for its executor's answer.
+const minKillTimeout = 10 * time.Second
+
 // KillTrigger implements SchedulerService.
 func (s *Service) KillTrigger(ctx context.Context, req *schedulerv1.KillTriggerRequest) (*schedulerv1.KillTriggerResponse, error) {
 	if req.GetAddress() == "" {
@@ -444,7 +473,9 @@ func (s *Service) KillTrigger(ctx context.Context, req *schedulerv1.KillTriggerR
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DispatchTimeout)
+	// A kill is someone's action, not the hot path: it waits for a loaded executor longer than
+	// a dispatch does (the caller's deadline still bounds it).
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.DispatchTimeout, minKillTimeout))
 	defer cancel()
 	ctx = s.killContext(ctx, req.GetJobId(), req.GetAddress())
 	resp, err := cli.Kill(ctx, &executorv1.KillRequest{JobId: req.GetJobId(), TriggerId: req.GetTriggerId()})

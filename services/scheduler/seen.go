@@ -147,7 +147,8 @@ type doubt struct {
 // there); one that at most one executor may still hold is armed (pinned to that one); one still
 // in doubt then is recorded UNKNOWN and not re-fired. It holds a dispatch of l, and stops when
 // l is lost (the fires stay owed, or pending, for the next leader).
-func (s *Service) resolveDoubts(ctx context.Context, l *engine, ds []*doubt) {
+func (l *engine) resolveDoubts(ctx context.Context, ds []*doubt) {
+	s := l.s
 	defer l.end()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -195,9 +196,9 @@ func (s *Service) resolveDoubts(ctx context.Context, l *engine, ds []*doubt) {
 			switch {
 			case d.found != "":
 				s.rebuildRecord(ctx, d.f, d.found)
-				s.doubtSettled(ctx, l, d)
+				l.doubtSettled(d)
 			case len(d.cands) <= 1:
-				s.doubtArmed(l, d)
+				l.doubtArmed(d)
 			default:
 				rest = append(rest, d)
 			}
@@ -212,27 +213,22 @@ func (s *Service) resolveDoubts(ctx context.Context, l *engine, ds []*doubt) {
 		msg := fmt.Sprintf("takeover: executors %s did not say within %v (asked %d times) whether they hold the fire; it was not re-fired, so that it cannot run twice: their reports decide the run",
 			strings.Join(addrs, ", "), s.cfg.MisfireThreshold, rounds+1)
 		s.recordUnknown(ctx, d.f, msg)
-		s.doubtSettled(ctx, l, d)
+		l.doubtSettled(d)
 	}
 }
 
 // doubtSettled ends a fire in doubt that is not to be re-fired: a scheduled one is no longer
-// owed, a pending one's row is deleted.
-func (s *Service) doubtSettled(ctx context.Context, l *engine, d *doubt) {
+// owed, a pending one's row goes once logsvc has the record just sent about it.
+func (l *engine) doubtSettled(d *doubt) {
 	if !d.f.pending {
 		l.owed.done(d.f.job.ID, d.f.fireMs)
 		return
 	}
-	k := d.f.key()
-	if err := s.jobs.deletePending(ctx, k); err != nil {
-		s.log.Warn("pending fire settled after the takeover left pending; the next leader asks again", "trigger_id", d.id, "error", err)
-		return
-	}
-	l.claims.release(k)
+	l.s.rowAcks.settle(l, d.f)
 }
 
 // doubtArmed re-fires a fire that at most one executor may hold: pinned to that one, if any.
-func (s *Service) doubtArmed(l *engine, d *doubt) {
+func (l *engine) doubtArmed(d *doubt) {
 	if len(d.cands) == 1 {
 		l.pin(d.f.key(), d.cands[0].addr)
 	}
@@ -241,7 +237,7 @@ func (s *Service) doubtArmed(l *engine, d *doubt) {
 		return
 	}
 	l.claims.release(d.f.key())
-	s.armPending(l, d.f, s.clk.Now().UnixMilli())
+	l.armPending(d.f, l.s.clk.Now().UnixMilli())
 }
 
 // recordUnknown records that the scheduler does not know whether a fire (its first shard) ran.
@@ -260,7 +256,7 @@ func (s *Service) recordUnknown(ctx context.Context, f *fire, msg string) {
 	rec.TriggerMessage = msg
 	s.log.WarnContext(ctx, "fire left unknown", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
 	s.metrics.gaveUp(outcomeUnknown)
-	s.deliver(ctx, rec)
+	s.deliver(ctx, f, rec)
 }
 
 // rebuildRecord sends logsvc the trigger record of a fire the previous leader dispatched, as
@@ -285,8 +281,8 @@ func (s *Service) rebuildRecord(ctx context.Context, f *fire, addr string) {
 	rec.TriggerOutcome = logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK
 	rec.Rebuilt = true
 	rec.TriggerMessage = "rebuilt by the new leader at takeover: the previous leader dispatched this fire and its trigger record was lost with it; " +
-		"the " + strings.TrimPrefix(f.trigType.String(), "TRIGGER_TYPE_") + " trigger type, params and executor group are the job's, the dispatch time is unknown"
-	s.deliver(ctx, rec)
+		"the " + f.trigType.String() + " trigger type, params and executor group are the job's, the dispatch time is unknown"
+	s.deliver(ctx, f, rec)
 }
 
 // askSeen asks one executor about ids, a chunk per call, each call bounded by timeout. It

@@ -27,6 +27,17 @@ func misfireReason(strategy misfireStrategy, jobID, fireMs, onceNowMs, nowMs int
 	return msg + "the job's misfire strategy " + strategy.String() + " skipped it"
 }
 
+// skipFire settles a stored skipped fire (fire.skip) that came due: it delivers its SKIPPED
+// record, and its row goes once logsvc has acknowledged the record. A leadership lost meanwhile
+// leaves the row to the next leader.
+func (s *Service) skipFire(f *fire) {
+	if f.lead != nil && !f.lead.begin() {
+		return
+	}
+	s.recordSkipped(context.Background(), skippedFire{f: f, why: f.skip})
+	s.settled(f, nil, nil)
+}
+
 // recordSkipped sends logsvc the trigger record of a skipped fire, outcome SKIPPED, under the
 // fire's own trigger id: logsvc ends its run SKIPPED at the trigger time and publishes its
 // completion (a FIX_DELAY job's next fire follows it; no retry, child job or alarm does).
@@ -42,5 +53,5 @@ func (s *Service) recordSkipped(ctx context.Context, sk skippedFire) {
 	rec.TriggerMessage = sk.why
 	s.log.WarnContext(ctx, "misfire skipped", "job_id", f.job.ID, "trigger_id", id, "reason", sk.why)
 	s.metrics.gaveUp(outcomeSkipped)
-	s.deliver(ctx, rec)
+	s.deliver(ctx, f, rec)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -32,16 +33,16 @@ type jobRow struct {
 	ScheduleType    schedule.Type
 	ScheduleExpr    string
 	TimeZone        string
-	Misfire         schedulerv1.MisfireStrategy
-	Route           schedulerv1.RouteStrategy
+	Misfire         misfireStrategy
+	Route           route.Strategy
 	Handler         string
 	Params          string
-	Block           schedulerv1.BlockStrategy
+	Block           blockStrategy
 	TimeoutSeconds  int32
 	RetryCount      int32
-	RetryBackoff    schedulerv1.RetryBackoff
+	RetryBackoff    retryBackoff
 	RetryIntervalMs int64
-	GlueType        schedulerv1.GlueType
+	GlueType        glueType
 	GlueSource      string
 	GlueRemark      string
 	GlueUpdatedMs   int64
@@ -105,7 +106,7 @@ type apiStore interface {
 	update(ctx context.Context, j *jobRow, setNext, saveGlue bool) error
 	delete(ctx context.Context, id, nowMs int64) error
 	list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error)
-	glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.GlueVersion, error)
+	glueVersions(ctx context.Context, jobID int64) ([]glueVersion, error)
 	reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64, error)
 }
 
@@ -135,15 +136,18 @@ type engineStore interface {
 	getMany(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error)
 	getActing(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error)
 	planNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error
-	cursor(ctx context.Context, part int) (int64, error)
+	cursor(ctx context.Context, part int) (cursor int64, started bool, err error)
 	saveCursors(ctx context.Context, tx *sql.Tx, terms []term, cursor int64) error
 
-	// Pending fires: retries, child fires, FIRE_ONCE_NOW runs.
+	// Pending fires: retries, child fires, FIRE_ONCE_NOW runs, skipped fires, workflow nodes.
 	addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error
-	duePending(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
+	addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error
+	duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
+	duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error)
 	setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error)
 	dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool, error)
 	deletePending(ctx context.Context, k pendingKey) error
+	deletePendings(ctx context.Context, keys []pendingKey) error
 }
 
 var _ jobStore = store{}
@@ -183,6 +187,17 @@ func (s store) getMany(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]
 	return s.getManyWhere(ctx, tx, ids, "")
 }
 
+// oneOf is the condition "col is one of list", with list bound as $1, and that argument: a
+// Postgres array of pgType (col = ANY, one plan whatever the list's length), or for SQLite a
+// JSON list read with json_each.
+func (s store) oneOf(col, pgType string, list any) (cond string, arg any) {
+	if s.db.Dialect() == db.Postgres {
+		return col + ` = ANY($1::` + pgType + `[])`, list
+	}
+	b, _ := json.Marshal(list)
+	return col + ` IN (SELECT value FROM json_each($1))`, string(b)
+}
+
 // actsOnCompletion is the condition on a job whose runs' completions ask something of the
 // scheduler: child jobs to fire, retries to arm, or (FIX_DELAY) the next fire to schedule.
 var actsOnCompletion = `(child_job_ids <> '' OR retry_count > 0 OR schedule_type = ` + sqlConst(schedule.FixDelay) + `)`
@@ -200,14 +215,8 @@ func (s store) getManyWhere(ctx context.Context, tx *sql.Tx, ids []int64, cond s
 	if len(ids) == 0 {
 		return out, nil
 	}
-	var rows *sql.Rows
-	var err error
-	if s.db.Dialect() == db.Postgres {
-		rows, err = tx.QueryContext(ctx, `SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id = ANY($1::bigint[])`+cond, ids)
-	} else {
-		list, _ := json.Marshal(ids)
-		rows, err = tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE id IN (SELECT value FROM json_each($1))`+cond), string(list))
-	}
+	in, arg := s.oneOf("id", "bigint", ids)
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+jobColumns+` FROM `+jobsFrom+` WHERE `+in+cond), arg)
 	if err != nil {
 		return nil, storeErr(err, "read %d jobs", len(ids))
 	}
@@ -250,7 +259,7 @@ func (s store) insert(ctx context.Context, j *jobRow, count int) (int64, error) 
 		id, nullMs(j.NextFireMs), partition.PartitionOf(id, count)); err != nil {
 		return 0, storeErr(err, "create job")
 	}
-	if isScript(j.GlueType) {
+	if j.GlueType.isScript() {
 		if err := s.saveGlue(ctx, tx, id, j); err != nil {
 			return 0, err
 		}
@@ -428,24 +437,35 @@ func (s store) list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error) 
 	return out, total, nil
 }
 
-func (s store) glueVersions(ctx context.Context, jobID int64) ([]*schedulerv1.GlueVersion, error) {
+// glueVersion is one saved version of a job's GLUE source (glue_versions).
+type glueVersion struct {
+	Version  int64
+	GlueType glueType
+	Source   string
+	Remark   string
+	CreateMs int64
+}
+
+// proto converts the version for the API.
+func (v glueVersion) proto() *schedulerv1.GlueVersion {
+	return &schedulerv1.GlueVersion{Version: v.Version, GlueType: v.GlueType.proto(), GlueSource: v.Source,
+		GlueRemark: v.Remark, CreateTime: tsMs(v.CreateMs)}
+}
+
+func (s store) glueVersions(ctx context.Context, jobID int64) ([]glueVersion, error) {
 	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT version, glue_type, glue_source, glue_remark, create_ms
 		FROM glue_versions WHERE job_id = $1 ORDER BY version DESC`), jobID)
 	if err != nil {
 		return nil, storeErr(err, "list glue versions of job %d", jobID)
 	}
 	defer rows.Close()
-	var out []*schedulerv1.GlueVersion
+	var out []glueVersion
 	for rows.Next() {
-		var (
-			v  schedulerv1.GlueVersion
-			ms int64
-		)
-		if err := rows.Scan(&v.Version, &v.GlueType, &v.GlueSource, &v.GlueRemark, &ms); err != nil {
+		var v glueVersion
+		if err := rows.Scan(&v.Version, &v.GlueType, &v.Source, &v.Remark, &v.CreateMs); err != nil {
 			return nil, storeErr(err, "list glue versions of job %d", jobID)
 		}
-		v.CreateTime = tsMs(ms)
-		out = append(out, &v)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, storeErr(err, "list glue versions of job %d", jobID)
@@ -837,10 +857,6 @@ func splitIDs(s string) []int64 {
 	return out
 }
 
-func isScript(g schedulerv1.GlueType) bool {
-	return g != schedulerv1.GlueType_GLUE_TYPE_BEAN && g != schedulerv1.GlueType_GLUE_TYPE_UNSPECIFIED
-}
-
 // reserveManualFire reserves the scheduled time of a manual (or API) trigger of a job: nowMs,
 // or the millisecond after the job's last reserved one if that is not earlier. The row lock
 // makes the reservation atomic across replicas, so every accepted trigger gets its own trigger
@@ -876,15 +892,19 @@ func (s store) assignPartitions(ctx context.Context, count int) (int64, error) {
 }
 
 // cursor reads partition part's completion cursor: the last completion its leaders acted on,
-// or, before its first, the cursor of the single leader that preceded partitions.
-func (s store) cursor(ctx context.Context, part int) (int64, error) {
-	var c int64
-	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT COALESCE((SELECT cursor FROM partition_cursor WHERE part = $1),
-		(SELECT cursor FROM completion_cursor WHERE id = 1), 0)`), part).Scan(&c)
+// or, before its first, the cursor of the single leader that preceded partitions, or where its
+// first leader's completion stream started. started is false when there is none of them (0):
+// the partition has never followed completions. A started cursor 0 means every completion: the
+// stream started when logsvc had none.
+func (s store) cursor(ctx context.Context, part int) (cursor int64, started bool, err error) {
+	var c sql.NullInt64
+	// The single leader's row is always there, 0 until it acted on a completion.
+	err = s.db.QueryRowContext(ctx, s.db.Q(`SELECT COALESCE((SELECT cursor FROM partition_cursor WHERE part = $1),
+		(SELECT NULLIF(cursor, 0) FROM completion_cursor WHERE id = 1))`), part).Scan(&c)
 	if err != nil {
-		return 0, storeErr(err, "read completion cursor of partition %d", part)
+		return 0, false, storeErr(err, "read completion cursor of partition %d", part)
 	}
-	return c, nil
+	return c.Int64, c.Valid, nil
 }
 
 // saveCursors stores, inside the fenced tx, the completion cursor of each partition of terms.

@@ -492,3 +492,52 @@ func TestListJobsRefusesABadSkip(t *testing.T) {
 		}
 	}
 }
+
+// TestCursorSaysWhetherThePartitionStarted: on both stores, a partition that never followed
+// completions reads cursor 0, not started; one whose stream started when logsvc had none (0
+// saved) reads 0, started; a later save moves it forward only.
+func TestCursorSaysWhetherThePartitionStarted(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
+			s := store{d}
+			ctx := t.Context()
+			read := func() (int64, bool) {
+				t.Helper()
+				c, started, err := s.cursor(ctx, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c, started
+			}
+			save := func(c int64) {
+				t.Helper()
+				tx, err := s.begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback()
+				if err := s.saveCursors(ctx, tx, []term{{part: 3, epoch: 1}}, c); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.commit(tx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c, started := read(); c != 0 || started {
+				t.Errorf("new partition: cursor %d, started %v; want 0, not started", c, started)
+			}
+			save(0)
+			if c, started := read(); c != 0 || !started {
+				t.Errorf("after saving 0: cursor %d, started %v; want 0, started", c, started)
+			}
+			save(42)
+			save(7)
+			if c, started := read(); c != 42 || !started {
+				t.Errorf("after saving 42 then 7: cursor %d, started %v; want 42, started", c, started)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/apierr"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -186,6 +187,19 @@ func TestStoredEnumsKeepTheirNumbers(t *testing.T) {
 		{"parent", int32(triggerParent), int32(schedulerv1.TriggerType_TRIGGER_TYPE_PARENT)},
 		{"api", int32(triggerAPI), int32(schedulerv1.TriggerType_TRIGGER_TYPE_API)},
 		{"misfire", int32(triggerMisfire), int32(schedulerv1.TriggerType_TRIGGER_TYPE_MISFIRE)},
+		{"do nothing", int32(misfireDoNothing), int32(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_DO_NOTHING)},
+		{"fire once now", int32(misfireFireOnceNow), int32(schedulerv1.MisfireStrategy_MISFIRE_STRATEGY_FIRE_ONCE_NOW)},
+		{"first", int32(route.First), int32(schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST)},
+		{"busyover", int32(route.Busyover), int32(schedulerv1.RouteStrategy_ROUTE_STRATEGY_BUSYOVER)},
+		{"sharding broadcast", int32(route.ShardingBroadcast), int32(schedulerv1.RouteStrategy_ROUTE_STRATEGY_SHARDING_BROADCAST)},
+		{"serial", int32(blockSerial), int32(schedulerv1.BlockStrategy_BLOCK_STRATEGY_SERIAL_EXECUTION)},
+		{"discard later", int32(blockDiscardLater), int32(schedulerv1.BlockStrategy_BLOCK_STRATEGY_DISCARD_LATER)},
+		{"cover early", int32(blockCoverEarly), int32(schedulerv1.BlockStrategy_BLOCK_STRATEGY_COVER_EARLY)},
+		{"no wait", int32(retryNoWait), int32(schedulerv1.RetryBackoff_RETRY_BACKOFF_NONE)},
+		{"fixed", int32(retryFixed), int32(schedulerv1.RetryBackoff_RETRY_BACKOFF_FIXED)},
+		{"exponential", int32(retryExponential), int32(schedulerv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL)},
+		{"bean", int32(glueBean), int32(schedulerv1.GlueType_GLUE_TYPE_BEAN)},
+		{"groovy", int32(glueGroovy), int32(schedulerv1.GlueType_GLUE_TYPE_GLUE_GROOVY)},
 	} {
 		if c.own != c.wire {
 			t.Errorf("%s: stored as %d, the API's number is %d", c.name, c.own, c.wire)

@@ -35,6 +35,10 @@ func TestCutShortTakeoverLeavesTheMarks(t *testing.T) {
 	if _, err := storeDB(s).ExecContext(ctx, `UPDATE job_state SET armed_from_ms = $1 WHERE job_id = $2`, armedFrom, id); err != nil {
 		t.Fatal(err)
 	}
+	// The partition has followed completions before: its takeover does not wait for a stream.
+	if _, err := storeDB(s).ExecContext(ctx, `INSERT INTO partition_cursor (part, cursor) VALUES (0, 5)`); err != nil {
+		t.Fatal(err)
+	}
 	l := &engine{s: s, part: 0, epoch: 1, ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed(), deposed: make(chan struct{})}
 	l.cursor.Store(-1)
 	if err := l.takeOverOnce(ctx); err == nil {

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -51,12 +50,12 @@ func (s *Service) startFire(f *fire, cause trace.Link) (context.Context, trace.S
 		span.SetAttributes(
 			attribute.Int64("jobmesh.job_id", j.ID),
 			attribute.Int64("jobmesh.group_id", j.GroupID),
-			attribute.String("jobmesh.trigger_type", strings.TrimPrefix(f.trigType.String(), "TRIGGER_TYPE_")),
+			attribute.String("jobmesh.trigger_type", f.trigType.String()),
 			attribute.Int("jobmesh.attempt", int(f.attempt)),
 			attribute.String("jobmesh.scheduled_time", sched.UTC().Format(time.RFC3339Nano)),
 			// Negative for a fire sent ahead of its time (dispatch lead): how far ahead it left.
 			attribute.Float64("jobmesh.lateness_ms", float64(s.clk.Now().Sub(sched).Microseconds())/1000),
-			attribute.String("jobmesh.route_strategy", strings.TrimPrefix(j.Route.String(), "ROUTE_STRATEGY_")),
+			attribute.String("jobmesh.route_strategy", j.Route.String()),
 		)
 	}
 	return ctx, span

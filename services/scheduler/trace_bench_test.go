@@ -9,7 +9,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
@@ -27,8 +26,8 @@ func (discardExporter) Shutdown(context.Context) error                          
 // go test -run '^$' -bench BenchmarkTraceFire ./services/scheduler/
 func BenchmarkTraceFire(b *testing.B) {
 	s := &Service{clk: clock.Real()}
-	f := &fire{job: &jobRow{ID: 7, GroupID: 3, Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST}, fireMs: time.Now().UnixMilli(),
-		trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+	f := &fire{job: &jobRow{ID: 7, GroupID: 3, Route: route.First}, fireMs: time.Now().UnixMilli(),
+		trigType: triggerCron}
 	t := route.Target{Address: "10.0.0.1:9999", ShardTotal: 1}
 	one := func() {
 		ctx, span := s.startFire(f, trace.Link{})

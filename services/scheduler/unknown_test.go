@@ -14,9 +14,10 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
-	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/route"
 )
 
 // recordingIngest is an IngestService that hands over the trigger records it gets.
@@ -77,8 +78,8 @@ func TestHeldRunIsRecordedUnknown(t *testing.T) {
 	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
 	fireOf := func(job int64) *fire {
-		return &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: schedulerv1.RouteStrategy_ROUTE_STRATEGY_FIRST},
-			fireMs: time.Now().UnixMilli(), trigType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+		return &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: route.First},
+			fireMs: time.Now().UnixMilli(), trigType: triggerCron}
 	}
 	recordOf := func(what string) *logsv1.TriggerRecord {
 		t.Helper()

@@ -46,7 +46,8 @@ type Config[T, Req, Resp any] struct {
 	// message limit.
 	Size          func(T) int
 	MaxBatchBytes int
-	// Linger is how long a partial batch waits for more items; default 10 ms.
+	// Linger is how long a partial batch waits for more items while an earlier batch is
+	// unacknowledged (a stream with none in flight sends at once); default 10 ms.
 	Linger time.Duration
 	// MaxPending caps items held (queued or unacknowledged); default 100000.
 	MaxPending int
@@ -238,8 +239,11 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 			case err := <-recvErr:
 				return err
 			case <-s.wake:
-				// Linger briefly so a burst becomes one batch.
-				if s.queued() < s.cfg.MaxBatch {
+				// Linger briefly so a burst becomes one batch, but only behind batches still
+				// unacknowledged: an item that finds the stream idle goes at once (its delay is
+				// one round trip, not the linger), and those that come while it is in flight
+				// gather into the next batch.
+				if queued, inflight := s.counts(); queued < s.cfg.MaxBatch && inflight > 0 {
 					t := time.NewTimer(s.cfg.Linger)
 					select {
 					case <-t.C:
@@ -275,10 +279,11 @@ func (s *Sender[T, Req, Resp]) dropOldest() int {
 	return len(b.items)
 }
 
-func (s *Sender[T, Req, Resp]) queued() int {
+// counts returns how many items are queued and how many batches are unacknowledged.
+func (s *Sender[T, Req, Resp]) counts() (queued, inflight int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.queue)
+	return len(s.queue), len(s.inflight)
 }
 
 // nextBatch moves up to MaxBatch queued items into a new in-flight batch.

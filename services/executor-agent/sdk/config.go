@@ -36,15 +36,16 @@ type Config struct {
 	// stop). Empty: the executor does not register (it is reachable only as a MANUAL group's
 	// address).
 	RegistryAddr string
-	// LogsvcAddr is the gRPC address of logsvc's IngestService. Empty disables delivery: results
-	// and output stay in the local log files.
+	// LogsvcAddr is the gRPC address of logsvc's IngestService. Empty disables delivery: output
+	// stays in the local run log.
 	LogsvcAddr string
 	// DialOptions replace the default dial options (plaintext, reconnect backoff capped at 2s)
 	// of the registry and logsvc connections, e.g. to add TLS. The executor's credential
 	// (AccessToken with its AppName) is added to them.
 	DialOptions []grpc.DialOption
-	// LogDir holds per-run log files (runs/<yyyy-mm-dd>/<trigger id>.log) and GLUE script files
-	// (glue/). Required.
+	// LogDir holds the local run log, the output of every fire in append-only segment files
+	// with an index (runs/<yyyy-mm-dd>/<n>.seg and <n>.idx, a new one every 64 MiB and every
+	// day), and the GLUE script files of the running workers (glue/). Required.
 	LogDir string
 	// AccessToken is the access token of the executor's group. Every ExecutorService call must
 	// present it ("authorization: Bearer <token>"; the scheduler does), and the executor
@@ -68,13 +69,18 @@ type Config struct {
 	Capacity int
 	// Labels are free-form labels registered with the executor.
 	Labels map[string]string
-	// LogRetentionDays is how many days of local run log files (runs/<yyyy-mm-dd>/) are kept;
+	// LogRetentionDays is how many days of the local run log (runs/<yyyy-mm-dd>/) are kept;
 	// older day directories are deleted at Start and then hourly. Negative keeps them forever.
 	// Default 30.
 	LogRetentionDays int
 	// HTTPAllowHosts are the hosts the built-in "http" handler may call: "host" (any port),
 	// "host:port" or "*.domain". Empty (the default) refuses every request.
 	HTTPAllowHosts []string
+	// HTTPMaxIdleConnsPerHost is how many idle connections to one host the "http" handler keeps
+	// for the next fires (its fires share one transport, with keep-alive and HTTP/2 where the
+	// host offers it): above the fires that call a host at once, connections are closed after
+	// use and dialled again. Default 64.
+	HTTPMaxIdleConnsPerHost int
 	// KillGrace is how long a killed or timed-out script gets between SIGTERM and SIGKILL, and
 	// how long Stop waits for the handlers it cancelled. Default 5s.
 	KillGrace time.Duration
@@ -82,12 +88,12 @@ type Config struct {
 	// handler's destroy hook runs). Default 90s, as XXL-JOB.
 	IdleTimeout time.Duration
 	// MaxPending caps results and log lines held for logsvc and not yet acknowledged; beyond it
-	// new lines are dropped and logged (the local log file keeps the output), and beyond a tenth
+	// new lines are dropped and logged (the local run log keeps the output), and beyond a tenth
 	// more, results too. Default 500000: 25 s of 20,000 fires/s while logsvc is slow or away,
 	// about as many results as SpoolMaxBytes' default holds on disk (a quick fire's result
 	// spools in ~190 bytes); each held item takes a few hundred bytes of memory.
 	MaxPending int
-	// MaxRunOutputBytes caps the output one fire keeps (its local log file and what goes to
+	// MaxRunOutputBytes caps the output one fire keeps (its local run log and what goes to
 	// logsvc), counting each line with its newline: past it the rest is dropped, one line says
 	// "output truncated after N bytes", and the fire runs on and ends as it would. Default
 	// 64 MiB; negative keeps everything.
@@ -99,7 +105,8 @@ type Config struct {
 	// it results too, and the executor logs that the spool is full. Default 128 MiB.
 	SpoolMaxBytes int64
 	// OnResult, when set, is called once for every fire that ends, after its result is queued
-	// for logsvc. It runs on the worker's goroutine: keep it short.
+	// for logsvc. It runs on the executor's goroutine that queues results, one fire after
+	// another: keep it short.
 	OnResult func(Result)
 	// Logger receives the executor's own logs. Default slog.Default().
 	Logger *slog.Logger
@@ -150,6 +157,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 90 * time.Second
+	}
+	if cfg.HTTPMaxIdleConnsPerHost == 0 {
+		cfg.HTTPMaxIdleConnsPerHost = DefaultHTTPMaxIdleConnsPerHost
 	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 500_000
@@ -222,6 +232,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.SpoolMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("SpoolMaxBytes %d: must not be negative", cfg.SpoolMaxBytes))
+	}
+	if cfg.HTTPMaxIdleConnsPerHost < 0 {
+		errs = append(errs, fmt.Errorf("HTTPMaxIdleConnsPerHost %d: must not be negative", cfg.HTTPMaxIdleConnsPerHost))
 	}
 	if cfg.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("MaxPending %d: must not be negative", cfg.MaxPending))

@@ -52,7 +52,7 @@ type outbox interface {
 	stop()
 }
 
-// nopOutbox is used without logsvc: results and lines stay in the local log files.
+// nopOutbox is used without logsvc: lines stay in the local run log.
 type nopOutbox struct{}
 
 func (nopOutbox) start(context.Context)       {}
@@ -704,7 +704,7 @@ func (o *streamOutbox) drop(what string, n int, err error) {
 	}
 	if !o.full {
 		o.full = true
-		o.log.Error("spool for logsvc is full (logsvc unreachable or slow): dropping new log lines, then results, until it drains — output stays in the local run log files",
+		o.log.Error("spool for logsvc is full (logsvc unreachable or slow): dropping new log lines, then results, until it drains — output stays in the local run log",
 			"dropping", what, "reason", err, "pending", o.lines.Pending()+o.results.Pending(), "spool_bytes", o.sp.Bytes(), "spool_max_bytes", o.sp.MaxBytes())
 	}
 }

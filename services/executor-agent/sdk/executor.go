@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -78,11 +80,18 @@ type Job struct {
 	TriggerType string
 	// TraceContext is the fire's W3C trace context ("traceparent", "tracestate").
 	TraceContext map[string]string
+	// Context is what a workflow node's fire receives: the instance's params, then the outputs
+	// of the node's direct upstream nodes, each as "<node id>.<key>" and as the bare key (see
+	// docs/workflows.md). Empty for a job's own fire.
+	Context map[string]string
+	// WorkflowInstanceID and WorkflowNodeID name the workflow instance and node of a node's
+	// fire; empty for a job's own fire.
+	WorkflowInstanceID, WorkflowNodeID string
 
 	run *run
 }
 
-// Logf appends a line (or several, one per newline) to the fire's log: the local log file the
+// Logf appends a line (or several, one per newline) to the fire's log: the local run log the
 // Log call reads, and the lines streamed to logsvc. Lines logged after the handler returned are
 // dropped.
 func (j *Job) Logf(format string, args ...any) {
@@ -125,6 +134,8 @@ type Result struct {
 	Message string
 	// StartTime and EndTime bound the run; equal when the fire never started (killed while queued).
 	StartTime, EndTime time.Time
+	// Outputs is what the handler published (Job.SetOutput); nil for nothing.
+	Outputs map[string]string
 }
 
 // Executor runs fires of jobs sent by the scheduler. Create it with New, register handlers with
@@ -132,6 +143,9 @@ type Result struct {
 type Executor struct {
 	cfg Config
 	log *slog.Logger
+
+	interpMu sync.Mutex
+	interps  map[string]interpreter // script interpreters found on PATH, by name
 
 	hmu      sync.RWMutex
 	handlers map[string]*bean
@@ -145,8 +159,9 @@ type Executor struct {
 	active     map[string]*run      // held, queued or running fires by trigger id
 	held       map[string]*run      // fires sent ahead of their time, until due (Trigger.start_delay_us)
 	recent     *recentIDs           // recently accepted trigger ids → the day of their log file
-	slots      int                  // run slots taken: fires running, and slots granted to a waiting worker
+	slots      int                  // run slots taken: fires running (handed to their worker goroutine)
 	slotQueue  []*worker            // workers whose next fire waits for a run slot, in order
+	wakes      []*worker            // workers handed a fire, to wake once mu is unlocked (unlockWake)
 	day        string               // dayLocked's: the current UTC date, valid in [dayStart, dayEnd)
 	dayStart   time.Time
 	dayEnd     time.Time
@@ -163,8 +178,30 @@ type Executor struct {
 	reg       *registrar
 	regConn   *grpc.ClientConn
 	metrics   *metrics
+	runs      *runStore // the local copy of run output
 
-	retainStop, retainDone chan struct{} // the run log pruner
+	// Held fires (holdLoop): groups by due time, on one timer.
+	holdMu             sync.Mutex
+	holdQ              holdHeap
+	holdWake           chan struct{}
+	holdStop, holdDone chan struct{}
+
+	// The finisher (finishLoop): fires whose handler returned, waiting for finishRest.
+	finMu      sync.Mutex
+	finCond    *sync.Cond
+	finQ       []ending
+	finStopped bool
+	finDone    chan struct{}
+	// handing counts fires handed to their worker goroutine and not yet taken up by it, and a
+	// release of held fires in progress; the one that takes it to zero signals startsDone.
+	handing    atomic.Int64
+	startsDone chan struct{}
+
+	// httpClient is the "http" handler's: one transport, its connections reused across fires.
+	httpClient *http.Client
+
+	retainStop, retainDone   chan struct{} // the run log pruner
+	reclaimStop, reclaimDone chan struct{} // the idle worker reclaimer
 
 	stopOnce sync.Once
 	stopErr  error // the first Stop's answer
@@ -182,6 +219,7 @@ func New(cfg Config) (*Executor, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		handlers:   map[string]*bean{},
+		interps:    map[string]interpreter{},
 		workers:    map[int64]*worker{},
 		allWorkers: map[*worker]struct{}{},
 		active:     map[string]*run{},
@@ -191,6 +229,11 @@ func New(cfg Config) (*Executor, error) {
 		out:        nopOutbox{},
 		metrics:    newMetrics(cfg.AppName),
 	}
+	e.httpClient = e.newHTTPClient()
+	e.runs = newRunStore(filepath.Join(cfg.LogDir, "runs"), cfg.Logger)
+	e.finCond = sync.NewCond(&e.finMu)
+	e.holdWake = make(chan struct{}, 1)
+	e.startsDone = make(chan struct{}, 1)
 	e.Handle(CommandHandler, e.commandHandler)
 	e.Handle(HTTPHandler, e.httpHandler)
 	return e, nil
@@ -250,10 +293,13 @@ func (e *Executor) Start(ctx context.Context) error {
 	if herr != nil {
 		return fmt.Errorf("executor handlers: %w", herr)
 	}
-	for _, d := range []string{filepath.Join(e.cfg.LogDir, "runs"), filepath.Join(e.cfg.LogDir, "glue")} {
+	for _, d := range []string{filepath.Join(e.cfg.LogDir, "runs"), filepath.Join(e.cfg.LogDir, "glue"), filepath.Join(e.cfg.LogDir, "fires")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("LogDir: %w", err)
 		}
+	}
+	if err := e.clearScripts(); err != nil {
+		e.log.Warn("deleting GLUE script files left from before the start", "error", err)
 	}
 	if n, err := e.pruneLogs(time.Now()); err != nil {
 		e.log.Error("pruning run log files", "error", err)
@@ -281,14 +327,28 @@ func (e *Executor) Start(ctx context.Context) error {
 		out.start(ctx)
 		e.out = out
 	}
+	e.runs.start()
+	e.finDone = make(chan struct{})
+	go e.finishLoop()
+	e.holdStop, e.holdDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(e.holdDone)
+		e.holdLoop(e.holdStop)
+	}()
 
 	e.retainStop, e.retainDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(e.retainDone)
 		e.retainLogs(e.retainStop)
 	}()
+	e.reclaimStop, e.reclaimDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(e.reclaimDone)
+		e.reclaimLoop(e.reclaimStop)
+	}()
 
 	e.srv = grpc.NewServer(append(e.cfg.TLS.ServerOptions(),
+		grpc.StatsHandler(receiptStamp{}), // first: the time a call arrived, before the others' work
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recoverUnary(e.log), authUnary(e.cfg.AccessToken)),
 		grpc.MaxRecvMsgSize(64<<20),
@@ -310,9 +370,15 @@ func (e *Executor) Start(ctx context.Context) error {
 		if err != nil {
 			e.srv.Stop()
 			<-e.serveDone
+			close(e.holdStop)
+			<-e.holdDone
+			e.stopFinishing()
+			e.runs.stop()
 			e.out.stop()
 			close(e.retainStop)
 			<-e.retainDone
+			close(e.reclaimStop)
+			<-e.reclaimDone
 			return err
 		}
 	}
@@ -452,6 +518,10 @@ func (e *Executor) stop(ctx context.Context) error {
 		<-e.serveDone
 	}
 
+	close(e.holdStop)
+	<-e.holdDone
+	e.stopFinishing()
+	e.runs.stop()
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := e.out.flush(fctx); err != nil {
 		e.log.Warn("results and log lines not acknowledged by logsvc at stop; they stay in the spool and are delivered after the next start",
@@ -463,8 +533,11 @@ func (e *Executor) stop(ctx context.Context) error {
 	if e.retainStop != nil {
 		close(e.retainStop)
 		<-e.retainDone
+		close(e.reclaimStop)
+		<-e.reclaimDone
 	}
 	e.metrics.stop()
+	e.httpClient.CloseIdleConnections()
 	e.log.Info("executor stopped", "app", e.cfg.AppName, "instance", e.cfg.InstanceID)
 	return errors.Join(errs...)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
@@ -13,7 +15,9 @@ import (
 // ForwardTo returns a handler that runs fires on an application's HandlerService (the sidecar
 // case: the application, in any language, serves the handlers and the agent does the rest).
 // The application's log lines become the fire's log lines and its result the fire's result,
-// message included.
+// message and outputs included (HandleResult.outputs, as Job.SetOutput takes them: outputs over
+// its bounds fail the fire). The fire's workflow context reaches the application in its
+// Trigger (context, workflow_instance_id, workflow_node_id).
 // A timeout or kill cancels the Handle call, which asks the application to stop; the fire then
 // ends TIMEOUT or KILLED whatever the application does.
 func ForwardTo(client executorv1.HandlerServiceClient) HandlerFunc {
@@ -23,7 +27,8 @@ func ForwardTo(client executorv1.HandlerServiceClient) HandlerFunc {
 			t = job.run.t
 		} else {
 			t = &executorv1.Trigger{TriggerId: job.TriggerID, JobId: job.ID, GroupId: job.GroupID, Handler: job.Handler,
-				Params: job.Params, ShardIndex: int32(job.ShardIndex), ShardTotal: int32(job.ShardTotal), Attempt: int32(job.Attempt)}
+				Params: job.Params, ShardIndex: int32(job.ShardIndex), ShardTotal: int32(job.ShardTotal), Attempt: int32(job.Attempt),
+				Context: job.Context, WorkflowInstanceId: job.WorkflowInstanceID, WorkflowNodeId: job.WorkflowNodeID}
 		}
 		stream, err := client.Handle(ctx, &executorv1.HandleRequest{Trigger: t})
 		if err != nil {
@@ -48,6 +53,12 @@ func ForwardTo(client executorv1.HandlerServiceClient) HandlerFunc {
 					job.run.logText(ev.LogLine)
 				}
 			case *executorv1.HandleResponse_Result:
+				outs := ev.Result.GetOutputs()
+				for _, k := range slices.Sorted(maps.Keys(outs)) {
+					if err := job.SetOutput(k, outs[k]); err != nil {
+						return fmt.Errorf("application handler %s: %w", job.Handler, err)
+					}
+				}
 				if ev.Result.GetSuccess() {
 					job.SetMessage(ev.Result.GetMessage())
 					return nil

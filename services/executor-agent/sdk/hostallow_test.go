@@ -1,7 +1,10 @@
 package sdk
 
 import (
+	"context"
+	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +38,27 @@ func TestHostAllowed(t *testing.T) {
 	u, _ := url.Parse("http://api.example.com/")
 	if hostAllowed(nil, u) {
 		t.Error("an empty allow-list allowed a host")
+	}
+}
+
+// TestHTTPDialRefusesUnlistedHosts: the shared transport's dialer checks the allow-list itself,
+// whatever made the request.
+func TestHTTPDialRefusesUnlistedHosts(t *testing.T) {
+	t.Parallel()
+	e, err := New(Config{AppName: "a", LogDir: t.TempDir(), Insecure: true, HTTPAllowHosts: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := e.httpClient.Transport.(*http.Transport).DialContext
+	for _, addr := range []string{"127.0.0.2:1", "127.0.0.1:2", "169.254.169.254:80"} {
+		if c, err := dial(context.Background(), "tcp", addr); err == nil || !strings.Contains(err.Error(), "not in the executor's allowed hosts") {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("dial %s: got %v, want refused as not allowed", addr, err)
+		}
+	}
+	if got, want := e.httpClient.Transport.(*http.Transport).MaxIdleConnsPerHost, DefaultHTTPMaxIdleConnsPerHost; got != want {
+		t.Errorf("MaxIdleConnsPerHost: got %d, want the default %d", got, want)
 	}
 }

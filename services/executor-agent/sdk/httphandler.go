@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -36,17 +38,86 @@ type HTTPRequest struct {
 	ExpectStatus int `json:"expect_status,omitempty"`
 }
 
-// maxHTTPLog caps how much of a response body goes to the run's log.
-const maxHTTPLog = 64 << 10
+// maxHTTPLog caps how much of a response body goes to the run's log; past it up to maxHTTPDrain
+// more is read and discarded, so that the connection can serve the next fire.
+const (
+	maxHTTPLog   = 64 << 10
+	maxHTTPDrain = 256 << 10
+)
+
+// DefaultHTTPMaxIdleConnsPerHost is Config.HTTPMaxIdleConnsPerHost's default.
+const DefaultHTTPMaxIdleConnsPerHost = 64
+
+// newHTTPClient is the "http" handler's client, one per executor: its fires share one transport,
+// so a connection (HTTP/1.1 keep-alive, or HTTP/2 where a TLS target offers it) serves fire after
+// fire instead of each fire dialling its own. The allow-list is checked on every request the
+// client makes (CheckRedirect: a redirect is a new request) and on every connection it dials,
+// so nothing reaches a host the list does not name; the one exception is a proxy the
+// environment sets (HTTPS_PROXY, HTTP_PROXY), which the request's own URL was checked for.
+func (e *Executor) newHTTPClient() *http.Client {
+	allow := e.cfg.HTTPAllowHosts
+	var proxies sync.Map // "host:port" of the environment's proxies that requests went through
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy: func(r *http.Request) (*url.URL, error) {
+			u, err := http.ProxyFromEnvironment(r)
+			if u != nil {
+				proxies.Store(canonicalAddr(u), struct{}{})
+			}
+			return u, err
+		},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("http handler: dial %s: %w", addr, err)
+			}
+			if _, proxy := proxies.Load(addr); !proxy && !hostPortAllowed(allow, host, port) {
+				return nil, fmt.Errorf("http handler: dial %s: not in the executor's allowed hosts %q", addr, allow)
+			}
+			return dialer.DialContext(ctx, network, addr)
+		},
+		ForceAttemptHTTP2:     true, // a custom DialContext turns HTTP/2 off unless asked for
+		MaxIdleConns:          0,    // no overall cap: MaxIdleConnsPerHost bounds each target
+		MaxIdleConnsPerHost:   max(e.cfg.HTTPMaxIdleConnsPerHost, 1),
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &http.Client{
+		Transport: tr,
+		// A redirect is a new request: it must be allowed too.
+		CheckRedirect: func(r *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return e.checkHTTPURL(r.URL)
+		},
+	}
+}
+
+// canonicalAddr is u's "host:port", with the scheme's port when u names none (as the transport
+// dials it).
+func canonicalAddr(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
 
 // hostAllowed says whether host[:port] of u matches an allow-list entry: "host" (any port),
 // "host:port", or "*.domain" (any subdomain, any port). Hosts compare case-insensitively.
 func hostAllowed(allow []string, u *url.URL) bool {
-	host := strings.ToLower(u.Hostname())
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
+	return hostPortAllowed(allow, u.Hostname(), port)
+}
+
+// hostPortAllowed is hostAllowed for a host (without brackets) and a port.
+func hostPortAllowed(allow []string, host, port string) bool {
+	host = strings.ToLower(host)
 	for _, a := range allow {
 		a = strings.ToLower(strings.TrimSpace(a))
 		if a == "" {
@@ -89,6 +160,14 @@ func (e *Executor) checkHTTPURL(u *url.URL) error {
 	return nil
 }
 
+// Headers the built-in "http" handler sends with every request.
+const (
+	// HeaderTriggerID carries the fire's trigger id (Job.TriggerID).
+	HeaderTriggerID = "X-Jobmesh-Trigger-Id"
+	// HeaderJobID carries the job id.
+	HeaderJobID = "X-Jobmesh-Job-Id"
+)
+
 // httpHandler is the built-in "http" handler.
 func (e *Executor) httpHandler(ctx context.Context, job *Job) error {
 	var req HTTPRequest
@@ -125,6 +204,11 @@ func (e *Executor) httpHandler(ctx context.Context, job *Job) error {
 	if err != nil {
 		return fmt.Errorf("http handler: %w", err)
 	}
+	// The fire's identity, so that the receiver can tell fires apart and drop a repeat: a retry
+	// is another attempt with its own id, a fire sent twice has the same one. The job's own
+	// headers may override them.
+	hr.Header.Set(HeaderTriggerID, job.TriggerID)
+	hr.Header.Set(HeaderJobID, strconv.FormatInt(job.ID, 10))
 	for k, v := range req.Headers {
 		if strings.EqualFold(k, "Host") {
 			hr.Host = v // still checked: the allow-list applies to where we connect, u.Host
@@ -132,17 +216,8 @@ func (e *Executor) httpHandler(ctx context.Context, job *Job) error {
 		}
 		hr.Header.Set(k, v)
 	}
-	client := &http.Client{
-		// A redirect is a new request: it must be allowed too.
-		CheckRedirect: func(r *http.Request, via []*http.Request) error {
-			if len(via) >= 10 {
-				return errors.New("stopped after 10 redirects")
-			}
-			return e.checkHTTPURL(r.URL)
-		},
-	}
 	job.Logf("%s %s", method, u.Redacted())
-	resp, err := client.Do(hr)
+	resp, err := e.httpClient.Do(hr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -152,7 +227,11 @@ func (e *Executor) httpHandler(ctx context.Context, job *Job) error {
 		}
 		return fmt.Errorf("http handler: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// Read what is left (up to a bound) so the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxHTTPDrain))
+		resp.Body.Close()
+	}()
 	job.Logf("status %s", resp.Status)
 	br := bufio.NewReader(io.LimitReader(resp.Body, maxHTTPLog))
 	for {

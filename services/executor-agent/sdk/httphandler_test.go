@@ -2,7 +2,9 @@ package sdk_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +19,8 @@ import (
 // seen is a request as the test server received it.
 type seen struct {
 	method, path, header, body string
+	// fire is the X-Jobmesh-Trigger-Id and X-Jobmesh-Job-Id headers, space-separated.
+	fire string
 }
 
 func httpParams(t *testing.T, req sdk.HTTPRequest) string {
@@ -35,7 +39,7 @@ func TestHTTPHandler(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		got = append(got, seen{r.Method, r.URL.Path, r.Header.Get("X-Token"), string(b)})
+		got = append(got, seen{r.Method, r.URL.Path, r.Header.Get("X-Token"), string(b), r.Header.Get(sdk.HeaderTriggerID) + " " + r.Header.Get(sdk.HeaderJobID)})
 		mu.Unlock()
 		switch r.URL.Path {
 		case "/created":
@@ -81,10 +85,10 @@ func TestHTTPHandler(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := []seen{
-		{"PUT", "/created", "t1", `{"a":1}`},
-		{"GET", "/broken", "", ""},
-		{"GET", "/plain", "", ""},
-		{"GET", "/away", "", ""}, // and not /created through localhost
+		{"PUT", "/created", "t1", `{"a":1}`, "91-1-0-0 91"},
+		{"GET", "/broken", "", "", "92-1-0-0 92"},
+		{"GET", "/plain", "", "", "93-1-0-0 93"},
+		{"GET", "/away", "", "", "94-1-0-0 94"}, // and not /created through localhost
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("server saw %q, want %q", got, want)
@@ -113,4 +117,75 @@ func TestHTTPHandlerTimeouts(t *testing.T) {
 	tr.TimeoutSeconds = 1
 	h.accept(t, tr)
 	h.wantResult(t, "99-1-0-0", logsv1.RunStatus_RUN_STATUS_TIMEOUT, "timed out after 1s")
+}
+
+// TestHTTPHandlerReusesConnections: sequential fires to one host share one connection (the
+// executor keeps one transport with an idle pool), and a redirect to a host off the list is
+// still refused through that shared client.
+func TestHTTPHandlerReusesConnections(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	conns := 0
+	const parallel = 8
+	var meet sync.WaitGroup
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/meet" {
+			meet.Done()
+			meet.Wait()
+		}
+		if r.URL.Path == "/away" {
+			http.Redirect(w, r, "http://localhost:"+r.Host[len("127.0.0.1:"):]+"/", http.StatusFound)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	h := start(t, func(cfg *sdk.Config) { cfg.HTTPAllowHosts = []string{u.Host} })
+
+	const fires = 20
+	for i := range fires {
+		id := fmt.Sprintf("190-%d-0-0", i+1)
+		h.accept(t, bean(id, 190, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/"})))
+		h.wantResult(t, id, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+	}
+	mu.Lock()
+	got := conns
+	mu.Unlock()
+	if got != 1 {
+		t.Fatalf("%d sequential fires opened %d connections, want 1", fires, got)
+	}
+
+	// Two rounds of concurrent fires, each round meeting at the server: the first opens a
+	// connection per fire, the second finds them all idle in the pool (more than the standard
+	// library's default of 2 per host).
+	for round := range 2 {
+		meet.Add(parallel)
+		var ids []string
+		for i := range parallel {
+			id := fmt.Sprintf("%d-%d-0-0", 200+i, round+1)
+			ids = append(ids, id)
+			h.accept(t, bean(id, int64(200+i), sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/meet"})))
+		}
+		for _, id := range ids {
+			h.wantResult(t, id, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+		}
+	}
+	mu.Lock()
+	got = conns
+	mu.Unlock()
+	if want := parallel; got != want { // the sequential fires' one, then 7 more
+		t.Fatalf("after two rounds of %d concurrent fires: %d connections, want %d", parallel, got, want)
+	}
+
+	h.accept(t, bean("191-1-0-0", 191, sdk.HTTPHandler, httpParams(t, sdk.HTTPRequest{URL: srv.URL + "/away"})))
+	h.wantResult(t, "191-1-0-0", logsv1.RunStatus_RUN_STATUS_FAIL, "is not in the executor's allowed hosts")
 }

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,49 +44,76 @@ var glues = map[schedulerv1.GlueType]glue{
 	schedulerv1.GlueType_GLUE_TYPE_GLUE_POWERSHELL: {"pwsh", ".ps1"},
 }
 
-// lookInterpreter finds a script interpreter on PATH.
-func lookInterpreter(name string) (string, error) {
+// lookInterpreter finds a script interpreter on PATH. A path found is remembered for
+// interpreterTTL (every fire asked PATH again: a stat per directory); one not found is looked
+// for again at the next fire, so an interpreter installed meanwhile is found at once.
+func (e *Executor) lookInterpreter(name string) (string, error) {
+	now := time.Now()
+	e.interpMu.Lock()
+	c, ok := e.interps[name]
+	e.interpMu.Unlock()
+	if ok && now.Sub(c.at) < interpreterTTL {
+		return c.path, nil
+	}
 	p, err := exec.LookPath(name)
 	if err != nil {
 		return "", fmt.Errorf("interpreter %s not found on this executor", name)
 	}
+	e.interpMu.Lock()
+	e.interps[name] = interpreter{path: p, at: now}
+	e.interpMu.Unlock()
 	return p, nil
 }
 
+// interpreterTTL is how long a found interpreter's path is trusted without looking again.
+const interpreterTTL = 10 * time.Second
+
+// interpreter is a remembered interpreter path.
+type interpreter struct {
+	path string
+	at   time.Time
+}
+
+// glueVersion names a GLUE source version: its update time, or a hash of the source when the
+// scheduler sent none.
+func glueVersion(t *executorv1.Trigger) string {
+	if ms := t.GetGlueUpdatedUnixMs(); ms != 0 {
+		return strconv.FormatInt(ms, 10)
+	}
+	sum := sha256.Sum256([]byte(t.GetGlueSource()))
+	return "h" + hex.EncodeToString(sum[:8])
+}
+
 // scriptHandler runs a GLUE script: `<interpreter> <file> <params> <shard index> <shard total>`.
+// The script file is the worker's: a worker runs one GLUE version of one job (its key names
+// the version), writes the file at its first fire and deletes it when it ends.
 func (e *Executor) scriptHandler(g glue, t *executorv1.Trigger) HandlerFunc {
 	return func(ctx context.Context, job *Job) error {
-		file, err := e.writeScript(g, t)
+		w := job.run.w
+		if w.script == "" {
+			file, err := e.writeScript(g, t)
+			if err != nil {
+				return err
+			}
+			w.script = file
+		}
+		interp, err := e.lookInterpreter(g.interpreter)
 		if err != nil {
 			return err
 		}
-		interp, err := lookInterpreter(g.interpreter)
-		if err != nil {
-			return err
-		}
-		return e.runProcess(ctx, job, interp, file, job.Params, strconv.Itoa(job.ShardIndex), strconv.Itoa(job.ShardTotal))
+		return e.runProcess(ctx, job, interp, w.script, job.Params, strconv.Itoa(job.ShardIndex), strconv.Itoa(job.ShardTotal))
 	}
 }
 
-// writeScript writes the GLUE source to LogDir/glue/<job>_<glue updated ms><suffix> once, and
-// returns the path. Without an update time the name carries a hash of the source instead.
+// glueSeq numbers the GLUE script files an executor writes, so that two workers of one job
+// and version (one replacing the other) never share a file.
+var glueSeq atomic.Uint64
+
+// writeScript writes the GLUE source to LogDir/glue/<job>_<version>_<n><suffix> and returns
+// the path. It writes aside and renames, so the file is whole whenever it exists.
 func (e *Executor) writeScript(g glue, t *executorv1.Trigger) (string, error) {
-	version := strconv.FormatInt(t.GetGlueUpdatedUnixMs(), 10)
-	if t.GetGlueUpdatedUnixMs() == 0 {
-		sum := sha256.Sum256([]byte(t.GetGlueSource()))
-		version = "h" + hex.EncodeToString(sum[:8])
-	}
 	dir := filepath.Join(e.cfg.LogDir, "glue")
-	path := filepath.Join(dir, fmt.Sprintf("%d_%s%s", t.GetJobId(), version, g.suffix))
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("glue script: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("glue script: %w", err)
-	}
-	// Write aside and rename, so a concurrent reader never sees half a script.
+	path := filepath.Join(dir, fmt.Sprintf("%d_%s_%d%s", t.GetJobId(), glueVersion(t), glueSeq.Add(1), g.suffix))
 	f, err := os.CreateTemp(dir, ".glue-*")
 	if err != nil {
 		return "", fmt.Errorf("glue script: %w", err)
@@ -96,6 +125,29 @@ func (e *Executor) writeScript(g glue, t *executorv1.Trigger) (string, error) {
 		return "", fmt.Errorf("glue script: %w", err)
 	}
 	return path, nil
+}
+
+// clearScripts deletes the GLUE script files and fire files (fireFiles) left by an executor
+// that did not stop (at Start, when no worker holds one).
+func (e *Executor) clearScripts() error {
+	return errors.Join(clearDir(filepath.Join(e.cfg.LogDir, "glue")), clearDir(filepath.Join(e.cfg.LogDir, "fires")))
+}
+
+// clearDir deletes the files in dir.
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ent := range ents {
+		if !ent.IsDir() {
+			if err := os.Remove(filepath.Join(dir, ent.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // commandHandler is the built-in "command" handler: it runs params as a program and its
@@ -141,9 +193,23 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 	if err != nil {
 		return fmt.Errorf("output pipe: %w", err)
 	}
+	ff, err := e.prepareFiles(job)
+	if err != nil {
+		pr.Close()
+		pw.Close()
+		return err
+	}
+	defer ff.remove()
 	cmd := exec.Command(prog, args...)
-	cmd.Env = processEnv(ctx, job)
+	var left int
+	cmd.Env, left = processEnv(ctx, job, ff)
+	if left > 0 {
+		job.run.logLine(contextLeftLine(left))
+	}
 	cmd.Stdout, cmd.Stderr = pw, pw
+	if null, err := devNull(); err == nil {
+		cmd.Stdin = null // else exec opens it, as it does for every command
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()
@@ -152,34 +218,46 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 	}
 	pw.Close()
 	pgid := cmd.Process.Pid
+	win := newPidWindow(pgid)
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
 		copyLines(pr, job.run)
 	}()
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-
-	var werr error
-	cancelled := false
-	select {
-	case werr = <-waited:
-	case <-ctx.Done():
-		cancelled = true
-		// Found while the leader lives: its children that left the group are still its children.
-		signalFire(pgid, job.TriggerID, syscall.SIGTERM)
-		t := time.NewTimer(e.cfg.KillGrace)
-		select {
-		case werr = <-waited:
-		case <-t.C:
-			signalFire(pgid, job.TriggerID, syscall.SIGKILL)
-			werr = <-waited
-		}
-		t.Stop()
+	// The worker waits for the leader itself; only a cancelled fire gets a goroutine (the
+	// context's AfterFunc), which sends SIGTERM, and SIGKILL after KillGrace.
+	var kill struct {
+		sync.Mutex
+		exited bool
+		t      *time.Timer
 	}
+	stopKill := context.AfterFunc(ctx, func() {
+		kill.Lock()
+		defer kill.Unlock()
+		if kill.exited {
+			return
+		}
+		// Found while the leader lives: its children that left the group are still its children.
+		signalFire(win, job.TriggerID, syscall.SIGTERM)
+		kill.t = time.AfterFunc(e.cfg.KillGrace, func() {
+			kill.Lock()
+			defer kill.Unlock()
+			if !kill.exited {
+				signalFire(win, job.TriggerID, syscall.SIGKILL)
+			}
+		})
+	})
+	werr := cmd.Wait()
+	cancelled := !stopKill()
+	kill.Lock()
+	kill.exited = true
+	if kill.t != nil {
+		kill.t.Stop()
+	}
+	kill.Unlock()
 	// The leader's end ends its group, and whatever of the fire left it. (ESRCH when nothing
 	// is left.)
-	signalFire(pgid, job.TriggerID, syscall.SIGKILL)
+	signalFire(win, job.TriggerID, syscall.SIGKILL)
 	t := time.NewTimer(e.cfg.KillGrace + time.Second)
 	select {
 	case <-readDone:
@@ -198,6 +276,9 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 	if cancelled {
 		return context.Cause(ctx)
 	}
+	// What the process published: its marker lines, then its output file. A refused output
+	// fails a fire that otherwise succeeded, naming it; the outputs taken go with the result.
+	outErr := errors.Join(job.run.scriptOutputErr(), job.run.readOutputFile(ff.output))
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -205,25 +286,48 @@ func (e *Executor) runProcess(ctx context.Context, job *Job, prog string, args .
 		}
 		return fmt.Errorf("exit code %d", ee.ExitCode())
 	}
-	return werr
+	if werr != nil {
+		return werr
+	}
+	return outErr
 }
 
-// signalFire sends sig to the fire's process group (pgid, its leader's pid) and to every
-// process of the fire that left it.
-func signalFire(pgid int, triggerID string, sig syscall.Signal) {
+// devNull is /dev/null opened once, the stdin of every fire's process (exec opened and closed it
+// for each).
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
+
+// signalFire sends sig to the fire's process group (its leader's pid) and to every process of
+// the fire that left it.
+func signalFire(win pidWindow, triggerID string, sig syscall.Signal) {
+	pgid := win.leader
 	_ = syscall.Kill(-pgid, sig)
-	for _, p := range fireProcesses(pgid, pgid, triggerID) {
+	for _, p := range fireProcesses(win, pgid, triggerID) {
 		_ = syscall.Kill(p, sig)
 	}
 }
 
+// lineReaders are the buffers copyLines reads output with (64 KiB each: allocating and
+// zeroing one per fire was a tenth of a script fire's own CPU).
+var lineReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxText) }}
+
 // copyLines turns a process's output into log lines; a line longer than maxText is split.
 func copyLines(rd io.Reader, r *run) {
-	br := bufio.NewReaderSize(rd, maxText)
+	br := lineReaders.Get().(*bufio.Reader)
+	br.Reset(rd)
+	defer func() {
+		br.Reset(nil)
+		lineReaders.Put(br)
+	}()
+	var n int64
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			r.logLine(string(bytes.TrimSuffix(line, []byte{'\n'})))
+			n++
+			text := string(bytes.TrimSuffix(line, []byte{'\n'}))
+			r.logLine(text)
+			if strings.HasPrefix(text, outputMarker) {
+				r.markerOutput(n, strings.TrimSuffix(text[len(outputMarker):], "\r"))
+			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			return
@@ -232,10 +336,11 @@ func copyLines(rd io.Reader, r *run) {
 }
 
 // processEnv is the agent's environment without its own JOBMESH_* and trace variables (the
-// access token must not leak into scripts), plus the fire's.
-func processEnv(ctx context.Context, job *Job) []string {
+// access token must not leak into scripts), plus the fire's, its workflow context and files
+// (contextEnv, whose left it returns).
+func processEnv(ctx context.Context, job *Job, ff fireFiles) ([]string, int) {
 	parent := os.Environ()
-	env := make([]string, 0, len(parent)+9)
+	env := make([]string, 0, len(parent)+10+len(job.Context))
 	for _, kv := range parent {
 		if strings.HasPrefix(kv, "JOBMESH_") || strings.HasPrefix(kv, "TRACEPARENT=") || strings.HasPrefix(kv, "TRACESTATE=") {
 			continue
@@ -255,6 +360,8 @@ func processEnv(ctx context.Context, job *Job) []string {
 		"JOBMESH_SHARD_TOTAL="+strconv.Itoa(job.ShardTotal),
 		"JOBMESH_PARAMS="+job.Params,
 	)
+	cenv, left := contextEnv(job, ff)
+	env = append(env, cenv...)
 	// The run span's context (the scheduler's when this process does not trace): the script's
 	// own spans join the fire's trace.
 	carrier := propagation.MapCarrier{}
@@ -265,5 +372,5 @@ func processEnv(ctx context.Context, job *Job) []string {
 			env = append(env, "TRACESTATE="+ts)
 		}
 	}
-	return env
+	return env, left
 }

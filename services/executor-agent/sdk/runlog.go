@@ -22,22 +22,6 @@ func (r *run) begin(now time.Time) {
 	r.mu.Unlock()
 }
 
-// openFile opens the fire's local log file at its first line (the caller holds r.mu). Creating
-// a file per fire up front cost more than a no-op handler's whole run; a fire that writes
-// nothing has no file, and reading its log finds no lines.
-func (r *run) openFile() {
-	r.opened = true
-	path := r.logPath()
-	err := os.MkdirAll(filepath.Dir(path), 0o700)
-	if err == nil {
-		r.file, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	}
-	if err != nil {
-		r.file = nil
-		r.e.log.Error("cannot open run log file; output goes to logsvc only", "trigger_id", r.t.GetTriggerId(), "error", err)
-	}
-}
-
 // logText appends text to the fire's log, one line per newline.
 func (r *run) logText(text string) {
 	text = strings.TrimSuffix(text, "\n")
@@ -46,8 +30,8 @@ func (r *run) logText(text string) {
 	}
 }
 
-// logLine appends one line: numbered, written to the local file and queued for logsvc, all
-// under the run's lock so lines keep their order and none follows the result.
+// logLine appends one line: numbered, staged for the local run log (runStore) and queued for
+// logsvc, all under the run's lock so lines keep their order and none follows the result.
 func (r *run) logLine(text string) {
 	text = cleanText(strings.TrimSuffix(text, "\r"))
 	now := time.Now()
@@ -63,19 +47,7 @@ func (r *run) logLine(text string) {
 	}
 	r.outBytes += int64(len(text)) + 1
 	r.lineNo++
-	if !r.opened {
-		r.openFile()
-	}
-	if r.file != nil {
-		buf := make([]byte, 0, len(text)+1)
-		buf = append(buf, text...)
-		buf = append(buf, '\n')
-		if _, err := r.file.Write(buf); err != nil {
-			r.e.log.Error("writing run log file; output goes to logsvc only", "trigger_id", r.t.GetTriggerId(), "error", err)
-			r.file.Close()
-			r.file = nil
-		}
-	}
+	r.e.runs.add(r.t.GetTriggerId(), r.lineNo, text)
 	r.e.out.addLines([]*logsv1.LogLine{{TriggerId: r.t.GetTriggerId(), LineNo: r.lineNo, UnixMs: now.UnixMilli(), Text: text, DeliveryToken: r.t.GetDeliveryToken()}})
 }
 
@@ -85,29 +57,45 @@ const (
 	maxLogBytes = 1 << 20
 )
 
-// findLog locates a fire's local log: whether the fire is still queued or running, and the file
-// path ("" when the fire is known but never started).
-func (e *Executor) findLog(triggerID string) (path string, active, known bool) {
+// findLog says whether a fire is still held, queued or running here (active), and whether this
+// executor knows it at all: active, recently accepted, or with output in the local run log or
+// in a log file of an older agent version (legacyLogPath, runs/<day>/<trigger id>.log).
+func (e *Executor) findLog(triggerID string) (active, known bool) {
 	e.mu.Lock()
-	if r, ok := e.active[triggerID]; ok {
-		e.mu.Unlock()
-		return r.logPath(), true, true
+	defer e.mu.Unlock()
+	if _, ok := e.active[triggerID]; ok {
+		return true, true
 	}
-	day, ok := e.recent.get(triggerID)
-	e.mu.Unlock()
-	if ok {
-		return e.runLogPath(day, triggerID), false, true
-	}
-	// After a restart: look through the day directories.
-	matches, _ := filepath.Glob(filepath.Join(e.cfg.LogDir, "runs", "*", triggerID+".log"))
-	if len(matches) > 0 {
-		return matches[len(matches)-1], false, true
-	}
-	return "", false, false
+	_, ok := e.recent.get(triggerID)
+	return false, ok
 }
 
-// readLog returns complete lines of a log file from line from (1-based) on, and whether the
-// end of the file was reached.
+// legacyLogPath is the log file of a fire written by an agent that kept a file per fire; "" when
+// there is none.
+func (e *Executor) legacyLogPath(triggerID string) string {
+	matches, _ := filepath.Glob(filepath.Join(e.cfg.LogDir, "runs", "*", triggerID+".log"))
+	if len(matches) > 0 {
+		return matches[len(matches)-1]
+	}
+	return ""
+}
+
+// readRunLog returns the lines of a fire's local log from line from on, whether the last line
+// written so far was reached, and whether any log was found.
+func (e *Executor) readRunLog(triggerID string, from int64) (lines []string, eof, found bool, err error) {
+	lines, eof, found, err = e.runs.read(triggerID, from)
+	if found || err != nil {
+		return lines, eof, found, err
+	}
+	if path := e.legacyLogPath(triggerID); path != "" {
+		lines, eof, err = readLog(path, from)
+		return lines, eof, true, err
+	}
+	return nil, true, false, nil
+}
+
+// readLog returns complete lines of a per-fire log file (of an older agent version) from line
+// from (1-based) on, and whether the end of the file was reached.
 func readLog(path string, from int64) (lines []string, eof bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {

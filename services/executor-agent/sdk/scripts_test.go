@@ -3,11 +3,14 @@ package sdk_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
@@ -95,5 +98,47 @@ func TestHandlerChangeReplacesWorker(t *testing.T) {
 	h.wantResult(t, "320-2-0-0", logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
 	if got := h.ingest.Texts("320-2-0-0"); !slices.Equal(got, []string{"other ran"}) {
 		t.Fatalf("lines: got %q", got)
+	}
+}
+
+// TestGlueScriptFilePerVersion: a GLUE version's script file is written once, at the first fire
+// of its worker, serves the fires after it, and is deleted when a new version replaces it.
+func TestGlueScriptFilePerVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := start(t, func(cfg *sdk.Config) { cfg.LogDir = dir })
+	glueFiles := func() []string {
+		ents, err := os.ReadDir(filepath.Join(dir, "glue"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	var paths []string
+	for i, version := range []int64{1, 1, 2} {
+		id := fmt.Sprintf("350-%d-0-0", i+1)
+		tr := script(id, 350, fmt.Sprintf(`echo "%d $0"`, version))
+		tr.GlueUpdatedUnixMs = version
+		h.accept(t, tr)
+		h.wantResult(t, id, logsv1.RunStatus_RUN_STATUS_SUCCESS, "")
+		lines := h.ingest.Texts(id)
+		v, path, _ := strings.Cut(lines[0], " ")
+		if v != strconv.FormatInt(version, 10) {
+			t.Fatalf("fire %s ran %q, want version %d", id, lines[0], version)
+		}
+		paths = append(paths, path)
+	}
+	if paths[0] != paths[1] || paths[1] == paths[2] {
+		t.Fatalf("script files: got %q, want one for version 1's two fires and another for version 2", paths)
+	}
+	want := []string{filepath.Base(paths[2])}
+	for deadline := time.Now().Add(wait); !slices.Equal(glueFiles(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("glue directory: got %q, want only %q (version 1's file deleted with its worker)", glueFiles(), want)
+		}
 	}
 }

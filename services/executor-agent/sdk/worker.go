@@ -2,18 +2,19 @@ package sdk
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
-	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -60,19 +61,29 @@ var killedByRequest = &stopCause{status: logsv1.RunStatus_RUN_STATUS_KILLED, msg
 // worker runs the fires of one job, one at a time, from a FIFO queue. Its fields other than
 // the channels are guarded by Executor.mu, except inited (the worker goroutine's own).
 type worker struct {
-	jobID   int64
-	key     string // handler identity; a fire with another key replaces the worker
-	bean    *bean  // BEAN handler, for init/destroy; nil for scripts
-	queue   []*run
+	jobID int64
+	key   string // handler identity; a fire with another key replaces the worker
+	bean  *bean  // BEAN handler, for init/destroy; nil for scripts
+	queue []*run
+	// running is the fire it runs, from the moment the fire took its run slot and was handed
+	// to the worker goroutine (handed) until the goroutine is done with it.
 	running *run
 	retired bool // replaced, reclaimed or stopping: takes no more fires
-	// slotWait: its next fire waits in Executor.slotQueue for a run slot; granted: a slot freed
-	// for it and is its to take (counted in Executor.slots already).
-	slotWait, granted bool
-	wake              chan struct{}
-	done              chan struct{}
-	prev              <-chan struct{} // the replaced worker's done: wait for it before the first fire
-	inited            bool
+	// slotWait: its next fire waits in Executor.slotQueue for a run slot.
+	slotWait bool
+	// idleSince is when its last fire ended (or it was made): reclaimLoop ends it IdleTimeout
+	// later if it has had nothing to run since.
+	idleSince time.Time
+	// handed carries a fire that took its run slot (now running) to the worker goroutine, with
+	// a wake: the goroutine so starts it without taking Executor.mu, and waits on one channel
+	// (a select with an idle timer cost more than a no-op fire): in a burst, thousands of
+	// workers start at once.
+	handed atomic.Pointer[run]
+	wake   chan struct{}
+	done   chan struct{}
+	prev   <-chan struct{} // the replaced worker's done: wait for it before the first fire
+	inited bool
+	script string // its GLUE script file, written at its first fire (the worker goroutine's own)
 }
 
 func (w *worker) busy() bool { return w.running != nil || len(w.queue) > 0 }
@@ -94,19 +105,18 @@ type run struct {
 	fn     HandlerFunc
 	key    string // a held fire's worker key and BEAN, to place it when due
 	bean   *bean
-	day    string // the UTC day it was accepted: its log file is runs/<day>/<trigger id>.log
+	day    string // the UTC day it was accepted
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
 	started  time.Time
 	lineNo   int64
-	outBytes int64    // output kept so far, newlines counted
-	cut      bool     // output passed MaxRunOutputBytes: the rest is dropped
-	file     *os.File // opened at the first line: a fire without output costs no file
-	opened   bool     // the file was opened, or opening it failed
-	msg      string   // the handler's success message (Job.SetMessage)
-	returned bool     // the handler returned: its message is taken
+	outBytes int64   // output kept so far, newlines counted
+	cut      bool    // output passed MaxRunOutputBytes: the rest is dropped
+	msg      string  // the handler's success message (Job.SetMessage)
+	outs     outputs // what it published (Job.SetOutput, a script's marker lines and file)
+	returned bool    // the handler returned: its message is taken
 	finished bool
 }
 
@@ -166,15 +176,11 @@ func (e *Executor) accept(t *executorv1.Trigger) (*executorv1.RunAck, *run) {
 		return reject(msg), nil
 	}
 	r := e.newRunLocked(t, w, fn, now)
-	w.queue = append(w.queue, r)
-	if w.running == nil {
-		e.askSlotLocked(w)
-	}
 	e.active[id] = r
 	e.recent.add(id, r.day)
 	e.addStartLocked(r, now)
-	w.signal()
-	e.mu.Unlock()
+	e.queueLocked(w, r)
+	e.unlockWake()
 
 	for _, rt := range retired {
 		e.endRetirement(rt)
@@ -208,7 +214,7 @@ func (e *Executor) workerForLocked(t *executorv1.Trigger, key string, b *bean) (
 		}
 	}
 	if w == nil {
-		w = &worker{jobID: t.GetJobId(), key: key, bean: b, wake: make(chan struct{}, 1), done: make(chan struct{}), prev: prev}
+		w = &worker{jobID: t.GetJobId(), key: key, bean: b, wake: make(chan struct{}, 1), done: make(chan struct{}), prev: prev, idleSince: time.Now()}
 		e.workers[w.jobID] = w
 		e.allWorkers[w] = struct{}{}
 		go e.work(w)
@@ -230,22 +236,117 @@ func (e *Executor) addStartLocked(r *run, start time.Time) {
 	})
 }
 
-// hold releases the held fires of one Run call, received at received, when each is due: fires
-// due at the same instant (the scheduler sends a call's fires with the delay of their scheduled
-// millisecond) share one timer.
+// hold releases the held fires of one Run call, received at received, when each is due. All
+// held fires of the executor wait on one timer (holdLoop), in groups by due time: the scheduler
+// sends a call's fires with the delay of their scheduled millisecond, so a call is a group or a
+// few, and a burst of calls due at the same instant is released by one wake-up.
 func (e *Executor) hold(held []*run, received time.Time) {
 	slices.SortStableFunc(held, func(a, b *run) int { return cmp.Compare(a.t.GetStartDelayUs(), b.t.GetStartDelayUs()) })
+	e.holdMu.Lock()
+	wake := len(e.holdQ) == 0
+	var first time.Time
+	if !wake {
+		first = e.holdQ[0].at
+	}
 	for i := 0; i < len(held); {
 		j := i + 1
 		for j < len(held) && held[j].t.GetStartDelayUs() == held[i].t.GetStartDelayUs() {
 			j++
 		}
-		due := held[i:j:j]
 		at := received.Add(time.Duration(held[i].t.GetStartDelayUs()) * time.Microsecond)
-		time.AfterFunc(time.Until(at), func() { e.release(due) })
+		heap.Push(&e.holdQ, holdGroup{at: at, runs: held[i:j:j]})
 		i = j
 	}
+	if wake || e.holdQ[0].at.Before(first) { // a new earliest: holdLoop's timer is too late
+		select {
+		case e.holdWake <- struct{}{}:
+		default:
+		}
+	}
+	e.holdMu.Unlock()
 }
+
+// holdGroup is held fires due at the same instant.
+type holdGroup struct {
+	at   time.Time
+	runs []*run
+}
+
+// holdHeap orders held groups by due time (container/heap).
+type holdHeap []holdGroup
+
+func (h holdHeap) Len() int           { return len(h) }
+func (h holdHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h holdHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *holdHeap) Push(x any)        { *h = append(*h, x.(holdGroup)) }
+func (h *holdHeap) Pop() any {
+	old := *h
+	g := old[len(old)-1]
+	old[len(old)-1] = holdGroup{}
+	*h = old[:len(old)-1]
+	return g
+}
+
+// holdLoop releases held fires when due, every group due by then at one wake-up, until stop
+// closes.
+func (e *Executor) holdLoop(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var due []holdGroup
+	for {
+		e.holdMu.Lock()
+		now := time.Now()
+		due = due[:0]
+		for len(e.holdQ) > 0 && !e.holdQ[0].at.After(now) {
+			due = append(due, heap.Pop(&e.holdQ).(holdGroup))
+		}
+		next, large := time.Hour, false
+		if len(e.holdQ) > 0 {
+			next, large = e.holdQ[0].at.Sub(now), len(e.holdQ[0].runs) >= yieldGroup
+		}
+		e.holdMu.Unlock()
+		if len(due) > 0 {
+			// A group at a time: the first group's workers start while the next is placed. The
+			// release counts as a fire handed on, so the finisher waits for the last group too.
+			e.handing.Add(1)
+			for _, g := range due {
+				e.release(g.runs)
+			}
+			e.startTaken()
+			clear(due)
+			continue // look again: more may have come due meanwhile
+		}
+		if large {
+			if next <= yieldAhead {
+				// A large group is due within the timer's resolution: yield until it is due.
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				runtime.Gosched()
+				continue
+			}
+			next -= yieldAhead
+		}
+		t.Reset(next)
+		select {
+		case <-stop:
+			return
+		case <-e.holdWake:
+		case <-t.C:
+		}
+	}
+}
+
+// A Go timer fires up to a millisecond late on an idle Linux process (the poller waits in whole
+// milliseconds), and a fire held for its due time would start that much late. For a group of at
+// least yieldGroup fires (a burst's Run call), holdLoop wakes yieldAhead early and yields the
+// processor until the group is due: at most a millisecond of one core per burst.
+const (
+	yieldGroup = 64
+	yieldAhead = time.Millisecond
+)
 
 // release places held fires that came due behind their jobs' workers, as if they arrived now:
 // the block strategy applies now. A fire killed or ended meanwhile is skipped; one its job's
@@ -271,13 +372,9 @@ func (e *Executor) release(due []*run) {
 			continue
 		}
 		r.w = w
-		w.queue = append(w.queue, r)
-		if w.running == nil {
-			e.askSlotLocked(w)
-		}
-		w.signal()
+		e.queueLocked(w, r)
 	}
-	e.mu.Unlock()
+	e.unlockWake() // the workers in the order of their fires, none waiting for Executor.mu
 	for _, rt := range retired {
 		e.endRetirement(rt)
 	}
@@ -345,10 +442,12 @@ func (e *Executor) resolve(t *executorv1.Trigger) (HandlerFunc, *bean, string, e
 		if !ok {
 			return nil, nil, "", fmt.Errorf("unknown glue type %d", gt)
 		}
-		if _, err := lookInterpreter(g.interpreter); err != nil {
+		if _, err := e.lookInterpreter(g.interpreter); err != nil {
 			return nil, nil, "", err
 		}
-		key := gt.String() + ":" + strconv.FormatInt(t.GetGlueUpdatedUnixMs(), 10)
+		// The name from the generated table: an enum's String looks it up through its
+		// descriptor, a few µs per fire.
+		key := schedulerv1.GlueType_name[int32(gt)] + ":" + glueVersion(t)
 		return e.scriptHandler(g, t), nil, key, nil
 	}
 }
@@ -377,10 +476,29 @@ func (e *Executor) newRunLocked(t *executorv1.Trigger, w *worker, fn HandlerFunc
 	r.job = &Job{
 		ID: t.GetJobId(), GroupID: t.GetGroupId(), TriggerID: t.GetTriggerId(), Handler: t.GetHandler(),
 		Params: t.GetParams(), ShardIndex: int(t.GetShardIndex()), ShardTotal: total, ScheduledTime: sched,
-		Attempt: int(t.GetAttempt()), TriggerType: strings.TrimPrefix(t.GetTriggerType().String(), "TRIGGER_TYPE_"),
-		TraceContext: maps.Clone(t.GetTraceContext()), run: r,
+		Attempt: int(t.GetAttempt()), TriggerType: triggerTypeName(t.GetTriggerType()),
+		TraceContext: maps.Clone(t.GetTraceContext()), Context: maps.Clone(t.GetContext()),
+		WorkflowInstanceID: t.GetWorkflowInstanceId(), WorkflowNodeID: t.GetWorkflowNodeId(), run: r,
 	}
 	return r
+}
+
+// triggerTypeNames are the trigger types' names without their prefix (an enum's String
+// looks the name up through its descriptor: a few µs per fire).
+var triggerTypeNames = func() map[schedulerv1.TriggerType]string {
+	m := make(map[schedulerv1.TriggerType]string, len(schedulerv1.TriggerType_name))
+	for v, n := range schedulerv1.TriggerType_name {
+		m[schedulerv1.TriggerType(v)] = strings.TrimPrefix(n, "TRIGGER_TYPE_")
+	}
+	return m
+}()
+
+// triggerTypeName is a trigger type's name without its prefix ("CRON").
+func triggerTypeName(tt schedulerv1.TriggerType) string {
+	if n, ok := triggerTypeNames[tt]; ok {
+		return n
+	}
+	return strings.TrimPrefix(tt.String(), "TRIGGER_TYPE_")
 }
 
 // dayLocked is now's UTC date, the name of the day directory of run log files; the string is
@@ -394,14 +512,6 @@ func (e *Executor) dayLocked(now time.Time) string {
 	}
 	return e.day
 }
-
-// runLogPath is where the local log of fire triggerID, accepted on day, is written.
-func (e *Executor) runLogPath(day, triggerID string) string {
-	return filepath.Join(e.cfg.LogDir, "runs", day, triggerID+".log")
-}
-
-// logPath is the fire's local log file.
-func (r *run) logPath() string { return r.e.runLogPath(r.day, r.t.GetTriggerId()) }
 
 // retireLocked takes w out of service; the caller ends what it held with endRetirement after
 // unlocking.
@@ -436,6 +546,11 @@ func (e *Executor) work(w *worker) {
 				e.log.Error("handler destroy failed", "handler", w.bean.name, "job_id", w.jobID, "error", err)
 			}
 		}
+		if w.script != "" {
+			if err := os.Remove(w.script); err != nil {
+				e.log.Warn("deleting a GLUE script file", "path", w.script, "error", err)
+			}
+		}
 		e.mu.Lock()
 		delete(e.allWorkers, w)
 		e.mu.Unlock()
@@ -452,77 +567,156 @@ func (e *Executor) work(w *worker) {
 		}
 		t.Stop()
 	}
-	idle := time.NewTimer(e.cfg.IdleTimeout)
-	defer idle.Stop()
 	for {
-		e.mu.Lock()
-		if len(w.queue) > 0 {
-			e.askSlotLocked(w)
+		<-w.wake
+		r := w.handed.Swap(nil)
+		if r != nil {
+			e.startTaken()
 		}
-		if len(w.queue) > 0 && w.granted {
-			w.granted = false
-			r := w.queue[0]
-			w.queue[0] = nil
-			w.queue = w.queue[1:]
-			w.running = r
-			e.mu.Unlock()
-			e.execute(w, r)
+		if r == nil {
 			e.mu.Lock()
-			w.running = nil
-			e.freeSlotLocked()
+			end := w.retired && w.running == nil && len(w.queue) == 0
+			if end {
+				e.leaveSlotQueueLocked(w)
+			}
 			e.mu.Unlock()
-			idle.Reset(e.cfg.IdleTimeout)
-			continue
-		}
-		if len(w.queue) == 0 {
-			e.leaveSlotQueueLocked(w)
-			if w.retired {
-				e.mu.Unlock()
+			if end {
 				return
 			}
+			continue
 		}
-		e.mu.Unlock()
+		// The fire, with its run slot. What follows its end (the slot freed, the job's next fire
+		// handed on) is the finisher's, in batches under one lock: in a burst, the workers of
+		// fires that ended do not take Executor.mu from those still releasing and starting fires.
+		e.execute(w, r)
+	}
+}
+
+// reclaimLoop ends the workers that have been idle for IdleTimeout, until stop closes.
+func (e *Executor) reclaimLoop(stop <-chan struct{}) {
+	t := time.NewTicker(max(e.cfg.IdleTimeout/4, time.Millisecond))
+	defer t.Stop()
+	for {
 		select {
-		case <-w.wake:
-		case <-idle.C:
+		case <-stop:
+			return
+		case now := <-t.C:
+			var n int
 			e.mu.Lock()
-			reclaim := !w.busy() && !w.retired
-			if reclaim {
-				w.retired = true
-				if e.workers[w.jobID] == w {
-					delete(e.workers, w.jobID)
+			for id, w := range e.workers {
+				if !w.busy() && now.Sub(w.idleSince) >= e.cfg.IdleTimeout {
+					w.retired = true
+					delete(e.workers, id)
+					w.signal()
+					n++
 				}
 			}
 			e.mu.Unlock()
-			if reclaim {
-				e.log.Debug("idle job worker reclaimed", "job_id", w.jobID)
-				return
+			if n > 0 {
+				e.log.Debug("idle job workers reclaimed", "count", n)
 			}
-			idle.Reset(e.cfg.IdleTimeout)
 		}
 	}
 }
 
 // A fire runs only in a run slot: at most Config.Capacity fires run at once. A worker asks for a
-// slot as soon as its next fire is due to start (askSlotLocked: when the fire is queued on an
+// slot as soon as its next fire is due to start (takeSlotLocked: when the fire is queued on an
 // idle worker, or its previous fire ends), so that a Run call's later fires already see the
 // slots its earlier ones took. A worker that finds none waits in slotQueue, in order; a freed
-// slot goes straight to the first waiting worker (granted), so a fire arriving later cannot take
-// it.
+// slot goes straight to the first waiting worker, whose next fire takes it and is handed to the
+// worker goroutine at once, so a fire arriving later cannot take it.
 
-// askSlotLocked gives w a run slot for its next fire (granted), or queues it for the next free
-// one; nothing when it has asked already.
-func (e *Executor) askSlotLocked(w *worker) {
-	if w.granted || w.slotWait {
+// queueLocked queues an accepted (or held and now due) fire on its job's worker, and hands it on
+// when the worker is idle and a run slot is free.
+func (e *Executor) queueLocked(w *worker, r *run) {
+	if w.running == nil && len(w.queue) == 0 && e.takeSlotLocked(w) {
+		e.handLocked(w, r) // the usual case, without a queue
 		return
+	}
+	w.queue = append(w.queue, r)
+	if w.running == nil && e.takeSlotLocked(w) {
+		e.handOnLocked(w)
+	}
+}
+
+// takeSlotLocked takes a run slot for the next fire of w, idle, and reports true; or queues w
+// for the next free slot (nothing when it waits already) and reports false.
+func (e *Executor) takeSlotLocked(w *worker) bool {
+	if w.slotWait {
+		return false
 	}
 	if e.slots < e.cfg.Capacity && len(e.slotQueue) == 0 {
 		e.slots++
-		w.granted = true
-		return
+		return true
 	}
 	w.slotWait = true
 	e.slotQueue = append(e.slotQueue, w)
+	return false
+}
+
+// popLocked makes the next fire of w, whose run slot is counted already, its running one.
+func popLocked(w *worker) *run {
+	r := w.queue[0]
+	w.queue[0] = nil
+	w.queue = w.queue[1:]
+	if len(w.queue) == 0 {
+		w.queue = nil
+	}
+	w.running = r
+	return r
+}
+
+// handOnLocked hands the next fire of w, idle, whose run slot is counted already, to the worker
+// goroutine.
+func (e *Executor) handOnLocked(w *worker) {
+	e.handLocked(w, popLocked(w))
+}
+
+// handLocked makes r, whose run slot is counted already, the running fire of w, idle, and hands
+// it to the worker goroutine, to be woken by unlockWake.
+func (e *Executor) handLocked(w *worker, r *run) {
+	w.running = r
+	e.handing.Add(1)
+	w.handed.Store(r)
+	e.wakes = append(e.wakes, w)
+}
+
+// unlockWake unlocks Executor.mu and then wakes the workers handed a fire under it, in order:
+// a woken worker never finds the lock held by the one that woke it.
+func (e *Executor) unlockWake() {
+	var buf [16]*worker
+	ws := e.wakes
+	if len(ws) <= len(buf) {
+		ws = buf[:copy(buf[:], ws)]
+		clear(e.wakes)
+		e.wakes = e.wakes[:0]
+	} else {
+		e.wakes = nil // a burst's: the next one is as large only in the next burst
+	}
+	e.mu.Unlock()
+	for _, w := range ws {
+		w.signal()
+	}
+}
+
+// doneLocked is for the finisher when the worker goroutine of w is done with its running fire:
+// it frees the fire's run slot and hands on the job's next queued fire when it gets a slot for
+// it (else w waits in slotQueue, and the fire is handed on when a slot frees); with nothing
+// queued, w leaves the wait for a slot and is idle from now.
+func (e *Executor) doneLocked(w *worker, now time.Time) {
+	w.running = nil
+	e.freeSlotLocked()
+	if len(w.queue) == 0 {
+		e.leaveSlotQueueLocked(w)
+		w.idleSince = now
+		if w.retired {
+			w.signal() // to end
+		}
+		return
+	}
+	if e.takeSlotLocked(w) {
+		e.handOnLocked(w)
+	}
 }
 
 // freeSlotLocked hands a slot that a fire left to the first worker waiting for one that still
@@ -536,21 +730,15 @@ func (e *Executor) freeSlotLocked() {
 		if len(w.queue) == 0 {
 			continue // its fire was killed meanwhile
 		}
-		w.granted = true
-		w.signal()
+		e.handOnLocked(w)
 		return
 	}
 	e.slotQueue = nil
 	e.slots--
 }
 
-// leaveSlotQueueLocked takes w, with nothing left to run, out of the wait for a slot, and passes
-// on a slot granted to it.
+// leaveSlotQueueLocked takes w, with nothing left to run, out of the wait for a slot.
 func (e *Executor) leaveSlotQueueLocked(w *worker) {
-	if w.granted {
-		w.granted = false
-		e.freeSlotLocked()
-	}
 	if w.slotWait {
 		w.slotWait = false
 		if i := slices.Index(e.slotQueue, w); i >= 0 {
@@ -588,10 +776,13 @@ func (e *Executor) load() *executorv1.ExecutorLoad {
 		Waiting: int32(len(e.slotQueue)), Free: int32(e.freeSlotsLocked())}
 }
 
-// execute runs one fire to its end and records its result.
+// execute runs one fire, the running fire of w, to its end and leaves the rest (its result
+// recorded, the run slot freed) to the finisher.
 func (e *Executor) execute(w *worker, r *run) {
 	if r.ctx.Err() != nil { // killed between dequeue and start
-		e.finishUnstarted(r, causeOf(r.ctx))
+		cause := causeOf(r.ctx)
+		now := time.Now()
+		e.finishSoon(w, r, cause.status, cause.msg, now, now, "")
 		return
 	}
 	start := time.Now()
@@ -605,7 +796,9 @@ func (e *Executor) execute(w *worker, r *run) {
 			&stopCause{status: logsv1.RunStatus_RUN_STATUS_TIMEOUT, msg: fmt.Sprintf("timed out after %ds", secs)})
 		defer cancel()
 	}
-	ctx = w3c.Extract(ctx, propagation.MapCarrier(r.t.GetTraceContext()))
+	if tc := r.t.GetTraceContext(); len(tc) > 0 {
+		ctx = w3c.Extract(ctx, propagation.MapCarrier(tc))
+	}
 	// Without a tracer provider the run has no span (it would record nothing); sampled out, its
 	// span records nothing: either way skip building what it would record.
 	span, traceparent := noSpan, "" // the fire's own traceparent, unless the run span is a new one
@@ -640,10 +833,12 @@ func (e *Executor) execute(w *worker, r *run) {
 	}
 	if err == nil {
 		err = safeCall(func() error { return r.fn(ctx, r.job) })
-		var pe *panicError
-		if errors.As(err, &pe) {
-			e.log.ErrorContext(ctx, "handler panicked", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "panic", pe.value, "stack", pe.stack)
-			r.logText("panic: " + fmt.Sprint(pe.value) + "\n" + pe.stack)
+		if err != nil { // (a success allocates nothing here)
+			var pe *panicError
+			if errors.As(err, &pe) {
+				e.log.ErrorContext(ctx, "handler panicked", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "panic", pe.value, "stack", pe.stack)
+				r.logText("panic: " + fmt.Sprint(pe.value) + "\n" + pe.stack)
+			}
 		}
 	}
 	status, msg := outcome(ctx, err)
@@ -662,7 +857,7 @@ func (e *Executor) execute(w *worker, r *run) {
 	} else {
 		span.End()
 	}
-	e.finish(r, status, msg, start, end, traceparent)
+	e.finishSoon(w, r, status, msg, start, end, traceparent)
 }
 
 // setMessage sets the fire's success message, until the handler has returned.
@@ -738,13 +933,148 @@ func (e *Executor) finishUnstarted(r *run, cause *stopCause) {
 	e.finish(r, cause.status, cause.msg, now, now, "")
 }
 
+// ending is a fire's end on its way to finishRest, or (w set) the end of the running fire of a
+// worker, whose slot the finisher frees.
+type ending struct {
+	r           *run
+	status      logsv1.RunStatus
+	msg         string
+	start, end  time.Time
+	traceparent string
+	wrote       bool
+	w           *worker // the worker goroutine is done with r, its running fire
+	ended       bool    // r ended here: its result is to be recorded (else it was already)
+}
+
 // finish records a fire's result once: later calls are ignored. traceparent is the run span's;
 // empty means the fire's own (from the scheduler).
 func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, end time.Time, traceparent string) {
-	r.mu.Lock()
-	if r.finished {
-		r.mu.Unlock()
+	if en, ok := r.end(status, msg, start, end, traceparent); ok {
+		en.ended = true
+		e.finishRest([]ending{en})
+	}
+}
+
+// finishSoon is finish for the worker goroutine of w, done with its running fire r: the fire is
+// ended now (a kill or a second end finds it so), and the rest (its result queued, OnResult, its
+// run slot freed, the job's next fire handed on) is left to the finisher goroutine, so that in a
+// burst of fires due together, the later ones start without waiting for the results of the
+// earlier, and workers never take Executor.mu after their fire.
+func (e *Executor) finishSoon(w *worker, r *run, status logsv1.RunStatus, msg string, start, end time.Time, traceparent string) {
+	en, ok := r.end(status, msg, start, end, traceparent)
+	en.r, en.w, en.ended = r, w, ok
+	e.finMu.Lock()
+	if e.finStopped {
+		e.finMu.Unlock()
+		e.freeSlots([]ending{en})
+		e.finishRest([]ending{en})
 		return
+	}
+	e.finQ = append(e.finQ, en)
+	if len(e.finQ) == 1 {
+		e.finCond.Signal()
+	}
+	e.finMu.Unlock()
+}
+
+// finishLoop runs finishRest for the fires workers ended, in order, until stopFinishing.
+func (e *Executor) finishLoop() {
+	defer close(e.finDone)
+	var batch []ending
+	for {
+		e.finMu.Lock()
+		for len(e.finQ) == 0 && !e.finStopped {
+			e.finCond.Wait()
+		}
+		if len(e.finQ) == 0 {
+			e.finMu.Unlock()
+			return
+		}
+		stopped := e.finStopped
+		batch, e.finQ = e.finQ, batch[:0]
+		e.finMu.Unlock()
+		// The run slots are freed at once: a slot held while results wait would turn a steady
+		// load away as busy. Only the results wait for the fires being handed on to start.
+		e.freeSlots(batch)
+		if !stopped && e.handing.Load() > 0 {
+			e.awaitStarts()
+		}
+		e.finishRest(batch)
+		clear(batch)
+	}
+}
+
+// startTaken counts a fire handed on as taken up by its worker; the last one lets the finisher
+// go on.
+func (e *Executor) startTaken() {
+	if e.handing.Add(-1) == 0 {
+		select {
+		case e.startsDone <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// finishDefer bounds how long the finisher lets fires handed to their workers start first while
+// none is taken up; finishDeferMax bounds it in all.
+const (
+	finishDefer    = 5 * time.Millisecond
+	finishDeferMax = 100 * time.Millisecond
+)
+
+// awaitStarts waits until every fire handed to its worker has been taken up by it, and no
+// release of held fires is in progress; or until finishDefer passes without progress, or
+// finishDeferMax in all: in a burst due at the same instant, the fires that ended first would
+// otherwise have their results recorded (spool, logsvc) on the CPU the burst's later fires wait
+// for.
+func (e *Executor) awaitStarts() {
+	select { // a stale signal, from before this wait
+	case <-e.startsDone:
+	default:
+	}
+	last := e.handing.Load()
+	if last == 0 {
+		return
+	}
+	t := time.NewTimer(finishDefer)
+	defer t.Stop()
+	giveUp := time.Now().Add(finishDeferMax)
+	for {
+		select {
+		case <-e.startsDone:
+		case <-t.C:
+			n := e.handing.Load()
+			if n == last || !time.Now().Before(giveUp) {
+				return // stalled (a worker waits for its job's previous fire), or long enough
+			}
+			last = n
+			t.Reset(finishDefer)
+		}
+		if e.handing.Load() == 0 {
+			return
+		}
+	}
+}
+
+// stopFinishing has the finisher finish what is queued and end; later ends are finished by the
+// caller. It is idempotent.
+func (e *Executor) stopFinishing() {
+	e.finMu.Lock()
+	e.finStopped = true
+	e.finCond.Signal()
+	done := e.finDone
+	e.finMu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// end marks the fire ended, once: ok is false when it had ended already.
+func (r *run) end(status logsv1.RunStatus, msg string, start, end time.Time, traceparent string) (ending, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finished {
+		return ending{}, false
 	}
 	r.finished = true
 	if start.IsZero() {
@@ -753,44 +1083,75 @@ func (e *Executor) finish(r *run, status logsv1.RunStatus, msg string, start, en
 	if start.IsZero() {
 		start = end
 	}
-	f := r.file
-	r.file = nil
-	r.mu.Unlock()
-	if f != nil {
-		if err := f.Close(); err != nil {
-			e.log.Warn("closing run log file", "trigger_id", r.t.GetTriggerId(), "error", err)
+	return ending{r: r, status: status, msg: msg, start: start, end: end, traceparent: traceparent, wrote: r.lineNo > 0}, true
+}
+
+// freeSlots frees the run slots of the workers done with their fires, under one lock, and hands
+// the jobs' next fires on.
+func (e *Executor) freeSlots(batch []ending) {
+	now := time.Now()
+	e.mu.Lock()
+	for _, en := range batch {
+		if en.w != nil {
+			e.doneLocked(en.w, now)
 		}
 	}
-	r.cancel(context.Canceled)
-	e.metrics.ended(status)
+	e.unlockWake()
+}
 
-	msg = cleanText(msg)
-	if traceparent == "" {
-		traceparent = r.t.GetTraceContext()["traceparent"]
+// finishRest queues the results of the fires that ended (their slots freed by freeSlots) and
+// forgets the fires.
+func (e *Executor) finishRest(batch []ending) {
+	outs := make([]map[string]string, len(batch))
+	for i := range batch {
+		en := &batch[i]
+		if !en.ended {
+			continue
+		}
+		r := en.r
+		if en.wrote {
+			e.runs.ended(r.t.GetTriggerId())
+		}
+		r.cancel(context.Canceled)
+		e.metrics.ended(en.status)
+		en.msg = cleanText(en.msg)
+		outs[i] = r.takeOutputs()
+		if en.traceparent == "" {
+			en.traceparent = r.t.GetTraceContext()["traceparent"]
+		}
+		e.out.addResult(&logsv1.RunResult{
+			TriggerId: r.t.GetTriggerId(), JobId: r.t.GetJobId(), Status: en.status, Message: en.msg,
+			StartUnixMs: en.start.UnixMilli(), EndUnixMs: en.end.UnixMilli(), ExecutorAddress: e.advertise,
+			TraceId: traceIDOf(en.traceparent), Traceparent: en.traceparent, DeliveryToken: r.t.GetDeliveryToken(),
+			Outputs: outs[i],
+		})
 	}
-	e.out.addResult(&logsv1.RunResult{
-		TriggerId: r.t.GetTriggerId(), JobId: r.t.GetJobId(), Status: status, Message: msg,
-		StartUnixMs: start.UnixMilli(), EndUnixMs: end.UnixMilli(), ExecutorAddress: e.advertise,
-		TraceId: traceIDOf(traceparent), Traceparent: traceparent, DeliveryToken: r.t.GetDeliveryToken(),
-	})
-	// Only now is the fire no longer active: a Log call that says its end, which waits for what
-	// is queued to be written, implies the result is in the spool.
+	// Only now are the fires no longer active: a Log call that says a fire's end, which waits for
+	// what is queued to be written, implies its result is in the spool.
 	e.mu.Lock()
-	if e.active[r.t.GetTriggerId()] == r {
-		delete(e.active, r.t.GetTriggerId())
+	for _, en := range batch {
+		if id := en.r.t.GetTriggerId(); en.ended && e.active[id] == en.r {
+			delete(e.active, id)
+		}
 	}
 	e.mu.Unlock()
-	if lctx := context.Background(); e.log.Enabled(lctx, slog.LevelDebug) {
-		if traceparent != "" { // the run's trace ids on the line
-			lctx = w3c.Extract(lctx, propagation.MapCarrier{"traceparent": traceparent})
+	for i, en := range batch {
+		if !en.ended {
+			continue
 		}
-		e.log.DebugContext(lctx, "fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
-	}
-	if e.cfg.OnResult != nil {
-		e.cfg.OnResult(Result{
-			TriggerID: r.t.GetTriggerId(), JobID: r.t.GetJobId(), Status: Status(strings.TrimPrefix(status.String(), "RUN_STATUS_")),
-			Message: msg, StartTime: start, EndTime: end,
-		})
+		r, status, msg := en.r, en.status, en.msg
+		if lctx := context.Background(); e.log.Enabled(lctx, slog.LevelDebug) {
+			if en.traceparent != "" { // the run's trace ids on the line
+				lctx = w3c.Extract(lctx, propagation.MapCarrier{"traceparent": en.traceparent})
+			}
+			e.log.DebugContext(lctx, "fire ended", "trigger_id", r.t.GetTriggerId(), "job_id", r.t.GetJobId(), "status", status.String(), "message", msg)
+		}
+		if e.cfg.OnResult != nil {
+			e.cfg.OnResult(Result{
+				TriggerID: r.t.GetTriggerId(), JobID: r.t.GetJobId(), Status: Status(strings.TrimPrefix(status.String(), "RUN_STATUS_")),
+				Message: msg, StartTime: en.start, EndTime: en.end, Outputs: maps.Clone(outs[i]),
+			})
+		}
 	}
 }
 
@@ -809,7 +1170,7 @@ func (e *Executor) kill(jobID int64, triggerID string) (bool, string) {
 		case e.held[triggerID] == r:
 			delete(e.held, triggerID)
 			rt.queued = []*run{r}
-		case r.w == nil: // held, refused when due, and ending now
+		case r.w == nil || r.w.running != r && !slices.Contains(r.w.queue, r): // ending now
 			e.mu.Unlock()
 			return false, "fire " + triggerID + " is ending"
 		case r.w.running == r:

@@ -65,6 +65,20 @@ type ClientResolver struct {
 	Logs logsv1.LogServiceClient
 	// Registry lists groups.
 	Registry registryv1.RegistryServiceClient
+	// Workflows finds a workflow's group.
+	Workflows schedulerv1.WorkflowServiceClient
+}
+
+// WorkflowGroup implements GroupResolver.
+func (r ClientResolver) WorkflowGroup(ctx context.Context, id int64) (int64, error) {
+	if r.Workflows == nil {
+		return 0, status.Error(codes.Unavailable, "looking up the workflow's executor group: no workflow client")
+	}
+	resp, err := r.Workflows.GetWorkflow(ctx, &schedulerv1.GetWorkflowRequest{Id: id})
+	if err != nil {
+		return 0, lookupErr("workflow", err)
+	}
+	return resp.GetWorkflow().GetGroupId(), nil
 }
 
 // JobGroup implements GroupResolver.

@@ -253,3 +253,53 @@ func executorApp(ctx context.Context) string {
 	}
 	return ""
 }
+
+// ExecutorTokens checks the access tokens of executors that do not call over gRPC (XXL-JOB
+// executors at the gateway's XXL-JOB admin API) against their groups' tokens, with the guard's
+// cache: a changed token counts within execCacheTTL, and a stranger costs the registry one
+// lookup per app name in it.
+type ExecutorTokens struct {
+	c execCache
+}
+
+// NewExecutorTokens returns a checker over creds (ClientResolver over a connection with the
+// internal token); now is its clock, nil for time.Now.
+func NewExecutorTokens(creds ExecutorCredentials, now func() time.Time) *ExecutorTokens {
+	if now == nil {
+		now = time.Now
+	}
+	return &ExecutorTokens{c: execCache{creds: creds, now: now}}
+}
+
+// Check checks the token an executor of app presented: it must be app's group's access token,
+// or, for a group without one, fallback (any token when fallback is empty too). grouped reports
+// whether the group has a token of its own (the executor is then credited with it). Errors:
+// NotFound naming app when no group has that app name, Unauthenticated for a wrong token,
+// Unavailable when the registry could not be asked.
+func (t *ExecutorTokens) Check(ctx context.Context, app, token, fallback string) (grouped bool, err error) {
+	notFound := apierr.Statusf(codes.NotFound, apierr.ReasonExecutorGroupNotFound, "executor group with app name %q not found", apierr.Clip(app))
+	if !validAppName(app) {
+		return false, notFound
+	}
+	e, err := t.c.lookup(ctx, strings.ToLower(app))
+	if err != nil {
+		return false, err
+	}
+	if e.err != nil {
+		return false, e.err
+	}
+	for _, g := range e.groups {
+		if g.app != app {
+			continue
+		}
+		sum := sha256.Sum256([]byte(token))
+		switch {
+		case g.hasTok && subtle.ConstantTimeCompare(sum[:], g.sum[:]) == 1:
+			return true, nil
+		case !g.hasTok && (fallback == "" || subtle.ConstantTimeCompare([]byte(token), []byte(fallback)) == 1):
+			return false, nil
+		}
+		return false, apierr.Statusf(codes.Unauthenticated, apierr.ReasonExecutorTokenInvalid, "executor %q: not the access token of its executor group", app)
+	}
+	return false, notFound
+}

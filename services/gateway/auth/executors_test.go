@@ -262,3 +262,47 @@ func TestCancelledCallerDoesNotFailTheLookup(t *testing.T) {
 		}
 	})
 }
+
+// TestExecutorTokens: an XXL-JOB executor's token must be its group's, or the fallback for a
+// group without one (anything when the fallback is empty too); an unknown app (a name differing
+// only in case included) is NotFound, a registry that fails is Unavailable, and answers are
+// cached as the guard's are.
+func TestExecutorTokens(t *testing.T) {
+	t.Parallel()
+	creds := &countingCreds{groups: []auth.ExecutorGroupCredential{
+		{App: "with-token", GroupID: 1, Token: "group-secret"},
+		{App: "open", GroupID: 2},
+	}}
+	tokens := auth.NewExecutorTokens(creds, nil)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		app, token, fallback string
+		code                 codes.Code
+		grouped              bool
+	}{
+		{"with-token", "group-secret", "", codes.OK, true},
+		{"with-token", "group-secret", "fallback", codes.OK, true},
+		{"with-token", "fallback", "fallback", codes.Unauthenticated, false},
+		{"with-token", "", "", codes.Unauthenticated, false},
+		{"open", "fallback", "fallback", codes.OK, false},
+		{"open", "other", "fallback", codes.Unauthenticated, false},
+		{"open", "", "fallback", codes.Unauthenticated, false},
+		{"open", "anything", "", codes.OK, false},
+		{"open", "", "", codes.OK, false},
+		{"With-Token", "group-secret", "", codes.NotFound, false},
+		{"nosuch", "group-secret", "", codes.NotFound, false},
+		{"bad name!", "x", "", codes.NotFound, false},
+	} {
+		grouped, err := tokens.Check(ctx, tc.app, tc.token, tc.fallback)
+		if status.Code(err) != tc.code || grouped != tc.grouped {
+			t.Errorf("Check(%q, %q, fallback %q) = %v, %v; want %v, %v", tc.app, tc.token, tc.fallback, grouped, err, tc.grouped, tc.code)
+		}
+	}
+	if n := creds.lookups("with-token"); n != 1 {
+		t.Errorf("registry asked %d times for with-token (any case), want 1: the answer is cached", n)
+	}
+	creds.setErr(status.Error(codes.Unavailable, "registry down"))
+	if _, err := tokens.Check(ctx, "unseen", "x", ""); status.Code(err) != codes.Unavailable {
+		t.Errorf("Check while the registry fails = %v, want Unavailable", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -102,8 +103,23 @@ var rules = map[string]rule{
 	schedulerv1.JobService_ListGlueVersions_FullMethodName:   readGrouped,
 	schedulerv1.JobService_RestoreGlueVersion_FullMethodName: writeGrouped,
 	schedulerv1.JobService_PreviewSchedule_FullMethodName:    {access: read},
-	schedulerv1.SchedulerService_GetStatus_FullMethodName:    {access: read},
-	schedulerv1.SchedulerService_KillTrigger_FullMethodName:  {access: internal},
+
+	schedulerv1.WorkflowService_ValidateWorkflow_FullMethodName:       readGrouped,
+	schedulerv1.WorkflowService_CreateWorkflow_FullMethodName:         writeGrouped,
+	schedulerv1.WorkflowService_GetWorkflow_FullMethodName:            readGrouped,
+	schedulerv1.WorkflowService_ListWorkflows_FullMethodName:          readGrouped,
+	schedulerv1.WorkflowService_UpdateWorkflow_FullMethodName:         writeGrouped,
+	schedulerv1.WorkflowService_DeleteWorkflow_FullMethodName:         writeGrouped,
+	schedulerv1.WorkflowService_TriggerWorkflow_FullMethodName:        writeGrouped,
+	schedulerv1.WorkflowService_ListWorkflowInstances_FullMethodName:  readGrouped,
+	schedulerv1.WorkflowService_GetWorkflowInstance_FullMethodName:    readGrouped,
+	schedulerv1.WorkflowService_CountWorkflowInstances_FullMethodName: readGrouped,
+	schedulerv1.WorkflowService_KillWorkflowInstance_FullMethodName:   writeGrouped,
+	schedulerv1.WorkflowService_RetryWorkflowInstance_FullMethodName:  writeGrouped,
+	schedulerv1.WorkflowService_MarkWorkflowNodeDone_FullMethodName:   writeGrouped,
+	schedulerv1.SchedulerService_GetStatus_FullMethodName:             {access: read},
+	schedulerv1.SchedulerService_KillTrigger_FullMethodName:           {access: internal},
+	schedulerv1.SchedulerService_XxlCallback_FullMethodName:           {access: internal},
 
 	registryv1.RegistryService_ListExecutorGroups_FullMethodName:  {access: read}, // trimmed in Finish
 	registryv1.RegistryService_CreateExecutorGroup_FullMethodName: adminChange,
@@ -113,6 +129,8 @@ var rules = map[string]rule{
 	registryv1.RegistryService_ListExecutors_FullMethodName:       {access: read}, // trimmed in Finish
 	registryv1.RegistryService_WatchExecutors_FullMethodName:      readGrouped,
 	registryv1.RegistryService_RegisterExecutor_FullMethodName:    {access: executor},
+	registryv1.RegistryService_RegisterXxlExecutor_FullMethodName: {access: internal},
+	registryv1.RegistryService_RemoveXxlExecutor_FullMethodName:   {access: internal},
 
 	logsv1.IngestService_IngestTriggerRecords_FullMethodName: {access: internal},
 	logsv1.IngestService_IngestResults_FullMethodName:        {access: executor},
@@ -128,6 +146,7 @@ var rules = map[string]rule{
 	logsv1.LogService_CountRunningRuns_FullMethodName:        readGrouped,
 	logsv1.LogService_LookupTriggers_FullMethodName:          {access: internal},
 	logsv1.LogService_WatchCompletions_FullMethodName:        {access: internal},
+	logsv1.LogService_SendWorkflowAlarm_FullMethodName:       {access: internal},
 }
 
 // GroupLister lists the executor groups that exist.
@@ -144,6 +163,8 @@ type GroupResolver interface {
 	JobGroup(ctx context.Context, jobID int64) (int64, error)
 	// RunGroup returns the group of a run (trigger id).
 	RunGroup(ctx context.Context, runID string) (int64, error)
+	// WorkflowGroup returns the group of a workflow.
+	WorkflowGroup(ctx context.Context, workflowID int64) (int64, error)
 }
 
 // checkGroups checks the groups a request of a grouped method touches against a caller limited
@@ -159,6 +180,24 @@ func (g *Guard) checkGroups(ctx context.Context, c *Caller, req any) error {
 			return err
 		}
 		return allowed(c, gid)
+	}
+	workflow := func(id int64) error {
+		if res == nil {
+			return errNoResolver
+		}
+		gid, err := res.WorkflowGroup(ctx, id)
+		if err != nil {
+			return err
+		}
+		return allowed(c, gid)
+	}
+	instance := func(id string) error { // w<workflow>-<scheduled ms>
+		w, _, _ := strings.Cut(strings.TrimPrefix(id, "w"), "-")
+		wf, err := strconv.ParseInt(w, 10, 64)
+		if err != nil || !strings.HasPrefix(id, "w") {
+			return apierr.Field("id", "not a workflow instance id (w<workflow>-<scheduled ms>): %q", id)
+		}
+		return workflow(wf)
 	}
 	run := func(id string) error {
 		if res == nil {
@@ -198,6 +237,36 @@ func (g *Guard) checkGroups(ctx context.Context, c *Caller, req any) error {
 		return job(r.GetJobId())
 	case *schedulerv1.RestoreGlueVersionRequest:
 		return job(r.GetJobId())
+
+	case *schedulerv1.ValidateWorkflowRequest:
+		return allowed(c, r.GetWorkflow().GetGroupId())
+	case *schedulerv1.CreateWorkflowRequest:
+		return allowed(c, r.GetWorkflow().GetGroupId())
+	case *schedulerv1.UpdateWorkflowRequest:
+		if err := allowed(c, r.GetWorkflow().GetGroupId()); err != nil { // the group it moves to (or stays in)
+			return err
+		}
+		return workflow(r.GetWorkflow().GetId())
+	case *schedulerv1.GetWorkflowRequest:
+		return workflow(r.GetId())
+	case *schedulerv1.ListWorkflowsRequest:
+		return scope(c, &r.GroupId, "group_id")
+	case *schedulerv1.DeleteWorkflowRequest:
+		return workflow(r.GetId())
+	case *schedulerv1.TriggerWorkflowRequest:
+		return workflow(r.GetId())
+	case *schedulerv1.ListWorkflowInstancesRequest:
+		return workflow(r.GetWorkflowId())
+	case *schedulerv1.CountWorkflowInstancesRequest:
+		return scopeAll(c, &r.GroupIds)
+	case *schedulerv1.GetWorkflowInstanceRequest:
+		return instance(r.GetId())
+	case *schedulerv1.KillWorkflowInstanceRequest:
+		return instance(r.GetId())
+	case *schedulerv1.RetryWorkflowInstanceRequest:
+		return instance(r.GetId())
+	case *schedulerv1.MarkWorkflowNodeDoneRequest:
+		return instance(r.GetId())
 
 	case *logsv1.ListRunsRequest:
 		if r.GroupId == 0 && r.JobId != 0 {
@@ -328,6 +397,23 @@ func describe(req, resp any) (resource, detail string) {
 		return id("jobs", resp.(*schedulerv1.CopyJobResponse).GetJob().GetId()), id("copied from jobs", r.GetId())
 	case *schedulerv1.RestoreGlueVersionRequest:
 		return id("jobs", r.GetJobId()), fmt.Sprintf("restored GLUE version %d", r.GetVersion())
+
+	case *schedulerv1.CreateWorkflowRequest:
+		w := resp.(*schedulerv1.CreateWorkflowResponse).GetWorkflow()
+		return id("workflows", w.GetId()), fmt.Sprintf("created in group %d with %d nodes", w.GetGroupId(), len(w.GetNodes()))
+	case *schedulerv1.UpdateWorkflowRequest:
+		w := resp.(*schedulerv1.UpdateWorkflowResponse).GetWorkflow()
+		return id("workflows", w.GetId()), fmt.Sprintf("updated to version %d", w.GetVersion())
+	case *schedulerv1.DeleteWorkflowRequest:
+		return id("workflows", r.GetId()), "deleted"
+	case *schedulerv1.TriggerWorkflowRequest:
+		return id("workflows", r.GetId()), "triggered: instance " + resp.(*schedulerv1.TriggerWorkflowResponse).GetInstance().GetId()
+	case *schedulerv1.KillWorkflowInstanceRequest:
+		return "workflow-instances/" + r.GetId(), "killed"
+	case *schedulerv1.RetryWorkflowInstanceRequest:
+		return "workflow-instances/" + r.GetId(), "retried"
+	case *schedulerv1.MarkWorkflowNodeDoneRequest:
+		return "workflow-instances/" + r.GetId(), "node " + r.GetNodeId() + " marked done"
 
 	case *registryv1.CreateExecutorGroupRequest:
 		gr := resp.(*registryv1.CreateExecutorGroupResponse).GetGroup()

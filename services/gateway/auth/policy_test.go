@@ -21,6 +21,7 @@ func TestEveryMethodHasARule(t *testing.T) {
 	t.Parallel()
 	served := []grpc.ServiceDesc{
 		authv1.AuthService_ServiceDesc, schedulerv1.JobService_ServiceDesc, schedulerv1.SchedulerService_ServiceDesc,
+		schedulerv1.WorkflowService_ServiceDesc,
 		registryv1.RegistryService_ServiceDesc, logsv1.IngestService_ServiceDesc, logsv1.LogService_ServiceDesc,
 		healthgrpc.Health_ServiceDesc,
 	}

@@ -8,6 +8,7 @@ import { zoneSetting, setZoneSetting, zoneNames, browserZone } from "./js/tz.js"
 import * as dashboard from "./js/views/dashboard.js";
 import * as jobs from "./js/views/jobs.js";
 import * as glue from "./js/views/glue.js";
+import * as workflows from "./js/views/workflows.js";
 import * as runs from "./js/views/runs.js";
 import * as executors from "./js/views/executors.js";
 import * as users from "./js/views/users.js";
@@ -22,6 +23,7 @@ let cleanups = [];
 const NAV = [
   ["dashboard", "Dashboard"],
   ["jobs", "Jobs"],
+  ["workflows", "Workflows"],
   ["runs", "Runs"],
   ["executors", "Executors"],
   ["users", "Users", "admin"],
@@ -36,6 +38,11 @@ const ROUTES = [
   [/^jobs\/new$/, jobs.renderForm],
   [/^jobs\/(\d+)$/, jobs.renderForm],
   [/^jobs\/(\d+)\/glue$/, glue.render],
+  [/^workflows$/, workflows.renderList],
+  [/^workflows\/new$/, workflows.renderForm],
+  [/^workflows\/(\d+)$/, workflows.renderForm],
+  [/^workflows\/(\d+)\/instances$/, workflows.renderInstances],
+  [/^workflows\/instances\/(.+)$/, workflows.renderInstance],
   [/^runs$/, runs.renderList],
   [/^runs\/(.+)$/, runs.renderDetail],
   [/^executors$/, executors.render],

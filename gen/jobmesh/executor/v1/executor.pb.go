@@ -345,8 +345,17 @@ type Trigger struct {
 	// to: the executor sends it back with the fire's results and log lines, and logsvc stores only
 	// those that carry it, so an executor can write only the runs dispatched to it.
 	DeliveryToken string `protobuf:"bytes,19,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a workflow node's fire: the workflow instance's params, then the outputs of the node's
+	// upstream nodes, each under "<node id>.<key>" and under its bare key (for a bare key several
+	// upstreams published, the one latest in the graph's topological order wins; a bare output
+	// key overrides a param of that name). Empty for a job's own fire.
+	Context map[string]string `protobuf:"bytes,20,rep,name=context,proto3" json:"context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The workflow instance (w<workflow>-<scheduled ms>) and node id of a workflow node's fire.
+	WorkflowInstanceId string `protobuf:"bytes,21,opt,name=workflow_instance_id,json=workflowInstanceId,proto3" json:"workflow_instance_id,omitempty"`
+	// The node id within the instance's workflow.
+	WorkflowNodeId string `protobuf:"bytes,22,opt,name=workflow_node_id,json=workflowNodeId,proto3" json:"workflow_node_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Trigger) Reset() {
@@ -508,6 +517,27 @@ func (x *Trigger) GetStartDelayUs() int64 {
 func (x *Trigger) GetDeliveryToken() string {
 	if x != nil {
 		return x.DeliveryToken
+	}
+	return ""
+}
+
+func (x *Trigger) GetContext() map[string]string {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *Trigger) GetWorkflowInstanceId() string {
+	if x != nil {
+		return x.WorkflowInstanceId
+	}
+	return ""
+}
+
+func (x *Trigger) GetWorkflowNodeId() string {
+	if x != nil {
+		return x.WorkflowNodeId
 	}
 	return ""
 }
@@ -1313,7 +1343,10 @@ type HandleResult struct {
 	// True on success.
 	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
 	// Message for the run log, at most 64 KiB.
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Small results for the workflow nodes downstream (RunResult.outputs): at most 64 keys of 1-128
+	// bytes, at most 16 KiB of keys and values in all. A result over the bounds fails the fire.
+	Outputs       map[string]string `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1362,6 +1395,13 @@ func (x *HandleResult) GetMessage() string {
 	return ""
 }
 
+func (x *HandleResult) GetOutputs() map[string]string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
 var File_jobmesh_executor_v1_executor_proto protoreflect.FileDescriptor
 
 const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
@@ -1379,7 +1419,7 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\">\n" +
 	"\x10IdleBeatResponse\x12\x12\n" +
 	"\x04idle\x18\x01 \x01(\bR\x04idle\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xeb\x06\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc8\b\n" +
 	"\aTrigger\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -1404,8 +1444,14 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\ftrigger_type\x18\x10 \x01(\x0e2!.jobmesh.scheduler.v1.TriggerTypeR\vtriggerType\x12S\n" +
 	"\rtrace_context\x18\x11 \x03(\v2..jobmesh.executor.v1.Trigger.TraceContextEntryR\ftraceContext\x12$\n" +
 	"\x0estart_delay_us\x18\x12 \x01(\x03R\fstartDelayUs\x12%\n" +
-	"\x0edelivery_token\x18\x13 \x01(\tR\rdeliveryToken\x1a?\n" +
+	"\x0edelivery_token\x18\x13 \x01(\tR\rdeliveryToken\x12C\n" +
+	"\acontext\x18\x14 \x03(\v2).jobmesh.executor.v1.Trigger.ContextEntryR\acontext\x120\n" +
+	"\x14workflow_instance_id\x18\x15 \x01(\tR\x12workflowInstanceId\x12(\n" +
+	"\x10workflow_node_id\x18\x16 \x01(\tR\x0eworkflowNodeId\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\n" +
@@ -1455,10 +1501,14 @@ const file_jobmesh_executor_v1_executor_proto_rawDesc = "" +
 	"\x0eHandleResponse\x12\x1b\n" +
 	"\blog_line\x18\x01 \x01(\tH\x00R\alogLine\x12;\n" +
 	"\x06result\x18\x02 \x01(\v2!.jobmesh.executor.v1.HandleResultH\x00R\x06resultB\a\n" +
-	"\x05event\"B\n" +
+	"\x05event\"\xc8\x01\n" +
 	"\fHandleResult\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*x\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12H\n" +
+	"\aoutputs\x18\x03 \x03(\v2..jobmesh.executor.v1.HandleResult.OutputsEntryR\aoutputs\x1a:\n" +
+	"\fOutputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*x\n" +
 	"\n" +
 	"RunOutcome\x12\x1b\n" +
 	"\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -1489,7 +1539,7 @@ func file_jobmesh_executor_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_executor_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jobmesh_executor_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_jobmesh_executor_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_jobmesh_executor_v1_executor_proto_goTypes = []any{
 	(RunOutcome)(0),              // 0: jobmesh.executor.v1.RunOutcome
 	(*BeatRequest)(nil),          // 1: jobmesh.executor.v1.BeatRequest
@@ -1513,42 +1563,46 @@ var file_jobmesh_executor_v1_executor_proto_goTypes = []any{
 	(*HandleResponse)(nil),       // 19: jobmesh.executor.v1.HandleResponse
 	(*HandleResult)(nil),         // 20: jobmesh.executor.v1.HandleResult
 	nil,                          // 21: jobmesh.executor.v1.Trigger.TraceContextEntry
-	(v1.BlockStrategy)(0),        // 22: jobmesh.scheduler.v1.BlockStrategy
-	(v1.GlueType)(0),             // 23: jobmesh.scheduler.v1.GlueType
-	(v1.TriggerType)(0),          // 24: jobmesh.scheduler.v1.TriggerType
+	nil,                          // 22: jobmesh.executor.v1.Trigger.ContextEntry
+	nil,                          // 23: jobmesh.executor.v1.HandleResult.OutputsEntry
+	(v1.BlockStrategy)(0),        // 24: jobmesh.scheduler.v1.BlockStrategy
+	(v1.GlueType)(0),             // 25: jobmesh.scheduler.v1.GlueType
+	(v1.TriggerType)(0),          // 26: jobmesh.scheduler.v1.TriggerType
 }
 var file_jobmesh_executor_v1_executor_proto_depIdxs = []int32{
-	22, // 0: jobmesh.executor.v1.Trigger.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
-	23, // 1: jobmesh.executor.v1.Trigger.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	24, // 2: jobmesh.executor.v1.Trigger.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	24, // 0: jobmesh.executor.v1.Trigger.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
+	25, // 1: jobmesh.executor.v1.Trigger.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	26, // 2: jobmesh.executor.v1.Trigger.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
 	21, // 3: jobmesh.executor.v1.Trigger.trace_context:type_name -> jobmesh.executor.v1.Trigger.TraceContextEntry
-	5,  // 4: jobmesh.executor.v1.RunRequest.triggers:type_name -> jobmesh.executor.v1.Trigger
-	9,  // 5: jobmesh.executor.v1.RunResponse.acks:type_name -> jobmesh.executor.v1.RunAck
-	8,  // 6: jobmesh.executor.v1.RunResponse.load:type_name -> jobmesh.executor.v1.ExecutorLoad
-	0,  // 7: jobmesh.executor.v1.RunAck.outcome:type_name -> jobmesh.executor.v1.RunOutcome
-	5,  // 8: jobmesh.executor.v1.HandleRequest.trigger:type_name -> jobmesh.executor.v1.Trigger
-	20, // 9: jobmesh.executor.v1.HandleResponse.result:type_name -> jobmesh.executor.v1.HandleResult
-	1,  // 10: jobmesh.executor.v1.ExecutorService.Beat:input_type -> jobmesh.executor.v1.BeatRequest
-	3,  // 11: jobmesh.executor.v1.ExecutorService.IdleBeat:input_type -> jobmesh.executor.v1.IdleBeatRequest
-	6,  // 12: jobmesh.executor.v1.ExecutorService.Run:input_type -> jobmesh.executor.v1.RunRequest
-	10, // 13: jobmesh.executor.v1.ExecutorService.Kill:input_type -> jobmesh.executor.v1.KillRequest
-	12, // 14: jobmesh.executor.v1.ExecutorService.Log:input_type -> jobmesh.executor.v1.LogRequest
-	14, // 15: jobmesh.executor.v1.ExecutorService.Seen:input_type -> jobmesh.executor.v1.SeenRequest
-	16, // 16: jobmesh.executor.v1.HandlerService.ListHandlers:input_type -> jobmesh.executor.v1.ListHandlersRequest
-	18, // 17: jobmesh.executor.v1.HandlerService.Handle:input_type -> jobmesh.executor.v1.HandleRequest
-	2,  // 18: jobmesh.executor.v1.ExecutorService.Beat:output_type -> jobmesh.executor.v1.BeatResponse
-	4,  // 19: jobmesh.executor.v1.ExecutorService.IdleBeat:output_type -> jobmesh.executor.v1.IdleBeatResponse
-	7,  // 20: jobmesh.executor.v1.ExecutorService.Run:output_type -> jobmesh.executor.v1.RunResponse
-	11, // 21: jobmesh.executor.v1.ExecutorService.Kill:output_type -> jobmesh.executor.v1.KillResponse
-	13, // 22: jobmesh.executor.v1.ExecutorService.Log:output_type -> jobmesh.executor.v1.LogResponse
-	15, // 23: jobmesh.executor.v1.ExecutorService.Seen:output_type -> jobmesh.executor.v1.SeenResponse
-	17, // 24: jobmesh.executor.v1.HandlerService.ListHandlers:output_type -> jobmesh.executor.v1.ListHandlersResponse
-	19, // 25: jobmesh.executor.v1.HandlerService.Handle:output_type -> jobmesh.executor.v1.HandleResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	22, // 4: jobmesh.executor.v1.Trigger.context:type_name -> jobmesh.executor.v1.Trigger.ContextEntry
+	5,  // 5: jobmesh.executor.v1.RunRequest.triggers:type_name -> jobmesh.executor.v1.Trigger
+	9,  // 6: jobmesh.executor.v1.RunResponse.acks:type_name -> jobmesh.executor.v1.RunAck
+	8,  // 7: jobmesh.executor.v1.RunResponse.load:type_name -> jobmesh.executor.v1.ExecutorLoad
+	0,  // 8: jobmesh.executor.v1.RunAck.outcome:type_name -> jobmesh.executor.v1.RunOutcome
+	5,  // 9: jobmesh.executor.v1.HandleRequest.trigger:type_name -> jobmesh.executor.v1.Trigger
+	20, // 10: jobmesh.executor.v1.HandleResponse.result:type_name -> jobmesh.executor.v1.HandleResult
+	23, // 11: jobmesh.executor.v1.HandleResult.outputs:type_name -> jobmesh.executor.v1.HandleResult.OutputsEntry
+	1,  // 12: jobmesh.executor.v1.ExecutorService.Beat:input_type -> jobmesh.executor.v1.BeatRequest
+	3,  // 13: jobmesh.executor.v1.ExecutorService.IdleBeat:input_type -> jobmesh.executor.v1.IdleBeatRequest
+	6,  // 14: jobmesh.executor.v1.ExecutorService.Run:input_type -> jobmesh.executor.v1.RunRequest
+	10, // 15: jobmesh.executor.v1.ExecutorService.Kill:input_type -> jobmesh.executor.v1.KillRequest
+	12, // 16: jobmesh.executor.v1.ExecutorService.Log:input_type -> jobmesh.executor.v1.LogRequest
+	14, // 17: jobmesh.executor.v1.ExecutorService.Seen:input_type -> jobmesh.executor.v1.SeenRequest
+	16, // 18: jobmesh.executor.v1.HandlerService.ListHandlers:input_type -> jobmesh.executor.v1.ListHandlersRequest
+	18, // 19: jobmesh.executor.v1.HandlerService.Handle:input_type -> jobmesh.executor.v1.HandleRequest
+	2,  // 20: jobmesh.executor.v1.ExecutorService.Beat:output_type -> jobmesh.executor.v1.BeatResponse
+	4,  // 21: jobmesh.executor.v1.ExecutorService.IdleBeat:output_type -> jobmesh.executor.v1.IdleBeatResponse
+	7,  // 22: jobmesh.executor.v1.ExecutorService.Run:output_type -> jobmesh.executor.v1.RunResponse
+	11, // 23: jobmesh.executor.v1.ExecutorService.Kill:output_type -> jobmesh.executor.v1.KillResponse
+	13, // 24: jobmesh.executor.v1.ExecutorService.Log:output_type -> jobmesh.executor.v1.LogResponse
+	15, // 25: jobmesh.executor.v1.ExecutorService.Seen:output_type -> jobmesh.executor.v1.SeenResponse
+	17, // 26: jobmesh.executor.v1.HandlerService.ListHandlers:output_type -> jobmesh.executor.v1.ListHandlersResponse
+	19, // 27: jobmesh.executor.v1.HandlerService.Handle:output_type -> jobmesh.executor.v1.HandleResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_executor_v1_executor_proto_init() }
@@ -1566,7 +1620,7 @@ func file_jobmesh_executor_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_executor_v1_executor_proto_rawDesc), len(file_jobmesh_executor_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -220,6 +220,158 @@ func (AlarmStatus) EnumDescriptor() ([]byte, []int) {
 	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{2}
 }
 
+// SendWorkflowAlarmRequest is a failed workflow instance to tell people about.
+type SendWorkflowAlarmRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The instance, w<workflow>-<scheduled ms>.
+	InstanceId string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Its workflow's id, name and executor group.
+	WorkflowId   int64  `protobuf:"varint,2,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	WorkflowName string `protobuf:"bytes,3,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
+	GroupId      int64  `protobuf:"varint,4,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// The instance's scheduled time and end, Unix epoch milliseconds.
+	ScheduledUnixMs int64 `protobuf:"varint,5,opt,name=scheduled_unix_ms,json=scheduledUnixMs,proto3" json:"scheduled_unix_ms,omitempty"`
+	EndUnixMs       int64 `protobuf:"varint,6,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
+	// The nodes that failed, each "<node id>: <why>".
+	FailedNodes []string `protobuf:"bytes,7,rep,name=failed_nodes,json=failedNodes,proto3" json:"failed_nodes,omitempty"`
+	// Who gets the email; none: the webhook alone.
+	AlarmEmails   []string `protobuf:"bytes,8,rep,name=alarm_emails,json=alarmEmails,proto3" json:"alarm_emails,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendWorkflowAlarmRequest) Reset() {
+	*x = SendWorkflowAlarmRequest{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendWorkflowAlarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendWorkflowAlarmRequest) ProtoMessage() {}
+
+func (x *SendWorkflowAlarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendWorkflowAlarmRequest.ProtoReflect.Descriptor instead.
+func (*SendWorkflowAlarmRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SendWorkflowAlarmRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *SendWorkflowAlarmRequest) GetWorkflowId() int64 {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return 0
+}
+
+func (x *SendWorkflowAlarmRequest) GetWorkflowName() string {
+	if x != nil {
+		return x.WorkflowName
+	}
+	return ""
+}
+
+func (x *SendWorkflowAlarmRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *SendWorkflowAlarmRequest) GetScheduledUnixMs() int64 {
+	if x != nil {
+		return x.ScheduledUnixMs
+	}
+	return 0
+}
+
+func (x *SendWorkflowAlarmRequest) GetEndUnixMs() int64 {
+	if x != nil {
+		return x.EndUnixMs
+	}
+	return 0
+}
+
+func (x *SendWorkflowAlarmRequest) GetFailedNodes() []string {
+	if x != nil {
+		return x.FailedNodes
+	}
+	return nil
+}
+
+func (x *SendWorkflowAlarmRequest) GetAlarmEmails() []string {
+	if x != nil {
+		return x.AlarmEmails
+	}
+	return nil
+}
+
+// SendWorkflowAlarmResponse says what became of the alarm.
+type SendWorkflowAlarmResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether any channel delivered it (false: no channel had anything to do for it).
+	Sent          bool `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendWorkflowAlarmResponse) Reset() {
+	*x = SendWorkflowAlarmResponse{}
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendWorkflowAlarmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendWorkflowAlarmResponse) ProtoMessage() {}
+
+func (x *SendWorkflowAlarmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendWorkflowAlarmResponse.ProtoReflect.Descriptor instead.
+func (*SendWorkflowAlarmResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SendWorkflowAlarmResponse) GetSent() bool {
+	if x != nil {
+		return x.Sent
+	}
+	return false
+}
+
 // TriggerRecord is the scheduler's account of one fire. Times are Unix epoch milliseconds.
 type TriggerRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -272,7 +424,7 @@ type TriggerRecord struct {
 
 func (x *TriggerRecord) Reset() {
 	*x = TriggerRecord{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[0]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +436,7 @@ func (x *TriggerRecord) String() string {
 func (*TriggerRecord) ProtoMessage() {}
 
 func (x *TriggerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[0]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +449,7 @@ func (x *TriggerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerRecord.ProtoReflect.Descriptor instead.
 func (*TriggerRecord) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{0}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TriggerRecord) GetTriggerId() string {
@@ -460,13 +612,17 @@ type RunResult struct {
 	// The fire's delivery token (executor.v1.Trigger.delivery_token). Required from executors;
 	// services (the internal token) may leave it empty. Ingest only: empty in reads.
 	DeliveryToken string `protobuf:"bytes,10,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	// Small results the handler published for the workflow nodes downstream of it: at most 64
+	// keys of 1-128 characters, at most 16 KiB of keys and values in all. Only a final result's
+	// outputs are kept.
+	Outputs       map[string]string `protobuf:"bytes,11,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[1]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +634,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[1]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +647,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{1}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunResult) GetTriggerId() string {
@@ -564,6 +720,13 @@ func (x *RunResult) GetDeliveryToken() string {
 	return ""
 }
 
+func (x *RunResult) GetOutputs() map[string]string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
 // LogLine is one line of a fire's output.
 type LogLine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -583,7 +746,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[2]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +758,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[2]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +771,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{2}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LogLine) GetTriggerId() string {
@@ -659,7 +822,7 @@ type IngestTriggerRecordsRequest struct {
 
 func (x *IngestTriggerRecordsRequest) Reset() {
 	*x = IngestTriggerRecordsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[3]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +834,7 @@ func (x *IngestTriggerRecordsRequest) String() string {
 func (*IngestTriggerRecordsRequest) ProtoMessage() {}
 
 func (x *IngestTriggerRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[3]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +847,7 @@ func (x *IngestTriggerRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestTriggerRecordsRequest.ProtoReflect.Descriptor instead.
 func (*IngestTriggerRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{3}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IngestTriggerRecordsRequest) GetBatchId() uint64 {
@@ -712,7 +875,7 @@ type IngestTriggerRecordsResponse struct {
 
 func (x *IngestTriggerRecordsResponse) Reset() {
 	*x = IngestTriggerRecordsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[4]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +887,7 @@ func (x *IngestTriggerRecordsResponse) String() string {
 func (*IngestTriggerRecordsResponse) ProtoMessage() {}
 
 func (x *IngestTriggerRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[4]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +900,7 @@ func (x *IngestTriggerRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestTriggerRecordsResponse.ProtoReflect.Descriptor instead.
 func (*IngestTriggerRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{4}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IngestTriggerRecordsResponse) GetBatchId() uint64 {
@@ -760,7 +923,7 @@ type IngestResultsRequest struct {
 
 func (x *IngestResultsRequest) Reset() {
 	*x = IngestResultsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[5]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +935,7 @@ func (x *IngestResultsRequest) String() string {
 func (*IngestResultsRequest) ProtoMessage() {}
 
 func (x *IngestResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[5]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +948,7 @@ func (x *IngestResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResultsRequest.ProtoReflect.Descriptor instead.
 func (*IngestResultsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{5}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IngestResultsRequest) GetBatchId() uint64 {
@@ -815,7 +978,7 @@ type IngestResultsResponse struct {
 
 func (x *IngestResultsResponse) Reset() {
 	*x = IngestResultsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[6]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +990,7 @@ func (x *IngestResultsResponse) String() string {
 func (*IngestResultsResponse) ProtoMessage() {}
 
 func (x *IngestResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[6]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1003,7 @@ func (x *IngestResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResultsResponse.ProtoReflect.Descriptor instead.
 func (*IngestResultsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{6}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *IngestResultsResponse) GetBatchId() uint64 {
@@ -870,7 +1033,7 @@ type IngestLogLinesRequest struct {
 
 func (x *IngestLogLinesRequest) Reset() {
 	*x = IngestLogLinesRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[7]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1045,7 @@ func (x *IngestLogLinesRequest) String() string {
 func (*IngestLogLinesRequest) ProtoMessage() {}
 
 func (x *IngestLogLinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[7]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1058,7 @@ func (x *IngestLogLinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestLogLinesRequest.ProtoReflect.Descriptor instead.
 func (*IngestLogLinesRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{7}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IngestLogLinesRequest) GetBatchId() uint64 {
@@ -923,7 +1086,7 @@ type IngestLogLinesResponse struct {
 
 func (x *IngestLogLinesResponse) Reset() {
 	*x = IngestLogLinesResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[8]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1098,7 @@ func (x *IngestLogLinesResponse) String() string {
 func (*IngestLogLinesResponse) ProtoMessage() {}
 
 func (x *IngestLogLinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[8]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1111,7 @@ func (x *IngestLogLinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestLogLinesResponse.ProtoReflect.Descriptor instead.
 func (*IngestLogLinesResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{8}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *IngestLogLinesResponse) GetBatchId() uint64 {
@@ -1015,7 +1178,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[9]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1190,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[9]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1203,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{9}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Run) GetId() string {
@@ -1234,7 +1397,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[10]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1409,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[10]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1422,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{10}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRunsRequest) GetGroupId() int64 {
@@ -1350,7 +1513,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[11]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1525,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[11]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1538,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{11}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1417,7 +1580,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[12]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1592,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[12]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1605,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{12}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -1463,7 +1626,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[13]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1638,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[13]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1651,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{13}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1513,7 +1676,7 @@ type ListRunLinesRequest struct {
 
 func (x *ListRunLinesRequest) Reset() {
 	*x = ListRunLinesRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[14]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1688,7 @@ func (x *ListRunLinesRequest) String() string {
 func (*ListRunLinesRequest) ProtoMessage() {}
 
 func (x *ListRunLinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[14]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1701,7 @@ func (x *ListRunLinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunLinesRequest.ProtoReflect.Descriptor instead.
 func (*ListRunLinesRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{14}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRunLinesRequest) GetId() string {
@@ -1577,7 +1740,7 @@ type ListRunLinesResponse struct {
 
 func (x *ListRunLinesResponse) Reset() {
 	*x = ListRunLinesResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[15]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1752,7 @@ func (x *ListRunLinesResponse) String() string {
 func (*ListRunLinesResponse) ProtoMessage() {}
 
 func (x *ListRunLinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[15]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1765,7 @@ func (x *ListRunLinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunLinesResponse.ProtoReflect.Descriptor instead.
 func (*ListRunLinesResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{15}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRunLinesResponse) GetLines() []*LogLine {
@@ -1639,7 +1802,7 @@ type TailRunRequest struct {
 
 func (x *TailRunRequest) Reset() {
 	*x = TailRunRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[16]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1814,7 @@ func (x *TailRunRequest) String() string {
 func (*TailRunRequest) ProtoMessage() {}
 
 func (x *TailRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[16]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1827,7 @@ func (x *TailRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRunRequest.ProtoReflect.Descriptor instead.
 func (*TailRunRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{16}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TailRunRequest) GetId() string {
@@ -1694,7 +1857,7 @@ type TailRunResponse struct {
 
 func (x *TailRunResponse) Reset() {
 	*x = TailRunResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[17]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1869,7 @@ func (x *TailRunResponse) String() string {
 func (*TailRunResponse) ProtoMessage() {}
 
 func (x *TailRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[17]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1882,7 @@ func (x *TailRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRunResponse.ProtoReflect.Descriptor instead.
 func (*TailRunResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{17}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TailRunResponse) GetLines() []*LogLine {
@@ -1747,7 +1910,7 @@ type KillRunRequest struct {
 
 func (x *KillRunRequest) Reset() {
 	*x = KillRunRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[18]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1922,7 @@ func (x *KillRunRequest) String() string {
 func (*KillRunRequest) ProtoMessage() {}
 
 func (x *KillRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[18]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1935,7 @@ func (x *KillRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRunRequest.ProtoReflect.Descriptor instead.
 func (*KillRunRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{18}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KillRunRequest) GetId() string {
@@ -1795,7 +1958,7 @@ type KillRunResponse struct {
 
 func (x *KillRunResponse) Reset() {
 	*x = KillRunResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[19]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1970,7 @@ func (x *KillRunResponse) String() string {
 func (*KillRunResponse) ProtoMessage() {}
 
 func (x *KillRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[19]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1983,7 @@ func (x *KillRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRunResponse.ProtoReflect.Descriptor instead.
 func (*KillRunResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{19}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KillRunResponse) GetKilled() bool {
@@ -1854,7 +2017,7 @@ type ClearRunsRequest struct {
 
 func (x *ClearRunsRequest) Reset() {
 	*x = ClearRunsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[20]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2029,7 @@ func (x *ClearRunsRequest) String() string {
 func (*ClearRunsRequest) ProtoMessage() {}
 
 func (x *ClearRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[20]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2042,7 @@ func (x *ClearRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRunsRequest.ProtoReflect.Descriptor instead.
 func (*ClearRunsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{20}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClearRunsRequest) GetGroupId() int64 {
@@ -1921,7 +2084,7 @@ type ClearRunsResponse struct {
 
 func (x *ClearRunsResponse) Reset() {
 	*x = ClearRunsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[21]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2096,7 @@ func (x *ClearRunsResponse) String() string {
 func (*ClearRunsResponse) ProtoMessage() {}
 
 func (x *ClearRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[21]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2109,7 @@ func (x *ClearRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRunsResponse.ProtoReflect.Descriptor instead.
 func (*ClearRunsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{21}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClearRunsResponse) GetDeleted() int64 {
@@ -1972,7 +2135,7 @@ type GetReportRequest struct {
 
 func (x *GetReportRequest) Reset() {
 	*x = GetReportRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[22]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2147,7 @@ func (x *GetReportRequest) String() string {
 func (*GetReportRequest) ProtoMessage() {}
 
 func (x *GetReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[22]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2160,7 @@ func (x *GetReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReportRequest.ProtoReflect.Descriptor instead.
 func (*GetReportRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{22}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetReportRequest) GetStartDate() string {
@@ -2031,14 +2194,17 @@ type DayReport struct {
 	// Runs that succeeded.
 	Success int64 `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
 	// Runs that failed, timed out or were killed.
-	Fail          int64 `protobuf:"varint,4,opt,name=fail,proto3" json:"fail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fail int64 `protobuf:"varint,4,opt,name=fail,proto3" json:"fail,omitempty"`
+	// The day's workflow instances by status (of their scheduled time); empty when logsvc cannot
+	// ask the scheduler.
+	WorkflowInstances *v1.WorkflowInstanceCounts `protobuf:"bytes,5,opt,name=workflow_instances,json=workflowInstances,proto3" json:"workflow_instances,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DayReport) Reset() {
 	*x = DayReport{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[23]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2216,7 @@ func (x *DayReport) String() string {
 func (*DayReport) ProtoMessage() {}
 
 func (x *DayReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[23]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2229,7 @@ func (x *DayReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DayReport.ProtoReflect.Descriptor instead.
 func (*DayReport) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{23}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DayReport) GetDate() string {
@@ -2094,6 +2260,13 @@ func (x *DayReport) GetFail() int64 {
 	return 0
 }
 
+func (x *DayReport) GetWorkflowInstances() *v1.WorkflowInstanceCounts {
+	if x != nil {
+		return x.WorkflowInstances
+	}
+	return nil
+}
+
 // JobReport counts one job's finished runs over a report's range.
 type JobReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2111,7 +2284,7 @@ type JobReport struct {
 
 func (x *JobReport) Reset() {
 	*x = JobReport{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2296,7 @@ func (x *JobReport) String() string {
 func (*JobReport) ProtoMessage() {}
 
 func (x *JobReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[24]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2309,7 @@ func (x *JobReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobReport.ProtoReflect.Descriptor instead.
 func (*JobReport) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{24}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JobReport) GetJobId() int64 {
@@ -2180,7 +2353,7 @@ type GetReportResponse struct {
 
 func (x *GetReportResponse) Reset() {
 	*x = GetReportResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2365,7 @@ func (x *GetReportResponse) String() string {
 func (*GetReportResponse) ProtoMessage() {}
 
 func (x *GetReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[25]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2378,7 @@ func (x *GetReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReportResponse.ProtoReflect.Descriptor instead.
 func (*GetReportResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{25}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetReportResponse) GetDays() []*DayReport {
@@ -2234,7 +2407,7 @@ type GetDashboardRequest struct {
 
 func (x *GetDashboardRequest) Reset() {
 	*x = GetDashboardRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2419,7 @@ func (x *GetDashboardRequest) String() string {
 func (*GetDashboardRequest) ProtoMessage() {}
 
 func (x *GetDashboardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[26]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2432,7 @@ func (x *GetDashboardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDashboardRequest.ProtoReflect.Descriptor instead.
 func (*GetDashboardRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{26}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetDashboardRequest) GetGroupIds() []int64 {
@@ -2286,7 +2459,7 @@ type MinuteReport struct {
 
 func (x *MinuteReport) Reset() {
 	*x = MinuteReport{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2471,7 @@ func (x *MinuteReport) String() string {
 func (*MinuteReport) ProtoMessage() {}
 
 func (x *MinuteReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[27]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2484,7 @@ func (x *MinuteReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MinuteReport.ProtoReflect.Descriptor instead.
 func (*MinuteReport) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{27}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MinuteReport) GetStartTime() *timestamppb.Timestamp {
@@ -2360,14 +2533,17 @@ type GetDashboardResponse struct {
 	RunningCount int64 `protobuf:"varint,6,opt,name=running_count,json=runningCount,proto3" json:"running_count,omitempty"`
 	// Fires per minute of scheduled time over the last hour, by status: 60 minutes, oldest first,
 	// the last one the current minute.
-	Minutes       []*MinuteReport `protobuf:"bytes,7,rep,name=minutes,proto3" json:"minutes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Minutes []*MinuteReport `protobuf:"bytes,7,rep,name=minutes,proto3" json:"minutes,omitempty"`
+	// Workflow instances scheduled today (UTC) by status; empty when logsvc cannot ask the
+	// scheduler.
+	WorkflowInstancesToday *v1.WorkflowInstanceCounts `protobuf:"bytes,8,opt,name=workflow_instances_today,json=workflowInstancesToday,proto3" json:"workflow_instances_today,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *GetDashboardResponse) Reset() {
 	*x = GetDashboardResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2555,7 @@ func (x *GetDashboardResponse) String() string {
 func (*GetDashboardResponse) ProtoMessage() {}
 
 func (x *GetDashboardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[28]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2568,7 @@ func (x *GetDashboardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDashboardResponse.ProtoReflect.Descriptor instead.
 func (*GetDashboardResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{28}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetDashboardResponse) GetRunCount() int64 {
@@ -2444,6 +2620,13 @@ func (x *GetDashboardResponse) GetMinutes() []*MinuteReport {
 	return nil
 }
 
+func (x *GetDashboardResponse) GetWorkflowInstancesToday() *v1.WorkflowInstanceCounts {
+	if x != nil {
+		return x.WorkflowInstancesToday
+	}
+	return nil
+}
+
 // CountRunningRunsRequest says whose runs to count.
 type CountRunningRunsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2456,7 +2639,7 @@ type CountRunningRunsRequest struct {
 
 func (x *CountRunningRunsRequest) Reset() {
 	*x = CountRunningRunsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2651,7 @@ func (x *CountRunningRunsRequest) String() string {
 func (*CountRunningRunsRequest) ProtoMessage() {}
 
 func (x *CountRunningRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[29]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2664,7 @@ func (x *CountRunningRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountRunningRunsRequest.ProtoReflect.Descriptor instead.
 func (*CountRunningRunsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{29}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CountRunningRunsRequest) GetGroupIds() []int64 {
@@ -2506,7 +2689,7 @@ type ExecutorRuns struct {
 
 func (x *ExecutorRuns) Reset() {
 	*x = ExecutorRuns{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2701,7 @@ func (x *ExecutorRuns) String() string {
 func (*ExecutorRuns) ProtoMessage() {}
 
 func (x *ExecutorRuns) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[30]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2714,7 @@ func (x *ExecutorRuns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorRuns.ProtoReflect.Descriptor instead.
 func (*ExecutorRuns) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{30}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExecutorRuns) GetExecutorAddress() string {
@@ -2566,7 +2749,7 @@ type CountRunningRunsResponse struct {
 
 func (x *CountRunningRunsResponse) Reset() {
 	*x = CountRunningRunsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2761,7 @@ func (x *CountRunningRunsResponse) String() string {
 func (*CountRunningRunsResponse) ProtoMessage() {}
 
 func (x *CountRunningRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[31]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2774,7 @@ func (x *CountRunningRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountRunningRunsResponse.ProtoReflect.Descriptor instead.
 func (*CountRunningRunsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{31}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CountRunningRunsResponse) GetExecutors() []*ExecutorRuns {
@@ -2612,7 +2795,7 @@ type LookupTriggersRequest struct {
 
 func (x *LookupTriggersRequest) Reset() {
 	*x = LookupTriggersRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2807,7 @@ func (x *LookupTriggersRequest) String() string {
 func (*LookupTriggersRequest) ProtoMessage() {}
 
 func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[32]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2820,7 @@ func (x *LookupTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupTriggersRequest.ProtoReflect.Descriptor instead.
 func (*LookupTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{32}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LookupTriggersRequest) GetTriggerIds() []string {
@@ -2661,7 +2844,7 @@ type LookupTriggersResponse struct {
 
 func (x *LookupTriggersResponse) Reset() {
 	*x = LookupTriggersResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[33]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2856,7 @@ func (x *LookupTriggersResponse) String() string {
 func (*LookupTriggersResponse) ProtoMessage() {}
 
 func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[33]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2869,7 @@ func (x *LookupTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupTriggersResponse.ProtoReflect.Descriptor instead.
 func (*LookupTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{33}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LookupTriggersResponse) GetKnownTriggerIds() []string {
@@ -2706,15 +2889,18 @@ func (x *LookupTriggersResponse) GetUnrecordedTriggerIds() []string {
 // WatchCompletionsRequest says where to resume.
 type WatchCompletionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Cursor of the last completion processed; 0 means from now.
-	AfterCursor   int64 `protobuf:"varint,1,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
+	// Cursor of the last completion processed; 0 means from now (logsvc's newest completion).
+	AfterCursor int64 `protobuf:"varint,1,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
+	// With after_cursor 0: from the oldest completion kept instead, for a client that started
+	// following when logsvc had no completion.
+	FromOldest    bool `protobuf:"varint,2,opt,name=from_oldest,json=fromOldest,proto3" json:"from_oldest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchCompletionsRequest) Reset() {
 	*x = WatchCompletionsRequest{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[34]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2912,7 @@ func (x *WatchCompletionsRequest) String() string {
 func (*WatchCompletionsRequest) ProtoMessage() {}
 
 func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[34]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2925,7 @@ func (x *WatchCompletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{34}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchCompletionsRequest) GetAfterCursor() int64 {
@@ -2747,6 +2933,13 @@ func (x *WatchCompletionsRequest) GetAfterCursor() int64 {
 		return x.AfterCursor
 	}
 	return 0
+}
+
+func (x *WatchCompletionsRequest) GetFromOldest() bool {
+	if x != nil {
+		return x.FromOldest
+	}
+	return false
 }
 
 // Completion is one run that ended.
@@ -2782,13 +2975,15 @@ type Completion struct {
 	// FAIL (the run is running again; its end follows as a further correction, replacing
 	// RUNNING). A run is reopened at most once, so it has at most three completions.
 	ReplacesStatus RunStatus `protobuf:"varint,13,opt,name=replaces_status,json=replacesStatus,proto3,enum=jobmesh.logs.v1.RunStatus" json:"replaces_status,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the run published (RunResult.outputs); empty for none.
+	Outputs       map[string]string `protobuf:"bytes,14,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[35]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2995,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[35]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3008,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{35}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Completion) GetCursor() int64 {
@@ -2907,6 +3102,13 @@ func (x *Completion) GetReplacesStatus() RunStatus {
 	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
+func (x *Completion) GetOutputs() map[string]string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
 // WatchCompletionsResponse carries completions in cursor order.
 type WatchCompletionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2918,7 +3120,7 @@ type WatchCompletionsResponse struct {
 
 func (x *WatchCompletionsResponse) Reset() {
 	*x = WatchCompletionsResponse{}
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[36]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3132,7 @@ func (x *WatchCompletionsResponse) String() string {
 func (*WatchCompletionsResponse) ProtoMessage() {}
 
 func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[36]
+	mi := &file_jobmesh_logs_v1_logs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3145,7 @@ func (x *WatchCompletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompletionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchCompletionsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{36}
+	return file_jobmesh_logs_v1_logs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchCompletionsResponse) GetCompletions() []*Completion {
@@ -2957,7 +3159,20 @@ var File_jobmesh_logs_v1_logs_proto protoreflect.FileDescriptor
 
 const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\n" +
-	"\x1ajobmesh/logs/v1/logs.proto\x12\x0fjobmesh.logs.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\xec\x05\n" +
+	"\x1ajobmesh/logs/v1/logs.proto\x12\x0fjobmesh.logs.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\xae\x02\n" +
+	"\x18SendWorkflowAlarmRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12\x1f\n" +
+	"\vworkflow_id\x18\x02 \x01(\x03R\n" +
+	"workflowId\x12#\n" +
+	"\rworkflow_name\x18\x03 \x01(\tR\fworkflowName\x12\x19\n" +
+	"\bgroup_id\x18\x04 \x01(\x03R\agroupId\x12*\n" +
+	"\x11scheduled_unix_ms\x18\x05 \x01(\x03R\x0fscheduledUnixMs\x12\x1e\n" +
+	"\vend_unix_ms\x18\x06 \x01(\x03R\tendUnixMs\x12!\n" +
+	"\ffailed_nodes\x18\a \x03(\tR\vfailedNodes\x12!\n" +
+	"\falarm_emails\x18\b \x03(\tR\valarmEmails\"/\n" +
+	"\x19SendWorkflowAlarmResponse\x12\x12\n" +
+	"\x04sent\x18\x01 \x01(\bR\x04sent\"\xec\x05\n" +
 	"\rTriggerRecord\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2981,7 +3196,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\x0ftrigger_message\x18\x10 \x01(\tR\x0etriggerMessage\x12\x19\n" +
 	"\btrace_id\x18\x11 \x01(\tR\atraceId\x12 \n" +
 	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\x12\x18\n" +
-	"\arebuilt\x18\x13 \x01(\bR\arebuilt\"\xe2\x02\n" +
+	"\arebuilt\x18\x13 \x01(\bR\arebuilt\"\xe1\x03\n" +
 	"\tRunResult\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x15\n" +
@@ -2994,7 +3209,11 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\btrace_id\x18\b \x01(\tR\atraceId\x12 \n" +
 	"\vtraceparent\x18\t \x01(\tR\vtraceparent\x12%\n" +
 	"\x0edelivery_token\x18\n" +
-	" \x01(\tR\rdeliveryToken\"\x95\x01\n" +
+	" \x01(\tR\rdeliveryToken\x12A\n" +
+	"\aoutputs\x18\v \x03(\v2'.jobmesh.logs.v1.RunResult.OutputsEntryR\aoutputs\x1a:\n" +
+	"\fOutputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
 	"\aLogLine\x12\x1d\n" +
 	"\n" +
 	"trigger_id\x18\x01 \x01(\tR\ttriggerId\x12\x17\n" +
@@ -3102,12 +3321,13 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\n" +
 	"start_date\x18\x01 \x01(\tR\tstartDate\x12\x19\n" +
 	"\bend_date\x18\x02 \x01(\tR\aendDate\x12\x1b\n" +
-	"\tgroup_ids\x18\x03 \x03(\x03R\bgroupIds\"g\n" +
+	"\tgroup_ids\x18\x03 \x03(\x03R\bgroupIds\"\xc4\x01\n" +
 	"\tDayReport\x12\x12\n" +
 	"\x04date\x18\x01 \x01(\tR\x04date\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x03R\arunning\x12\x18\n" +
 	"\asuccess\x18\x03 \x01(\x03R\asuccess\x12\x12\n" +
-	"\x04fail\x18\x04 \x01(\x03R\x04fail\"s\n" +
+	"\x04fail\x18\x04 \x01(\x03R\x04fail\x12[\n" +
+	"\x12workflow_instances\x18\x05 \x01(\v2,.jobmesh.scheduler.v1.WorkflowInstanceCountsR\x11workflowInstances\"s\n" +
 	"\tJobReport\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x18\n" +
 	"\asuccess\x18\x02 \x01(\x03R\asuccess\x12\x12\n" +
@@ -3123,7 +3343,7 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x03R\arunning\x12\x18\n" +
 	"\asuccess\x18\x03 \x01(\x03R\asuccess\x12\x12\n" +
-	"\x04fail\x18\x04 \x01(\x03R\x04fail\"\xa2\x02\n" +
+	"\x04fail\x18\x04 \x01(\x03R\x04fail\"\x8a\x03\n" +
 	"\x14GetDashboardResponse\x12\x1b\n" +
 	"\trun_count\x18\x01 \x01(\x03R\brunCount\x12\x1d\n" +
 	"\n" +
@@ -3132,7 +3352,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\tjob_count\x18\x04 \x01(\x03R\bjobCount\x12%\n" +
 	"\x0eexecutor_count\x18\x05 \x01(\x03R\rexecutorCount\x12#\n" +
 	"\rrunning_count\x18\x06 \x01(\x03R\frunningCount\x127\n" +
-	"\aminutes\x18\a \x03(\v2\x1d.jobmesh.logs.v1.MinuteReportR\aminutes\"6\n" +
+	"\aminutes\x18\a \x03(\v2\x1d.jobmesh.logs.v1.MinuteReportR\aminutes\x12f\n" +
+	"\x18workflow_instances_today\x18\b \x01(\v2,.jobmesh.scheduler.v1.WorkflowInstanceCountsR\x16workflowInstancesToday\"6\n" +
 	"\x17CountRunningRunsRequest\x12\x1b\n" +
 	"\tgroup_ids\x18\x01 \x03(\x03R\bgroupIds\"l\n" +
 	"\fExecutorRuns\x12)\n" +
@@ -3146,9 +3367,11 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"triggerIds\"z\n" +
 	"\x16LookupTriggersResponse\x12*\n" +
 	"\x11known_trigger_ids\x18\x01 \x03(\tR\x0fknownTriggerIds\x124\n" +
-	"\x16unrecorded_trigger_ids\x18\x02 \x03(\tR\x14unrecordedTriggerIds\"<\n" +
+	"\x16unrecorded_trigger_ids\x18\x02 \x03(\tR\x14unrecordedTriggerIds\"]\n" +
 	"\x17WatchCompletionsRequest\x12!\n" +
-	"\fafter_cursor\x18\x01 \x01(\x03R\vafterCursor\"\xa3\x04\n" +
+	"\fafter_cursor\x18\x01 \x01(\x03R\vafterCursor\x12\x1f\n" +
+	"\vfrom_oldest\x18\x02 \x01(\bR\n" +
+	"fromOldest\"\xa3\x05\n" +
 	"\n" +
 	"Completion\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\x03R\x06cursor\x12\x1d\n" +
@@ -3167,7 +3390,11 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	" \x01(\x03R\tendUnixMs\x12D\n" +
 	"\ftrigger_type\x18\v \x01(\x0e2!.jobmesh.scheduler.v1.TriggerTypeR\vtriggerType\x12\x16\n" +
 	"\x06params\x18\f \x01(\tR\x06params\x12C\n" +
-	"\x0freplaces_status\x18\r \x01(\x0e2\x1a.jobmesh.logs.v1.RunStatusR\x0ereplacesStatus\"Y\n" +
+	"\x0freplaces_status\x18\r \x01(\x0e2\x1a.jobmesh.logs.v1.RunStatusR\x0ereplacesStatus\x12B\n" +
+	"\aoutputs\x18\x0e \x03(\v2(.jobmesh.logs.v1.Completion.OutputsEntryR\aoutputs\x1a:\n" +
+	"\fOutputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
 	"\x18WatchCompletionsResponse\x12=\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x1b.jobmesh.logs.v1.CompletionR\vcompletions*\xb3\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
@@ -3193,7 +3420,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\rIngestService\x12w\n" +
 	"\x14IngestTriggerRecords\x12,.jobmesh.logs.v1.IngestTriggerRecordsRequest\x1a-.jobmesh.logs.v1.IngestTriggerRecordsResponse(\x010\x01\x12b\n" +
 	"\rIngestResults\x12%.jobmesh.logs.v1.IngestResultsRequest\x1a&.jobmesh.logs.v1.IngestResultsResponse(\x010\x01\x12e\n" +
-	"\x0eIngestLogLines\x12&.jobmesh.logs.v1.IngestLogLinesRequest\x1a'.jobmesh.logs.v1.IngestLogLinesResponse(\x010\x012\xf1\t\n" +
+	"\x0eIngestLogLines\x12&.jobmesh.logs.v1.IngestLogLinesRequest\x1a'.jobmesh.logs.v1.IngestLogLinesResponse(\x010\x012\xdd\n" +
+	"\n" +
 	"\n" +
 	"LogService\x12e\n" +
 	"\bListRuns\x12 .jobmesh.logs.v1.ListRunsRequest\x1a!.jobmesh.logs.v1.ListRunsResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/api/v1/logs\x12d\n" +
@@ -3206,7 +3434,8 @@ const file_jobmesh_logs_v1_logs_proto_rawDesc = "" +
 	"\fGetDashboard\x12$.jobmesh.logs.v1.GetDashboardRequest\x1a%.jobmesh.logs.v1.GetDashboardResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/dashboard\x12\x8a\x01\n" +
 	"\x10CountRunningRuns\x12(.jobmesh.logs.v1.CountRunningRunsRequest\x1a).jobmesh.logs.v1.CountRunningRunsResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/logs:countRunning\x12a\n" +
 	"\x0eLookupTriggers\x12&.jobmesh.logs.v1.LookupTriggersRequest\x1a'.jobmesh.logs.v1.LookupTriggersResponse\x12i\n" +
-	"\x10WatchCompletions\x12(.jobmesh.logs.v1.WatchCompletionsRequest\x1a).jobmesh.logs.v1.WatchCompletionsResponse0\x01B7Z5github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1;logsv1b\x06proto3"
+	"\x10WatchCompletions\x12(.jobmesh.logs.v1.WatchCompletionsRequest\x1a).jobmesh.logs.v1.WatchCompletionsResponse0\x01\x12j\n" +
+	"\x11SendWorkflowAlarm\x12).jobmesh.logs.v1.SendWorkflowAlarmRequest\x1a*.jobmesh.logs.v1.SendWorkflowAlarmResponseB7Z5github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1;logsv1b\x06proto3"
 
 var (
 	file_jobmesh_logs_v1_logs_proto_rawDescOnce sync.Once
@@ -3221,122 +3450,133 @@ func file_jobmesh_logs_v1_logs_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_logs_v1_logs_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_jobmesh_logs_v1_logs_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_jobmesh_logs_v1_logs_proto_goTypes = []any{
 	(RunStatus)(0),                       // 0: jobmesh.logs.v1.RunStatus
 	(TriggerOutcome)(0),                  // 1: jobmesh.logs.v1.TriggerOutcome
 	(AlarmStatus)(0),                     // 2: jobmesh.logs.v1.AlarmStatus
-	(*TriggerRecord)(nil),                // 3: jobmesh.logs.v1.TriggerRecord
-	(*RunResult)(nil),                    // 4: jobmesh.logs.v1.RunResult
-	(*LogLine)(nil),                      // 5: jobmesh.logs.v1.LogLine
-	(*IngestTriggerRecordsRequest)(nil),  // 6: jobmesh.logs.v1.IngestTriggerRecordsRequest
-	(*IngestTriggerRecordsResponse)(nil), // 7: jobmesh.logs.v1.IngestTriggerRecordsResponse
-	(*IngestResultsRequest)(nil),         // 8: jobmesh.logs.v1.IngestResultsRequest
-	(*IngestResultsResponse)(nil),        // 9: jobmesh.logs.v1.IngestResultsResponse
-	(*IngestLogLinesRequest)(nil),        // 10: jobmesh.logs.v1.IngestLogLinesRequest
-	(*IngestLogLinesResponse)(nil),       // 11: jobmesh.logs.v1.IngestLogLinesResponse
-	(*Run)(nil),                          // 12: jobmesh.logs.v1.Run
-	(*ListRunsRequest)(nil),              // 13: jobmesh.logs.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),             // 14: jobmesh.logs.v1.ListRunsResponse
-	(*GetRunRequest)(nil),                // 15: jobmesh.logs.v1.GetRunRequest
-	(*GetRunResponse)(nil),               // 16: jobmesh.logs.v1.GetRunResponse
-	(*ListRunLinesRequest)(nil),          // 17: jobmesh.logs.v1.ListRunLinesRequest
-	(*ListRunLinesResponse)(nil),         // 18: jobmesh.logs.v1.ListRunLinesResponse
-	(*TailRunRequest)(nil),               // 19: jobmesh.logs.v1.TailRunRequest
-	(*TailRunResponse)(nil),              // 20: jobmesh.logs.v1.TailRunResponse
-	(*KillRunRequest)(nil),               // 21: jobmesh.logs.v1.KillRunRequest
-	(*KillRunResponse)(nil),              // 22: jobmesh.logs.v1.KillRunResponse
-	(*ClearRunsRequest)(nil),             // 23: jobmesh.logs.v1.ClearRunsRequest
-	(*ClearRunsResponse)(nil),            // 24: jobmesh.logs.v1.ClearRunsResponse
-	(*GetReportRequest)(nil),             // 25: jobmesh.logs.v1.GetReportRequest
-	(*DayReport)(nil),                    // 26: jobmesh.logs.v1.DayReport
-	(*JobReport)(nil),                    // 27: jobmesh.logs.v1.JobReport
-	(*GetReportResponse)(nil),            // 28: jobmesh.logs.v1.GetReportResponse
-	(*GetDashboardRequest)(nil),          // 29: jobmesh.logs.v1.GetDashboardRequest
-	(*MinuteReport)(nil),                 // 30: jobmesh.logs.v1.MinuteReport
-	(*GetDashboardResponse)(nil),         // 31: jobmesh.logs.v1.GetDashboardResponse
-	(*CountRunningRunsRequest)(nil),      // 32: jobmesh.logs.v1.CountRunningRunsRequest
-	(*ExecutorRuns)(nil),                 // 33: jobmesh.logs.v1.ExecutorRuns
-	(*CountRunningRunsResponse)(nil),     // 34: jobmesh.logs.v1.CountRunningRunsResponse
-	(*LookupTriggersRequest)(nil),        // 35: jobmesh.logs.v1.LookupTriggersRequest
-	(*LookupTriggersResponse)(nil),       // 36: jobmesh.logs.v1.LookupTriggersResponse
-	(*WatchCompletionsRequest)(nil),      // 37: jobmesh.logs.v1.WatchCompletionsRequest
-	(*Completion)(nil),                   // 38: jobmesh.logs.v1.Completion
-	(*WatchCompletionsResponse)(nil),     // 39: jobmesh.logs.v1.WatchCompletionsResponse
-	(v1.TriggerType)(0),                  // 40: jobmesh.scheduler.v1.TriggerType
-	(v1.RouteStrategy)(0),                // 41: jobmesh.scheduler.v1.RouteStrategy
-	(*timestamppb.Timestamp)(nil),        // 42: google.protobuf.Timestamp
+	(*SendWorkflowAlarmRequest)(nil),     // 3: jobmesh.logs.v1.SendWorkflowAlarmRequest
+	(*SendWorkflowAlarmResponse)(nil),    // 4: jobmesh.logs.v1.SendWorkflowAlarmResponse
+	(*TriggerRecord)(nil),                // 5: jobmesh.logs.v1.TriggerRecord
+	(*RunResult)(nil),                    // 6: jobmesh.logs.v1.RunResult
+	(*LogLine)(nil),                      // 7: jobmesh.logs.v1.LogLine
+	(*IngestTriggerRecordsRequest)(nil),  // 8: jobmesh.logs.v1.IngestTriggerRecordsRequest
+	(*IngestTriggerRecordsResponse)(nil), // 9: jobmesh.logs.v1.IngestTriggerRecordsResponse
+	(*IngestResultsRequest)(nil),         // 10: jobmesh.logs.v1.IngestResultsRequest
+	(*IngestResultsResponse)(nil),        // 11: jobmesh.logs.v1.IngestResultsResponse
+	(*IngestLogLinesRequest)(nil),        // 12: jobmesh.logs.v1.IngestLogLinesRequest
+	(*IngestLogLinesResponse)(nil),       // 13: jobmesh.logs.v1.IngestLogLinesResponse
+	(*Run)(nil),                          // 14: jobmesh.logs.v1.Run
+	(*ListRunsRequest)(nil),              // 15: jobmesh.logs.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),             // 16: jobmesh.logs.v1.ListRunsResponse
+	(*GetRunRequest)(nil),                // 17: jobmesh.logs.v1.GetRunRequest
+	(*GetRunResponse)(nil),               // 18: jobmesh.logs.v1.GetRunResponse
+	(*ListRunLinesRequest)(nil),          // 19: jobmesh.logs.v1.ListRunLinesRequest
+	(*ListRunLinesResponse)(nil),         // 20: jobmesh.logs.v1.ListRunLinesResponse
+	(*TailRunRequest)(nil),               // 21: jobmesh.logs.v1.TailRunRequest
+	(*TailRunResponse)(nil),              // 22: jobmesh.logs.v1.TailRunResponse
+	(*KillRunRequest)(nil),               // 23: jobmesh.logs.v1.KillRunRequest
+	(*KillRunResponse)(nil),              // 24: jobmesh.logs.v1.KillRunResponse
+	(*ClearRunsRequest)(nil),             // 25: jobmesh.logs.v1.ClearRunsRequest
+	(*ClearRunsResponse)(nil),            // 26: jobmesh.logs.v1.ClearRunsResponse
+	(*GetReportRequest)(nil),             // 27: jobmesh.logs.v1.GetReportRequest
+	(*DayReport)(nil),                    // 28: jobmesh.logs.v1.DayReport
+	(*JobReport)(nil),                    // 29: jobmesh.logs.v1.JobReport
+	(*GetReportResponse)(nil),            // 30: jobmesh.logs.v1.GetReportResponse
+	(*GetDashboardRequest)(nil),          // 31: jobmesh.logs.v1.GetDashboardRequest
+	(*MinuteReport)(nil),                 // 32: jobmesh.logs.v1.MinuteReport
+	(*GetDashboardResponse)(nil),         // 33: jobmesh.logs.v1.GetDashboardResponse
+	(*CountRunningRunsRequest)(nil),      // 34: jobmesh.logs.v1.CountRunningRunsRequest
+	(*ExecutorRuns)(nil),                 // 35: jobmesh.logs.v1.ExecutorRuns
+	(*CountRunningRunsResponse)(nil),     // 36: jobmesh.logs.v1.CountRunningRunsResponse
+	(*LookupTriggersRequest)(nil),        // 37: jobmesh.logs.v1.LookupTriggersRequest
+	(*LookupTriggersResponse)(nil),       // 38: jobmesh.logs.v1.LookupTriggersResponse
+	(*WatchCompletionsRequest)(nil),      // 39: jobmesh.logs.v1.WatchCompletionsRequest
+	(*Completion)(nil),                   // 40: jobmesh.logs.v1.Completion
+	(*WatchCompletionsResponse)(nil),     // 41: jobmesh.logs.v1.WatchCompletionsResponse
+	nil,                                  // 42: jobmesh.logs.v1.RunResult.OutputsEntry
+	nil,                                  // 43: jobmesh.logs.v1.Completion.OutputsEntry
+	(v1.TriggerType)(0),                  // 44: jobmesh.scheduler.v1.TriggerType
+	(v1.RouteStrategy)(0),                // 45: jobmesh.scheduler.v1.RouteStrategy
+	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
+	(*v1.WorkflowInstanceCounts)(nil),    // 47: jobmesh.scheduler.v1.WorkflowInstanceCounts
 }
 var file_jobmesh_logs_v1_logs_proto_depIdxs = []int32{
-	40, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	41, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	44, // 0: jobmesh.logs.v1.TriggerRecord.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	45, // 1: jobmesh.logs.v1.TriggerRecord.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
 	1,  // 2: jobmesh.logs.v1.TriggerRecord.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
 	0,  // 3: jobmesh.logs.v1.RunResult.status:type_name -> jobmesh.logs.v1.RunStatus
-	3,  // 4: jobmesh.logs.v1.IngestTriggerRecordsRequest.records:type_name -> jobmesh.logs.v1.TriggerRecord
-	4,  // 5: jobmesh.logs.v1.IngestResultsRequest.results:type_name -> jobmesh.logs.v1.RunResult
-	5,  // 6: jobmesh.logs.v1.IngestLogLinesRequest.lines:type_name -> jobmesh.logs.v1.LogLine
-	40, // 7: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	42, // 8: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	42, // 9: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
-	41, // 10: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
-	1,  // 11: jobmesh.logs.v1.Run.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
-	0,  // 12: jobmesh.logs.v1.Run.status:type_name -> jobmesh.logs.v1.RunStatus
-	42, // 13: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	42, // 14: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	2,  // 15: jobmesh.logs.v1.Run.alarm_status:type_name -> jobmesh.logs.v1.AlarmStatus
-	0,  // 16: jobmesh.logs.v1.ListRunsRequest.status:type_name -> jobmesh.logs.v1.RunStatus
-	40, // 17: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	42, // 18: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	42, // 19: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
-	12, // 20: jobmesh.logs.v1.ListRunsResponse.runs:type_name -> jobmesh.logs.v1.Run
-	12, // 21: jobmesh.logs.v1.GetRunResponse.run:type_name -> jobmesh.logs.v1.Run
-	5,  // 22: jobmesh.logs.v1.ListRunLinesResponse.lines:type_name -> jobmesh.logs.v1.LogLine
-	5,  // 23: jobmesh.logs.v1.TailRunResponse.lines:type_name -> jobmesh.logs.v1.LogLine
-	0,  // 24: jobmesh.logs.v1.TailRunResponse.status:type_name -> jobmesh.logs.v1.RunStatus
-	42, // 25: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
-	26, // 26: jobmesh.logs.v1.GetReportResponse.days:type_name -> jobmesh.logs.v1.DayReport
-	27, // 27: jobmesh.logs.v1.GetReportResponse.jobs:type_name -> jobmesh.logs.v1.JobReport
-	42, // 28: jobmesh.logs.v1.MinuteReport.start_time:type_name -> google.protobuf.Timestamp
-	30, // 29: jobmesh.logs.v1.GetDashboardResponse.minutes:type_name -> jobmesh.logs.v1.MinuteReport
-	33, // 30: jobmesh.logs.v1.CountRunningRunsResponse.executors:type_name -> jobmesh.logs.v1.ExecutorRuns
-	0,  // 31: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
-	1,  // 32: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
-	40, // 33: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	0,  // 34: jobmesh.logs.v1.Completion.replaces_status:type_name -> jobmesh.logs.v1.RunStatus
-	38, // 35: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
-	6,  // 36: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
-	8,  // 37: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
-	10, // 38: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
-	13, // 39: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
-	15, // 40: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
-	17, // 41: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
-	19, // 42: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
-	21, // 43: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
-	23, // 44: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
-	25, // 45: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
-	29, // 46: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
-	32, // 47: jobmesh.logs.v1.LogService.CountRunningRuns:input_type -> jobmesh.logs.v1.CountRunningRunsRequest
-	35, // 48: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
-	37, // 49: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
-	7,  // 50: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
-	9,  // 51: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
-	11, // 52: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
-	14, // 53: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
-	16, // 54: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
-	18, // 55: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
-	20, // 56: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
-	22, // 57: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
-	24, // 58: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
-	28, // 59: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
-	31, // 60: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
-	34, // 61: jobmesh.logs.v1.LogService.CountRunningRuns:output_type -> jobmesh.logs.v1.CountRunningRunsResponse
-	36, // 62: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
-	39, // 63: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
-	50, // [50:64] is the sub-list for method output_type
-	36, // [36:50] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	42, // 4: jobmesh.logs.v1.RunResult.outputs:type_name -> jobmesh.logs.v1.RunResult.OutputsEntry
+	5,  // 5: jobmesh.logs.v1.IngestTriggerRecordsRequest.records:type_name -> jobmesh.logs.v1.TriggerRecord
+	6,  // 6: jobmesh.logs.v1.IngestResultsRequest.results:type_name -> jobmesh.logs.v1.RunResult
+	7,  // 7: jobmesh.logs.v1.IngestLogLinesRequest.lines:type_name -> jobmesh.logs.v1.LogLine
+	44, // 8: jobmesh.logs.v1.Run.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	46, // 9: jobmesh.logs.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	46, // 10: jobmesh.logs.v1.Run.trigger_time:type_name -> google.protobuf.Timestamp
+	45, // 11: jobmesh.logs.v1.Run.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	1,  // 12: jobmesh.logs.v1.Run.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
+	0,  // 13: jobmesh.logs.v1.Run.status:type_name -> jobmesh.logs.v1.RunStatus
+	46, // 14: jobmesh.logs.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	46, // 15: jobmesh.logs.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	2,  // 16: jobmesh.logs.v1.Run.alarm_status:type_name -> jobmesh.logs.v1.AlarmStatus
+	0,  // 17: jobmesh.logs.v1.ListRunsRequest.status:type_name -> jobmesh.logs.v1.RunStatus
+	44, // 18: jobmesh.logs.v1.ListRunsRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	46, // 19: jobmesh.logs.v1.ListRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	46, // 20: jobmesh.logs.v1.ListRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	14, // 21: jobmesh.logs.v1.ListRunsResponse.runs:type_name -> jobmesh.logs.v1.Run
+	14, // 22: jobmesh.logs.v1.GetRunResponse.run:type_name -> jobmesh.logs.v1.Run
+	7,  // 23: jobmesh.logs.v1.ListRunLinesResponse.lines:type_name -> jobmesh.logs.v1.LogLine
+	7,  // 24: jobmesh.logs.v1.TailRunResponse.lines:type_name -> jobmesh.logs.v1.LogLine
+	0,  // 25: jobmesh.logs.v1.TailRunResponse.status:type_name -> jobmesh.logs.v1.RunStatus
+	46, // 26: jobmesh.logs.v1.ClearRunsRequest.before_time:type_name -> google.protobuf.Timestamp
+	47, // 27: jobmesh.logs.v1.DayReport.workflow_instances:type_name -> jobmesh.scheduler.v1.WorkflowInstanceCounts
+	28, // 28: jobmesh.logs.v1.GetReportResponse.days:type_name -> jobmesh.logs.v1.DayReport
+	29, // 29: jobmesh.logs.v1.GetReportResponse.jobs:type_name -> jobmesh.logs.v1.JobReport
+	46, // 30: jobmesh.logs.v1.MinuteReport.start_time:type_name -> google.protobuf.Timestamp
+	32, // 31: jobmesh.logs.v1.GetDashboardResponse.minutes:type_name -> jobmesh.logs.v1.MinuteReport
+	47, // 32: jobmesh.logs.v1.GetDashboardResponse.workflow_instances_today:type_name -> jobmesh.scheduler.v1.WorkflowInstanceCounts
+	35, // 33: jobmesh.logs.v1.CountRunningRunsResponse.executors:type_name -> jobmesh.logs.v1.ExecutorRuns
+	0,  // 34: jobmesh.logs.v1.Completion.status:type_name -> jobmesh.logs.v1.RunStatus
+	1,  // 35: jobmesh.logs.v1.Completion.trigger_outcome:type_name -> jobmesh.logs.v1.TriggerOutcome
+	44, // 36: jobmesh.logs.v1.Completion.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	0,  // 37: jobmesh.logs.v1.Completion.replaces_status:type_name -> jobmesh.logs.v1.RunStatus
+	43, // 38: jobmesh.logs.v1.Completion.outputs:type_name -> jobmesh.logs.v1.Completion.OutputsEntry
+	40, // 39: jobmesh.logs.v1.WatchCompletionsResponse.completions:type_name -> jobmesh.logs.v1.Completion
+	8,  // 40: jobmesh.logs.v1.IngestService.IngestTriggerRecords:input_type -> jobmesh.logs.v1.IngestTriggerRecordsRequest
+	10, // 41: jobmesh.logs.v1.IngestService.IngestResults:input_type -> jobmesh.logs.v1.IngestResultsRequest
+	12, // 42: jobmesh.logs.v1.IngestService.IngestLogLines:input_type -> jobmesh.logs.v1.IngestLogLinesRequest
+	15, // 43: jobmesh.logs.v1.LogService.ListRuns:input_type -> jobmesh.logs.v1.ListRunsRequest
+	17, // 44: jobmesh.logs.v1.LogService.GetRun:input_type -> jobmesh.logs.v1.GetRunRequest
+	19, // 45: jobmesh.logs.v1.LogService.ListRunLines:input_type -> jobmesh.logs.v1.ListRunLinesRequest
+	21, // 46: jobmesh.logs.v1.LogService.TailRun:input_type -> jobmesh.logs.v1.TailRunRequest
+	23, // 47: jobmesh.logs.v1.LogService.KillRun:input_type -> jobmesh.logs.v1.KillRunRequest
+	25, // 48: jobmesh.logs.v1.LogService.ClearRuns:input_type -> jobmesh.logs.v1.ClearRunsRequest
+	27, // 49: jobmesh.logs.v1.LogService.GetReport:input_type -> jobmesh.logs.v1.GetReportRequest
+	31, // 50: jobmesh.logs.v1.LogService.GetDashboard:input_type -> jobmesh.logs.v1.GetDashboardRequest
+	34, // 51: jobmesh.logs.v1.LogService.CountRunningRuns:input_type -> jobmesh.logs.v1.CountRunningRunsRequest
+	37, // 52: jobmesh.logs.v1.LogService.LookupTriggers:input_type -> jobmesh.logs.v1.LookupTriggersRequest
+	39, // 53: jobmesh.logs.v1.LogService.WatchCompletions:input_type -> jobmesh.logs.v1.WatchCompletionsRequest
+	3,  // 54: jobmesh.logs.v1.LogService.SendWorkflowAlarm:input_type -> jobmesh.logs.v1.SendWorkflowAlarmRequest
+	9,  // 55: jobmesh.logs.v1.IngestService.IngestTriggerRecords:output_type -> jobmesh.logs.v1.IngestTriggerRecordsResponse
+	11, // 56: jobmesh.logs.v1.IngestService.IngestResults:output_type -> jobmesh.logs.v1.IngestResultsResponse
+	13, // 57: jobmesh.logs.v1.IngestService.IngestLogLines:output_type -> jobmesh.logs.v1.IngestLogLinesResponse
+	16, // 58: jobmesh.logs.v1.LogService.ListRuns:output_type -> jobmesh.logs.v1.ListRunsResponse
+	18, // 59: jobmesh.logs.v1.LogService.GetRun:output_type -> jobmesh.logs.v1.GetRunResponse
+	20, // 60: jobmesh.logs.v1.LogService.ListRunLines:output_type -> jobmesh.logs.v1.ListRunLinesResponse
+	22, // 61: jobmesh.logs.v1.LogService.TailRun:output_type -> jobmesh.logs.v1.TailRunResponse
+	24, // 62: jobmesh.logs.v1.LogService.KillRun:output_type -> jobmesh.logs.v1.KillRunResponse
+	26, // 63: jobmesh.logs.v1.LogService.ClearRuns:output_type -> jobmesh.logs.v1.ClearRunsResponse
+	30, // 64: jobmesh.logs.v1.LogService.GetReport:output_type -> jobmesh.logs.v1.GetReportResponse
+	33, // 65: jobmesh.logs.v1.LogService.GetDashboard:output_type -> jobmesh.logs.v1.GetDashboardResponse
+	36, // 66: jobmesh.logs.v1.LogService.CountRunningRuns:output_type -> jobmesh.logs.v1.CountRunningRunsResponse
+	38, // 67: jobmesh.logs.v1.LogService.LookupTriggers:output_type -> jobmesh.logs.v1.LookupTriggersResponse
+	41, // 68: jobmesh.logs.v1.LogService.WatchCompletions:output_type -> jobmesh.logs.v1.WatchCompletionsResponse
+	4,  // 69: jobmesh.logs.v1.LogService.SendWorkflowAlarm:output_type -> jobmesh.logs.v1.SendWorkflowAlarmResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_logs_v1_logs_proto_init() }
@@ -3350,7 +3590,7 @@ func file_jobmesh_logs_v1_logs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_logs_v1_logs_proto_rawDesc), len(file_jobmesh_logs_v1_logs_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

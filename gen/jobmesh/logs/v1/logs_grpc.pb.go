@@ -201,17 +201,18 @@ var IngestService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	LogService_ListRuns_FullMethodName         = "/jobmesh.logs.v1.LogService/ListRuns"
-	LogService_GetRun_FullMethodName           = "/jobmesh.logs.v1.LogService/GetRun"
-	LogService_ListRunLines_FullMethodName     = "/jobmesh.logs.v1.LogService/ListRunLines"
-	LogService_TailRun_FullMethodName          = "/jobmesh.logs.v1.LogService/TailRun"
-	LogService_KillRun_FullMethodName          = "/jobmesh.logs.v1.LogService/KillRun"
-	LogService_ClearRuns_FullMethodName        = "/jobmesh.logs.v1.LogService/ClearRuns"
-	LogService_GetReport_FullMethodName        = "/jobmesh.logs.v1.LogService/GetReport"
-	LogService_GetDashboard_FullMethodName     = "/jobmesh.logs.v1.LogService/GetDashboard"
-	LogService_CountRunningRuns_FullMethodName = "/jobmesh.logs.v1.LogService/CountRunningRuns"
-	LogService_LookupTriggers_FullMethodName   = "/jobmesh.logs.v1.LogService/LookupTriggers"
-	LogService_WatchCompletions_FullMethodName = "/jobmesh.logs.v1.LogService/WatchCompletions"
+	LogService_ListRuns_FullMethodName          = "/jobmesh.logs.v1.LogService/ListRuns"
+	LogService_GetRun_FullMethodName            = "/jobmesh.logs.v1.LogService/GetRun"
+	LogService_ListRunLines_FullMethodName      = "/jobmesh.logs.v1.LogService/ListRunLines"
+	LogService_TailRun_FullMethodName           = "/jobmesh.logs.v1.LogService/TailRun"
+	LogService_KillRun_FullMethodName           = "/jobmesh.logs.v1.LogService/KillRun"
+	LogService_ClearRuns_FullMethodName         = "/jobmesh.logs.v1.LogService/ClearRuns"
+	LogService_GetReport_FullMethodName         = "/jobmesh.logs.v1.LogService/GetReport"
+	LogService_GetDashboard_FullMethodName      = "/jobmesh.logs.v1.LogService/GetDashboard"
+	LogService_CountRunningRuns_FullMethodName  = "/jobmesh.logs.v1.LogService/CountRunningRuns"
+	LogService_LookupTriggers_FullMethodName    = "/jobmesh.logs.v1.LogService/LookupTriggers"
+	LogService_WatchCompletions_FullMethodName  = "/jobmesh.logs.v1.LogService/WatchCompletions"
+	LogService_SendWorkflowAlarm_FullMethodName = "/jobmesh.logs.v1.LogService/SendWorkflowAlarm"
 )
 
 // LogServiceClient is the client API for LogService service.
@@ -245,8 +246,13 @@ type LogServiceClient interface {
 	// WatchCompletions streams every run that ends (success, failure, timeout, kill, trigger
 	// failure, lost), from a cursor on, and every correction of one (Completion.replaces_status).
 	// The scheduler leader follows it for retries, child jobs and FIX_DELAY; it resumes from the
-	// last cursor it processed.
+	// last cursor it processed. The response header x-jobmesh-completion-cursor carries the cursor
+	// the stream starts after (logsvc's newest for after_cursor 0), sent once it is fixed.
 	WatchCompletions(ctx context.Context, in *WatchCompletionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCompletionsResponse], error)
+	// SendWorkflowAlarm delivers the alarm of a workflow instance that ended FAILED on every alarm
+	// channel (its workflow's alarm emails, the webhook). The scheduler calls it once per failure
+	// it has stored (again after an error). Internal: the services' callers only.
+	SendWorkflowAlarm(ctx context.Context, in *SendWorkflowAlarmRequest, opts ...grpc.CallOption) (*SendWorkflowAlarmResponse, error)
 }
 
 type logServiceClient struct {
@@ -385,6 +391,16 @@ func (c *logServiceClient) WatchCompletions(ctx context.Context, in *WatchComple
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LogService_WatchCompletionsClient = grpc.ServerStreamingClient[WatchCompletionsResponse]
 
+func (c *logServiceClient) SendWorkflowAlarm(ctx context.Context, in *SendWorkflowAlarmRequest, opts ...grpc.CallOption) (*SendWorkflowAlarmResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendWorkflowAlarmResponse)
+	err := c.cc.Invoke(ctx, LogService_SendWorkflowAlarm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LogServiceServer is the server API for LogService service.
 // All implementations must embed UnimplementedLogServiceServer
 // for forward compatibility.
@@ -416,8 +432,13 @@ type LogServiceServer interface {
 	// WatchCompletions streams every run that ends (success, failure, timeout, kill, trigger
 	// failure, lost), from a cursor on, and every correction of one (Completion.replaces_status).
 	// The scheduler leader follows it for retries, child jobs and FIX_DELAY; it resumes from the
-	// last cursor it processed.
+	// last cursor it processed. The response header x-jobmesh-completion-cursor carries the cursor
+	// the stream starts after (logsvc's newest for after_cursor 0), sent once it is fixed.
 	WatchCompletions(*WatchCompletionsRequest, grpc.ServerStreamingServer[WatchCompletionsResponse]) error
+	// SendWorkflowAlarm delivers the alarm of a workflow instance that ended FAILED on every alarm
+	// channel (its workflow's alarm emails, the webhook). The scheduler calls it once per failure
+	// it has stored (again after an error). Internal: the services' callers only.
+	SendWorkflowAlarm(context.Context, *SendWorkflowAlarmRequest) (*SendWorkflowAlarmResponse, error)
 	mustEmbedUnimplementedLogServiceServer()
 }
 
@@ -460,6 +481,9 @@ func (UnimplementedLogServiceServer) LookupTriggers(context.Context, *LookupTrig
 }
 func (UnimplementedLogServiceServer) WatchCompletions(*WatchCompletionsRequest, grpc.ServerStreamingServer[WatchCompletionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchCompletions not implemented")
+}
+func (UnimplementedLogServiceServer) SendWorkflowAlarm(context.Context, *SendWorkflowAlarmRequest) (*SendWorkflowAlarmResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SendWorkflowAlarm not implemented")
 }
 func (UnimplementedLogServiceServer) mustEmbedUnimplementedLogServiceServer() {}
 func (UnimplementedLogServiceServer) testEmbeddedByValue()                    {}
@@ -666,6 +690,24 @@ func _LogService_WatchCompletions_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LogService_WatchCompletionsServer = grpc.ServerStreamingServer[WatchCompletionsResponse]
 
+func _LogService_SendWorkflowAlarm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendWorkflowAlarmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServiceServer).SendWorkflowAlarm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LogService_SendWorkflowAlarm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServiceServer).SendWorkflowAlarm(ctx, req.(*SendWorkflowAlarmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LogService_ServiceDesc is the grpc.ServiceDesc for LogService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -708,6 +750,10 @@ var LogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LookupTriggers",
 			Handler:    _LogService_LookupTriggers_Handler,
+		},
+		{
+			MethodName: "SendWorkflowAlarm",
+			Handler:    _LogService_SendWorkflowAlarm_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

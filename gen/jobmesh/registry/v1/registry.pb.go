@@ -24,6 +24,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ExecutorKind says which protocol an executor speaks.
+type ExecutorKind int32
+
+const (
+	// A jobmesh agent or SDK executor: ExecutorService over gRPC at a "host:port" address.
+	ExecutorKind_EXECUTOR_KIND_UNSPECIFIED ExecutorKind = 0
+	// An unchanged XXL-JOB executor (xxl-job-core): XXL-JOB's HTTP protocol at an "http://host:port/"
+	// address, registered through the gateway's XXL-JOB admin API.
+	ExecutorKind_EXECUTOR_KIND_XXL_JOB ExecutorKind = 1
+)
+
+// Enum value maps for ExecutorKind.
+var (
+	ExecutorKind_name = map[int32]string{
+		0: "EXECUTOR_KIND_UNSPECIFIED",
+		1: "EXECUTOR_KIND_XXL_JOB",
+	}
+	ExecutorKind_value = map[string]int32{
+		"EXECUTOR_KIND_UNSPECIFIED": 0,
+		"EXECUTOR_KIND_XXL_JOB":     1,
+	}
+)
+
+func (x ExecutorKind) Enum() *ExecutorKind {
+	p := new(ExecutorKind)
+	*p = x
+	return p
+}
+
+func (x ExecutorKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExecutorKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobmesh_registry_v1_registry_proto_enumTypes[0].Descriptor()
+}
+
+func (ExecutorKind) Type() protoreflect.EnumType {
+	return &file_jobmesh_registry_v1_registry_proto_enumTypes[0]
+}
+
+func (x ExecutorKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExecutorKind.Descriptor instead.
+func (ExecutorKind) EnumDescriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+}
+
 // AddressType says where a group's addresses come from (XXL-JOB address_type).
 type AddressType int32
 
@@ -60,11 +110,11 @@ func (x AddressType) String() string {
 }
 
 func (AddressType) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobmesh_registry_v1_registry_proto_enumTypes[0].Descriptor()
+	return file_jobmesh_registry_v1_registry_proto_enumTypes[1].Descriptor()
 }
 
 func (AddressType) Type() protoreflect.EnumType {
-	return &file_jobmesh_registry_v1_registry_proto_enumTypes[0]
+	return &file_jobmesh_registry_v1_registry_proto_enumTypes[1]
 }
 
 func (x AddressType) Number() protoreflect.EnumNumber {
@@ -73,7 +123,7 @@ func (x AddressType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AddressType.Descriptor instead.
 func (AddressType) EnumDescriptor() ([]byte, []int) {
-	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{1}
 }
 
 // ExecutorEventType says what a watch message means.
@@ -116,11 +166,11 @@ func (x ExecutorEventType) String() string {
 }
 
 func (ExecutorEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobmesh_registry_v1_registry_proto_enumTypes[1].Descriptor()
+	return file_jobmesh_registry_v1_registry_proto_enumTypes[2].Descriptor()
 }
 
 func (ExecutorEventType) Type() protoreflect.EnumType {
-	return &file_jobmesh_registry_v1_registry_proto_enumTypes[1]
+	return &file_jobmesh_registry_v1_registry_proto_enumTypes[2]
 }
 
 func (x ExecutorEventType) Number() protoreflect.EnumNumber {
@@ -129,7 +179,7 @@ func (x ExecutorEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutorEventType.Descriptor instead.
 func (ExecutorEventType) EnumDescriptor() ([]byte, []int) {
-	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 // Executor is one live executor instance, as registered in etcd.
@@ -161,7 +211,10 @@ type Executor struct {
 	// set by the registry. The scheduler routes a group's fires, and presents its token, only to
 	// executors whose fingerprint is that of the group's token now, so a rotated token reaches no
 	// executor that registered with the old one.
-	Credential    string `protobuf:"bytes,11,opt,name=credential,proto3" json:"credential,omitempty"`
+	Credential string `protobuf:"bytes,11,opt,name=credential,proto3" json:"credential,omitempty"`
+	// Which protocol the executor speaks; set by the registry. For XXL_JOB, address is the URL the
+	// executor registered ("http://host:port/", XXL-JOB's registryValue).
+	Kind          ExecutorKind `protobuf:"varint,12,opt,name=kind,proto3,enum=jobmesh.registry.v1.ExecutorKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -271,6 +324,13 @@ func (x *Executor) GetCredential() string {
 		return x.Credential
 	}
 	return ""
+}
+
+func (x *Executor) GetKind() ExecutorKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ExecutorKind_EXECUTOR_KIND_UNSPECIFIED
 }
 
 // ExecutorGroup is a named set of executors that jobs target (XXL-JOB xxl_job_group).
@@ -1185,11 +1245,243 @@ func (x *RegisterExecutorResponse) GetHeartbeatIntervalMs() int64 {
 	return 0
 }
 
+// RegisterXxlExecutorRequest is one XXL-JOB registry call (RegistryParam), already authenticated.
+type RegisterXxlExecutorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The executor's app name (registryKey): its group's app name, which must exist and be AUTO.
+	AppName string `protobuf:"bytes,1,opt,name=app_name,json=appName,proto3" json:"app_name,omitempty"`
+	// The executor's address (registryValue), an http or https URL, e.g. "http://10.0.0.5:9999/".
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// How long the registration lives without another call; 0 means 90 s (XXL-JOB's dead time).
+	// At least 10 s, at most 1 hour.
+	DeadTimeSeconds int32 `protobuf:"varint,3,opt,name=dead_time_seconds,json=deadTimeSeconds,proto3" json:"dead_time_seconds,omitempty"`
+	// The access token the executor presented, already checked by the caller: the registration's
+	// credential is its fingerprint (empty for none), so routing sends the group's fires to it only
+	// while it is the group's token.
+	AccessToken   string `protobuf:"bytes,4,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterXxlExecutorRequest) Reset() {
+	*x = RegisterXxlExecutorRequest{}
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterXxlExecutorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterXxlExecutorRequest) ProtoMessage() {}
+
+func (x *RegisterXxlExecutorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterXxlExecutorRequest.ProtoReflect.Descriptor instead.
+func (*RegisterXxlExecutorRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RegisterXxlExecutorRequest) GetAppName() string {
+	if x != nil {
+		return x.AppName
+	}
+	return ""
+}
+
+func (x *RegisterXxlExecutorRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RegisterXxlExecutorRequest) GetDeadTimeSeconds() int32 {
+	if x != nil {
+		return x.DeadTimeSeconds
+	}
+	return 0
+}
+
+func (x *RegisterXxlExecutorRequest) GetAccessToken() string {
+	if x != nil {
+		return x.AccessToken
+	}
+	return ""
+}
+
+// RegisterXxlExecutorResponse is the registration as stored.
+type RegisterXxlExecutorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The executor as in the live view (kind XXL_JOB).
+	Executor *Executor `protobuf:"bytes,1,opt,name=executor,proto3" json:"executor,omitempty"`
+	// True when this call created the registration, false when it renewed one.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterXxlExecutorResponse) Reset() {
+	*x = RegisterXxlExecutorResponse{}
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterXxlExecutorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterXxlExecutorResponse) ProtoMessage() {}
+
+func (x *RegisterXxlExecutorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterXxlExecutorResponse.ProtoReflect.Descriptor instead.
+func (*RegisterXxlExecutorResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RegisterXxlExecutorResponse) GetExecutor() *Executor {
+	if x != nil {
+		return x.Executor
+	}
+	return nil
+}
+
+func (x *RegisterXxlExecutorResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// RemoveXxlExecutorRequest names an XXL-JOB executor to remove (RegistryParam).
+type RemoveXxlExecutorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The executor's app name (registryKey).
+	AppName string `protobuf:"bytes,1,opt,name=app_name,json=appName,proto3" json:"app_name,omitempty"`
+	// The executor's address (registryValue).
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveXxlExecutorRequest) Reset() {
+	*x = RemoveXxlExecutorRequest{}
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveXxlExecutorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveXxlExecutorRequest) ProtoMessage() {}
+
+func (x *RemoveXxlExecutorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveXxlExecutorRequest.ProtoReflect.Descriptor instead.
+func (*RemoveXxlExecutorRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RemoveXxlExecutorRequest) GetAppName() string {
+	if x != nil {
+		return x.AppName
+	}
+	return ""
+}
+
+func (x *RemoveXxlExecutorRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+// RemoveXxlExecutorResponse says whether a registration was removed.
+type RemoveXxlExecutorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when no such registration was live.
+	Removed       bool `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveXxlExecutorResponse) Reset() {
+	*x = RemoveXxlExecutorResponse{}
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveXxlExecutorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveXxlExecutorResponse) ProtoMessage() {}
+
+func (x *RemoveXxlExecutorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_registry_v1_registry_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveXxlExecutorResponse.ProtoReflect.Descriptor instead.
+func (*RemoveXxlExecutorResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RemoveXxlExecutorResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 var File_jobmesh_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x03\n" +
+	"\"jobmesh/registry/v1/registry.proto\x12\x13jobmesh.registry.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x04\n" +
 	"\bExecutor\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1207,7 +1499,8 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	" \x01(\tB\x03\xe0A\x03R\x04seal\x12#\n" +
 	"\n" +
 	"credential\x18\v \x01(\tB\x03\xe0A\x03R\n" +
-	"credential\x1a9\n" +
+	"credential\x12:\n" +
+	"\x04kind\x18\f \x01(\x0e2!.jobmesh.registry.v1.ExecutorKindB\x03\xe0A\x03R\x04kind\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x03\n" +
@@ -1260,7 +1553,23 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\bexecutor\x18\x01 \x01(\v2\x1d.jobmesh.registry.v1.ExecutorR\bexecutor\"\x80\x01\n" +
 	"\x18RegisterExecutorResponse\x120\n" +
 	"\x14heartbeat_timeout_ms\x18\x01 \x01(\x03R\x12heartbeatTimeoutMs\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs*[\n" +
+	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\"\xa0\x01\n" +
+	"\x1aRegisterXxlExecutorRequest\x12\x19\n" +
+	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12*\n" +
+	"\x11dead_time_seconds\x18\x03 \x01(\x05R\x0fdeadTimeSeconds\x12!\n" +
+	"\faccess_token\x18\x04 \x01(\tR\vaccessToken\"r\n" +
+	"\x1bRegisterXxlExecutorResponse\x129\n" +
+	"\bexecutor\x18\x01 \x01(\v2\x1d.jobmesh.registry.v1.ExecutorR\bexecutor\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"O\n" +
+	"\x18RemoveXxlExecutorRequest\x12\x19\n" +
+	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"5\n" +
+	"\x19RemoveXxlExecutorResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved*H\n" +
+	"\fExecutorKind\x12\x1d\n" +
+	"\x19EXECUTOR_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15EXECUTOR_KIND_XXL_JOB\x10\x01*[\n" +
 	"\vAddressType\x12\x1c\n" +
 	"\x18ADDRESS_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ADDRESS_TYPE_AUTO\x10\x01\x12\x17\n" +
@@ -1269,7 +1578,7 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\x1fEXECUTOR_EVENT_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEXECUTOR_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
 	"\x17EXECUTOR_EVENT_TYPE_PUT\x10\x02\x12\x1e\n" +
-	"\x1aEXECUTOR_EVENT_TYPE_DELETE\x10\x032\xbc\t\n" +
+	"\x1aEXECUTOR_EVENT_TYPE_DELETE\x10\x032\xaa\v\n" +
 	"\x0fRegistryService\x12\x96\x01\n" +
 	"\x12ListExecutorGroups\x12..jobmesh.registry.v1.ListExecutorGroupsRequest\x1a/.jobmesh.registry.v1.ListExecutorGroupsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/executor-groups\x12\xa0\x01\n" +
 	"\x13CreateExecutorGroup\x12/.jobmesh.registry.v1.CreateExecutorGroupRequest\x1a0.jobmesh.registry.v1.CreateExecutorGroupResponse\"&\x82\xd3\xe4\x93\x02 :\x05group\"\x17/api/v1/executor-groups\x12\x95\x01\n" +
@@ -1278,7 +1587,9 @@ const file_jobmesh_registry_v1_registry_proto_rawDesc = "" +
 	"\x13DeleteExecutorGroup\x12/.jobmesh.registry.v1.DeleteExecutorGroupRequest\x1a0.jobmesh.registry.v1.DeleteExecutorGroupResponse\"$\x82\xd3\xe4\x93\x02\x1e*\x1c/api/v1/executor-groups/{id}\x12\x81\x01\n" +
 	"\rListExecutors\x12).jobmesh.registry.v1.ListExecutorsRequest\x1a*.jobmesh.registry.v1.ListExecutorsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/executors\x12\x8c\x01\n" +
 	"\x0eWatchExecutors\x12*.jobmesh.registry.v1.WatchExecutorsRequest\x1a+.jobmesh.registry.v1.WatchExecutorsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/executors:watch0\x01\x12s\n" +
-	"\x10RegisterExecutor\x12,.jobmesh.registry.v1.RegisterExecutorRequest\x1a-.jobmesh.registry.v1.RegisterExecutorResponse(\x010\x01B?Z=github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1;registryv1b\x06proto3"
+	"\x10RegisterExecutor\x12,.jobmesh.registry.v1.RegisterExecutorRequest\x1a-.jobmesh.registry.v1.RegisterExecutorResponse(\x010\x01\x12x\n" +
+	"\x13RegisterXxlExecutor\x12/.jobmesh.registry.v1.RegisterXxlExecutorRequest\x1a0.jobmesh.registry.v1.RegisterXxlExecutorResponse\x12r\n" +
+	"\x11RemoveXxlExecutor\x12-.jobmesh.registry.v1.RemoveXxlExecutorRequest\x1a..jobmesh.registry.v1.RemoveXxlExecutorResponseB?Z=github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1;registryv1b\x06proto3"
 
 var (
 	file_jobmesh_registry_v1_registry_proto_rawDescOnce sync.Once
@@ -1292,72 +1603,83 @@ func file_jobmesh_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_jobmesh_registry_v1_registry_proto_rawDescData
 }
 
-var file_jobmesh_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_jobmesh_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_jobmesh_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_jobmesh_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_jobmesh_registry_v1_registry_proto_goTypes = []any{
-	(AddressType)(0),                    // 0: jobmesh.registry.v1.AddressType
-	(ExecutorEventType)(0),              // 1: jobmesh.registry.v1.ExecutorEventType
-	(*Executor)(nil),                    // 2: jobmesh.registry.v1.Executor
-	(*ExecutorGroup)(nil),               // 3: jobmesh.registry.v1.ExecutorGroup
-	(*ListExecutorGroupsRequest)(nil),   // 4: jobmesh.registry.v1.ListExecutorGroupsRequest
-	(*ListExecutorGroupsResponse)(nil),  // 5: jobmesh.registry.v1.ListExecutorGroupsResponse
-	(*CreateExecutorGroupRequest)(nil),  // 6: jobmesh.registry.v1.CreateExecutorGroupRequest
-	(*CreateExecutorGroupResponse)(nil), // 7: jobmesh.registry.v1.CreateExecutorGroupResponse
-	(*GetExecutorGroupRequest)(nil),     // 8: jobmesh.registry.v1.GetExecutorGroupRequest
-	(*GetExecutorGroupResponse)(nil),    // 9: jobmesh.registry.v1.GetExecutorGroupResponse
-	(*UpdateExecutorGroupRequest)(nil),  // 10: jobmesh.registry.v1.UpdateExecutorGroupRequest
-	(*UpdateExecutorGroupResponse)(nil), // 11: jobmesh.registry.v1.UpdateExecutorGroupResponse
-	(*DeleteExecutorGroupRequest)(nil),  // 12: jobmesh.registry.v1.DeleteExecutorGroupRequest
-	(*DeleteExecutorGroupResponse)(nil), // 13: jobmesh.registry.v1.DeleteExecutorGroupResponse
-	(*ListExecutorsRequest)(nil),        // 14: jobmesh.registry.v1.ListExecutorsRequest
-	(*ListExecutorsResponse)(nil),       // 15: jobmesh.registry.v1.ListExecutorsResponse
-	(*WatchExecutorsRequest)(nil),       // 16: jobmesh.registry.v1.WatchExecutorsRequest
-	(*WatchExecutorsResponse)(nil),      // 17: jobmesh.registry.v1.WatchExecutorsResponse
-	(*RegisterExecutorRequest)(nil),     // 18: jobmesh.registry.v1.RegisterExecutorRequest
-	(*RegisterExecutorResponse)(nil),    // 19: jobmesh.registry.v1.RegisterExecutorResponse
-	nil,                                 // 20: jobmesh.registry.v1.Executor.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 21: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),       // 22: google.protobuf.FieldMask
+	(ExecutorKind)(0),                   // 0: jobmesh.registry.v1.ExecutorKind
+	(AddressType)(0),                    // 1: jobmesh.registry.v1.AddressType
+	(ExecutorEventType)(0),              // 2: jobmesh.registry.v1.ExecutorEventType
+	(*Executor)(nil),                    // 3: jobmesh.registry.v1.Executor
+	(*ExecutorGroup)(nil),               // 4: jobmesh.registry.v1.ExecutorGroup
+	(*ListExecutorGroupsRequest)(nil),   // 5: jobmesh.registry.v1.ListExecutorGroupsRequest
+	(*ListExecutorGroupsResponse)(nil),  // 6: jobmesh.registry.v1.ListExecutorGroupsResponse
+	(*CreateExecutorGroupRequest)(nil),  // 7: jobmesh.registry.v1.CreateExecutorGroupRequest
+	(*CreateExecutorGroupResponse)(nil), // 8: jobmesh.registry.v1.CreateExecutorGroupResponse
+	(*GetExecutorGroupRequest)(nil),     // 9: jobmesh.registry.v1.GetExecutorGroupRequest
+	(*GetExecutorGroupResponse)(nil),    // 10: jobmesh.registry.v1.GetExecutorGroupResponse
+	(*UpdateExecutorGroupRequest)(nil),  // 11: jobmesh.registry.v1.UpdateExecutorGroupRequest
+	(*UpdateExecutorGroupResponse)(nil), // 12: jobmesh.registry.v1.UpdateExecutorGroupResponse
+	(*DeleteExecutorGroupRequest)(nil),  // 13: jobmesh.registry.v1.DeleteExecutorGroupRequest
+	(*DeleteExecutorGroupResponse)(nil), // 14: jobmesh.registry.v1.DeleteExecutorGroupResponse
+	(*ListExecutorsRequest)(nil),        // 15: jobmesh.registry.v1.ListExecutorsRequest
+	(*ListExecutorsResponse)(nil),       // 16: jobmesh.registry.v1.ListExecutorsResponse
+	(*WatchExecutorsRequest)(nil),       // 17: jobmesh.registry.v1.WatchExecutorsRequest
+	(*WatchExecutorsResponse)(nil),      // 18: jobmesh.registry.v1.WatchExecutorsResponse
+	(*RegisterExecutorRequest)(nil),     // 19: jobmesh.registry.v1.RegisterExecutorRequest
+	(*RegisterExecutorResponse)(nil),    // 20: jobmesh.registry.v1.RegisterExecutorResponse
+	(*RegisterXxlExecutorRequest)(nil),  // 21: jobmesh.registry.v1.RegisterXxlExecutorRequest
+	(*RegisterXxlExecutorResponse)(nil), // 22: jobmesh.registry.v1.RegisterXxlExecutorResponse
+	(*RemoveXxlExecutorRequest)(nil),    // 23: jobmesh.registry.v1.RemoveXxlExecutorRequest
+	(*RemoveXxlExecutorResponse)(nil),   // 24: jobmesh.registry.v1.RemoveXxlExecutorResponse
+	nil,                                 // 25: jobmesh.registry.v1.Executor.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 26: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),       // 27: google.protobuf.FieldMask
 }
 var file_jobmesh_registry_v1_registry_proto_depIdxs = []int32{
-	21, // 0: jobmesh.registry.v1.Executor.start_time:type_name -> google.protobuf.Timestamp
-	20, // 1: jobmesh.registry.v1.Executor.labels:type_name -> jobmesh.registry.v1.Executor.LabelsEntry
-	21, // 2: jobmesh.registry.v1.Executor.last_seen_time:type_name -> google.protobuf.Timestamp
-	0,  // 3: jobmesh.registry.v1.ExecutorGroup.address_type:type_name -> jobmesh.registry.v1.AddressType
-	2,  // 4: jobmesh.registry.v1.ExecutorGroup.executors:type_name -> jobmesh.registry.v1.Executor
-	21, // 5: jobmesh.registry.v1.ExecutorGroup.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 6: jobmesh.registry.v1.ListExecutorGroupsResponse.groups:type_name -> jobmesh.registry.v1.ExecutorGroup
-	3,  // 7: jobmesh.registry.v1.CreateExecutorGroupRequest.group:type_name -> jobmesh.registry.v1.ExecutorGroup
-	3,  // 8: jobmesh.registry.v1.CreateExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
-	3,  // 9: jobmesh.registry.v1.GetExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
-	3,  // 10: jobmesh.registry.v1.UpdateExecutorGroupRequest.group:type_name -> jobmesh.registry.v1.ExecutorGroup
-	22, // 11: jobmesh.registry.v1.UpdateExecutorGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
-	3,  // 12: jobmesh.registry.v1.UpdateExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
-	2,  // 13: jobmesh.registry.v1.ListExecutorsResponse.executors:type_name -> jobmesh.registry.v1.Executor
-	1,  // 14: jobmesh.registry.v1.WatchExecutorsResponse.type:type_name -> jobmesh.registry.v1.ExecutorEventType
-	2,  // 15: jobmesh.registry.v1.WatchExecutorsResponse.executors:type_name -> jobmesh.registry.v1.Executor
-	2,  // 16: jobmesh.registry.v1.RegisterExecutorRequest.executor:type_name -> jobmesh.registry.v1.Executor
-	4,  // 17: jobmesh.registry.v1.RegistryService.ListExecutorGroups:input_type -> jobmesh.registry.v1.ListExecutorGroupsRequest
-	6,  // 18: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:input_type -> jobmesh.registry.v1.CreateExecutorGroupRequest
-	8,  // 19: jobmesh.registry.v1.RegistryService.GetExecutorGroup:input_type -> jobmesh.registry.v1.GetExecutorGroupRequest
-	10, // 20: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:input_type -> jobmesh.registry.v1.UpdateExecutorGroupRequest
-	12, // 21: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:input_type -> jobmesh.registry.v1.DeleteExecutorGroupRequest
-	14, // 22: jobmesh.registry.v1.RegistryService.ListExecutors:input_type -> jobmesh.registry.v1.ListExecutorsRequest
-	16, // 23: jobmesh.registry.v1.RegistryService.WatchExecutors:input_type -> jobmesh.registry.v1.WatchExecutorsRequest
-	18, // 24: jobmesh.registry.v1.RegistryService.RegisterExecutor:input_type -> jobmesh.registry.v1.RegisterExecutorRequest
-	5,  // 25: jobmesh.registry.v1.RegistryService.ListExecutorGroups:output_type -> jobmesh.registry.v1.ListExecutorGroupsResponse
-	7,  // 26: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:output_type -> jobmesh.registry.v1.CreateExecutorGroupResponse
-	9,  // 27: jobmesh.registry.v1.RegistryService.GetExecutorGroup:output_type -> jobmesh.registry.v1.GetExecutorGroupResponse
-	11, // 28: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:output_type -> jobmesh.registry.v1.UpdateExecutorGroupResponse
-	13, // 29: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:output_type -> jobmesh.registry.v1.DeleteExecutorGroupResponse
-	15, // 30: jobmesh.registry.v1.RegistryService.ListExecutors:output_type -> jobmesh.registry.v1.ListExecutorsResponse
-	17, // 31: jobmesh.registry.v1.RegistryService.WatchExecutors:output_type -> jobmesh.registry.v1.WatchExecutorsResponse
-	19, // 32: jobmesh.registry.v1.RegistryService.RegisterExecutor:output_type -> jobmesh.registry.v1.RegisterExecutorResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	26, // 0: jobmesh.registry.v1.Executor.start_time:type_name -> google.protobuf.Timestamp
+	25, // 1: jobmesh.registry.v1.Executor.labels:type_name -> jobmesh.registry.v1.Executor.LabelsEntry
+	26, // 2: jobmesh.registry.v1.Executor.last_seen_time:type_name -> google.protobuf.Timestamp
+	0,  // 3: jobmesh.registry.v1.Executor.kind:type_name -> jobmesh.registry.v1.ExecutorKind
+	1,  // 4: jobmesh.registry.v1.ExecutorGroup.address_type:type_name -> jobmesh.registry.v1.AddressType
+	3,  // 5: jobmesh.registry.v1.ExecutorGroup.executors:type_name -> jobmesh.registry.v1.Executor
+	26, // 6: jobmesh.registry.v1.ExecutorGroup.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 7: jobmesh.registry.v1.ListExecutorGroupsResponse.groups:type_name -> jobmesh.registry.v1.ExecutorGroup
+	4,  // 8: jobmesh.registry.v1.CreateExecutorGroupRequest.group:type_name -> jobmesh.registry.v1.ExecutorGroup
+	4,  // 9: jobmesh.registry.v1.CreateExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
+	4,  // 10: jobmesh.registry.v1.GetExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
+	4,  // 11: jobmesh.registry.v1.UpdateExecutorGroupRequest.group:type_name -> jobmesh.registry.v1.ExecutorGroup
+	27, // 12: jobmesh.registry.v1.UpdateExecutorGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
+	4,  // 13: jobmesh.registry.v1.UpdateExecutorGroupResponse.group:type_name -> jobmesh.registry.v1.ExecutorGroup
+	3,  // 14: jobmesh.registry.v1.ListExecutorsResponse.executors:type_name -> jobmesh.registry.v1.Executor
+	2,  // 15: jobmesh.registry.v1.WatchExecutorsResponse.type:type_name -> jobmesh.registry.v1.ExecutorEventType
+	3,  // 16: jobmesh.registry.v1.WatchExecutorsResponse.executors:type_name -> jobmesh.registry.v1.Executor
+	3,  // 17: jobmesh.registry.v1.RegisterExecutorRequest.executor:type_name -> jobmesh.registry.v1.Executor
+	3,  // 18: jobmesh.registry.v1.RegisterXxlExecutorResponse.executor:type_name -> jobmesh.registry.v1.Executor
+	5,  // 19: jobmesh.registry.v1.RegistryService.ListExecutorGroups:input_type -> jobmesh.registry.v1.ListExecutorGroupsRequest
+	7,  // 20: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:input_type -> jobmesh.registry.v1.CreateExecutorGroupRequest
+	9,  // 21: jobmesh.registry.v1.RegistryService.GetExecutorGroup:input_type -> jobmesh.registry.v1.GetExecutorGroupRequest
+	11, // 22: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:input_type -> jobmesh.registry.v1.UpdateExecutorGroupRequest
+	13, // 23: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:input_type -> jobmesh.registry.v1.DeleteExecutorGroupRequest
+	15, // 24: jobmesh.registry.v1.RegistryService.ListExecutors:input_type -> jobmesh.registry.v1.ListExecutorsRequest
+	17, // 25: jobmesh.registry.v1.RegistryService.WatchExecutors:input_type -> jobmesh.registry.v1.WatchExecutorsRequest
+	19, // 26: jobmesh.registry.v1.RegistryService.RegisterExecutor:input_type -> jobmesh.registry.v1.RegisterExecutorRequest
+	21, // 27: jobmesh.registry.v1.RegistryService.RegisterXxlExecutor:input_type -> jobmesh.registry.v1.RegisterXxlExecutorRequest
+	23, // 28: jobmesh.registry.v1.RegistryService.RemoveXxlExecutor:input_type -> jobmesh.registry.v1.RemoveXxlExecutorRequest
+	6,  // 29: jobmesh.registry.v1.RegistryService.ListExecutorGroups:output_type -> jobmesh.registry.v1.ListExecutorGroupsResponse
+	8,  // 30: jobmesh.registry.v1.RegistryService.CreateExecutorGroup:output_type -> jobmesh.registry.v1.CreateExecutorGroupResponse
+	10, // 31: jobmesh.registry.v1.RegistryService.GetExecutorGroup:output_type -> jobmesh.registry.v1.GetExecutorGroupResponse
+	12, // 32: jobmesh.registry.v1.RegistryService.UpdateExecutorGroup:output_type -> jobmesh.registry.v1.UpdateExecutorGroupResponse
+	14, // 33: jobmesh.registry.v1.RegistryService.DeleteExecutorGroup:output_type -> jobmesh.registry.v1.DeleteExecutorGroupResponse
+	16, // 34: jobmesh.registry.v1.RegistryService.ListExecutors:output_type -> jobmesh.registry.v1.ListExecutorsResponse
+	18, // 35: jobmesh.registry.v1.RegistryService.WatchExecutors:output_type -> jobmesh.registry.v1.WatchExecutorsResponse
+	20, // 36: jobmesh.registry.v1.RegistryService.RegisterExecutor:output_type -> jobmesh.registry.v1.RegisterExecutorResponse
+	22, // 37: jobmesh.registry.v1.RegistryService.RegisterXxlExecutor:output_type -> jobmesh.registry.v1.RegisterXxlExecutorResponse
+	24, // 38: jobmesh.registry.v1.RegistryService.RemoveXxlExecutor:output_type -> jobmesh.registry.v1.RemoveXxlExecutorResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_registry_v1_registry_proto_init() }
@@ -1370,8 +1692,8 @@ func file_jobmesh_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_registry_v1_registry_proto_rawDesc), len(file_jobmesh_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   19,
+			NumEnums:      3,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

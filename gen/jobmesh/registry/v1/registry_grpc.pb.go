@@ -27,6 +27,8 @@ const (
 	RegistryService_ListExecutors_FullMethodName       = "/jobmesh.registry.v1.RegistryService/ListExecutors"
 	RegistryService_WatchExecutors_FullMethodName      = "/jobmesh.registry.v1.RegistryService/WatchExecutors"
 	RegistryService_RegisterExecutor_FullMethodName    = "/jobmesh.registry.v1.RegistryService/RegisterExecutor"
+	RegistryService_RegisterXxlExecutor_FullMethodName = "/jobmesh.registry.v1.RegistryService/RegisterXxlExecutor"
+	RegistryService_RemoveXxlExecutor_FullMethodName   = "/jobmesh.registry.v1.RegistryService/RemoveXxlExecutor"
 )
 
 // RegistryServiceClient is the client API for RegistryService service.
@@ -58,6 +60,15 @@ type RegistryServiceClient interface {
 	// least every heartbeat_interval. The registry writes the executor's key under a lease it keeps
 	// alive, and removes it when the stream ends or a heartbeat is missed. Not served over REST.
 	RegisterExecutor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RegisterExecutorRequest, RegisterExecutorResponse], error)
+	// RegisterXxlExecutor registers (or refreshes) an unchanged XXL-JOB executor in its group's live
+	// view, for the gateway's XXL-JOB admin API (POST {context}/api/registry), which has checked the
+	// executor's XXL-JOB-ACCESS-TOKEN. The registration lives in etcd under a lease of dead_time that
+	// each call renews, so it outlives a restart of the registry and ends dead_time after the
+	// executor's last call. Services only (the internal token). Not served over REST.
+	RegisterXxlExecutor(ctx context.Context, in *RegisterXxlExecutorRequest, opts ...grpc.CallOption) (*RegisterXxlExecutorResponse, error)
+	// RemoveXxlExecutor removes an XXL-JOB executor from the live view at once
+	// (POST {context}/api/registryRemove). Services only. Not served over REST.
+	RemoveXxlExecutor(ctx context.Context, in *RemoveXxlExecutorRequest, opts ...grpc.CallOption) (*RemoveXxlExecutorResponse, error)
 }
 
 type registryServiceClient struct {
@@ -160,6 +171,26 @@ func (c *registryServiceClient) RegisterExecutor(ctx context.Context, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RegistryService_RegisterExecutorClient = grpc.BidiStreamingClient[RegisterExecutorRequest, RegisterExecutorResponse]
 
+func (c *registryServiceClient) RegisterXxlExecutor(ctx context.Context, in *RegisterXxlExecutorRequest, opts ...grpc.CallOption) (*RegisterXxlExecutorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterXxlExecutorResponse)
+	err := c.cc.Invoke(ctx, RegistryService_RegisterXxlExecutor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) RemoveXxlExecutor(ctx context.Context, in *RemoveXxlExecutorRequest, opts ...grpc.CallOption) (*RemoveXxlExecutorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveXxlExecutorResponse)
+	err := c.cc.Invoke(ctx, RegistryService_RemoveXxlExecutor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RegistryServiceServer is the server API for RegistryService service.
 // All implementations must embed UnimplementedRegistryServiceServer
 // for forward compatibility.
@@ -189,6 +220,15 @@ type RegistryServiceServer interface {
 	// least every heartbeat_interval. The registry writes the executor's key under a lease it keeps
 	// alive, and removes it when the stream ends or a heartbeat is missed. Not served over REST.
 	RegisterExecutor(grpc.BidiStreamingServer[RegisterExecutorRequest, RegisterExecutorResponse]) error
+	// RegisterXxlExecutor registers (or refreshes) an unchanged XXL-JOB executor in its group's live
+	// view, for the gateway's XXL-JOB admin API (POST {context}/api/registry), which has checked the
+	// executor's XXL-JOB-ACCESS-TOKEN. The registration lives in etcd under a lease of dead_time that
+	// each call renews, so it outlives a restart of the registry and ends dead_time after the
+	// executor's last call. Services only (the internal token). Not served over REST.
+	RegisterXxlExecutor(context.Context, *RegisterXxlExecutorRequest) (*RegisterXxlExecutorResponse, error)
+	// RemoveXxlExecutor removes an XXL-JOB executor from the live view at once
+	// (POST {context}/api/registryRemove). Services only. Not served over REST.
+	RemoveXxlExecutor(context.Context, *RemoveXxlExecutorRequest) (*RemoveXxlExecutorResponse, error)
 	mustEmbedUnimplementedRegistryServiceServer()
 }
 
@@ -222,6 +262,12 @@ func (UnimplementedRegistryServiceServer) WatchExecutors(*WatchExecutorsRequest,
 }
 func (UnimplementedRegistryServiceServer) RegisterExecutor(grpc.BidiStreamingServer[RegisterExecutorRequest, RegisterExecutorResponse]) error {
 	return status.Error(codes.Unimplemented, "method RegisterExecutor not implemented")
+}
+func (UnimplementedRegistryServiceServer) RegisterXxlExecutor(context.Context, *RegisterXxlExecutorRequest) (*RegisterXxlExecutorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterXxlExecutor not implemented")
+}
+func (UnimplementedRegistryServiceServer) RemoveXxlExecutor(context.Context, *RemoveXxlExecutorRequest) (*RemoveXxlExecutorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveXxlExecutor not implemented")
 }
 func (UnimplementedRegistryServiceServer) mustEmbedUnimplementedRegistryServiceServer() {}
 func (UnimplementedRegistryServiceServer) testEmbeddedByValue()                         {}
@@ -370,6 +416,42 @@ func _RegistryService_RegisterExecutor_Handler(srv interface{}, stream grpc.Serv
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RegistryService_RegisterExecutorServer = grpc.BidiStreamingServer[RegisterExecutorRequest, RegisterExecutorResponse]
 
+func _RegistryService_RegisterXxlExecutor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterXxlExecutorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).RegisterXxlExecutor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_RegisterXxlExecutor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).RegisterXxlExecutor(ctx, req.(*RegisterXxlExecutorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_RemoveXxlExecutor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveXxlExecutorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).RemoveXxlExecutor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_RemoveXxlExecutor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).RemoveXxlExecutor(ctx, req.(*RemoveXxlExecutorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RegistryService_ServiceDesc is the grpc.ServiceDesc for RegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -400,6 +482,14 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListExecutors",
 			Handler:    _RegistryService_ListExecutors_Handler,
+		},
+		{
+			MethodName: "RegisterXxlExecutor",
+			Handler:    _RegistryService_RegisterXxlExecutor_Handler,
+		},
+		{
+			MethodName: "RemoveXxlExecutor",
+			Handler:    _RegistryService_RemoveXxlExecutor_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

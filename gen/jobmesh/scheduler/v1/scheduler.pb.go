@@ -24,6 +24,189 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// XxlCallbackItem is one HandleCallbackParam of an XXL-JOB executor's callback.
+type XxlCallbackItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The log id the fire was sent with (TriggerParam.logId).
+	LogId int64 `protobuf:"varint,1,opt,name=log_id,json=logId,proto3" json:"log_id,omitempty"`
+	// The fire's log time as sent (TriggerParam.logDateTime), Unix ms.
+	LogDateTime int64 `protobuf:"varint,2,opt,name=log_date_time,json=logDateTime,proto3" json:"log_date_time,omitempty"`
+	// 200 success, 500 failure (handler failure, exception, kill), 502 timeout.
+	HandleCode int32 `protobuf:"varint,3,opt,name=handle_code,json=handleCode,proto3" json:"handle_code,omitempty"`
+	// The executor's message, if any.
+	HandleMsg     string `protobuf:"bytes,4,opt,name=handle_msg,json=handleMsg,proto3" json:"handle_msg,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XxlCallbackItem) Reset() {
+	*x = XxlCallbackItem{}
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XxlCallbackItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XxlCallbackItem) ProtoMessage() {}
+
+func (x *XxlCallbackItem) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XxlCallbackItem.ProtoReflect.Descriptor instead.
+func (*XxlCallbackItem) Descriptor() ([]byte, []int) {
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *XxlCallbackItem) GetLogId() int64 {
+	if x != nil {
+		return x.LogId
+	}
+	return 0
+}
+
+func (x *XxlCallbackItem) GetLogDateTime() int64 {
+	if x != nil {
+		return x.LogDateTime
+	}
+	return 0
+}
+
+func (x *XxlCallbackItem) GetHandleCode() int32 {
+	if x != nil {
+		return x.HandleCode
+	}
+	return 0
+}
+
+func (x *XxlCallbackItem) GetHandleMsg() string {
+	if x != nil {
+		return x.HandleMsg
+	}
+	return ""
+}
+
+// XxlCallbackRequest is one callback list.
+type XxlCallbackRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The items, at least 1, at most 10000.
+	Items []*XxlCallbackItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// The XXL-JOB-ACCESS-TOKEN the executor presented (empty for none).
+	AccessToken   string `protobuf:"bytes,2,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XxlCallbackRequest) Reset() {
+	*x = XxlCallbackRequest{}
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XxlCallbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XxlCallbackRequest) ProtoMessage() {}
+
+func (x *XxlCallbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XxlCallbackRequest.ProtoReflect.Descriptor instead.
+func (*XxlCallbackRequest) Descriptor() ([]byte, []int) {
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *XxlCallbackRequest) GetItems() []*XxlCallbackItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *XxlCallbackRequest) GetAccessToken() string {
+	if x != nil {
+		return x.AccessToken
+	}
+	return ""
+}
+
+// XxlCallbackResponse answers a callback list.
+type XxlCallbackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items applied now or already applied before (a repeat), in request order.
+	AppliedLogIds []int64 `protobuf:"varint,1,rep,packed,name=applied_log_ids,json=appliedLogIds,proto3" json:"applied_log_ids,omitempty"`
+	// Items whose log id names no fire sent to an XXL-JOB executor.
+	UnknownLogIds []int64 `protobuf:"varint,2,rep,packed,name=unknown_log_ids,json=unknownLogIds,proto3" json:"unknown_log_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XxlCallbackResponse) Reset() {
+	*x = XxlCallbackResponse{}
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XxlCallbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XxlCallbackResponse) ProtoMessage() {}
+
+func (x *XxlCallbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XxlCallbackResponse.ProtoReflect.Descriptor instead.
+func (*XxlCallbackResponse) Descriptor() ([]byte, []int) {
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *XxlCallbackResponse) GetAppliedLogIds() []int64 {
+	if x != nil {
+		return x.AppliedLogIds
+	}
+	return nil
+}
+
+func (x *XxlCallbackResponse) GetUnknownLogIds() []int64 {
+	if x != nil {
+		return x.UnknownLogIds
+	}
+	return nil
+}
+
 // Schedule says when a job fires on its own.
 type Schedule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -45,7 +228,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -57,7 +240,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -70,7 +253,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Schedule) GetType() ScheduleType {
@@ -155,7 +338,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +350,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +363,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Job) GetId() int64 {
@@ -384,7 +567,7 @@ type GlueVersion struct {
 
 func (x *GlueVersion) Reset() {
 	*x = GlueVersion{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +579,7 @@ func (x *GlueVersion) String() string {
 func (*GlueVersion) ProtoMessage() {}
 
 func (x *GlueVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +592,7 @@ func (x *GlueVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlueVersion.ProtoReflect.Descriptor instead.
 func (*GlueVersion) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GlueVersion) GetVersion() int64 {
@@ -458,7 +641,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +653,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +666,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateJobRequest) GetJob() *Job {
@@ -497,14 +680,18 @@ func (x *CreateJobRequest) GetJob() *Job {
 type CreateJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The stored job with its id.
-	Job           *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// What the job's executor group cannot do for it now, said when the job is saved rather than
+	// at its first fire: no live executor at all, or none that runs its glue type (GLUE_GROOVY
+	// runs only on XXL-JOB executors). The job is saved all the same.
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +703,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,12 +716,19 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+func (x *CreateJobResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -550,7 +744,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +756,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +769,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetJobRequest) GetId() int64 {
@@ -596,7 +790,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +802,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +815,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -657,7 +851,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +863,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +876,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListJobsRequest) GetGroupId() int64 {
@@ -756,7 +950,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +962,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +975,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -818,7 +1012,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1024,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1037,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateJobRequest) GetJob() *Job {
@@ -864,14 +1058,18 @@ func (x *UpdateJobRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 type UpdateJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The updated job with its new version.
-	Job           *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// What the job's executor group cannot do for it now, said when the job is saved rather than
+	// at its first fire: no live executor at all, or none that runs its glue type (GLUE_GROOVY
+	// runs only on XXL-JOB executors). The job is saved all the same.
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1081,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,12 +1094,19 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+func (x *UpdateJobResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -917,7 +1122,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1134,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1147,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteJobRequest) GetId() int64 {
@@ -961,7 +1166,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1178,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1191,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 // StartJobRequest names a job.
@@ -1000,7 +1205,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1217,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1230,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartJobRequest) GetId() int64 {
@@ -1046,7 +1251,7 @@ type StartJobResponse struct {
 
 func (x *StartJobResponse) Reset() {
 	*x = StartJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1263,7 @@ func (x *StartJobResponse) String() string {
 func (*StartJobResponse) ProtoMessage() {}
 
 func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1276,7 @@ func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobResponse.ProtoReflect.Descriptor instead.
 func (*StartJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartJobResponse) GetJob() *Job {
@@ -1092,7 +1297,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1309,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1322,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StopJobRequest) GetId() int64 {
@@ -1138,7 +1343,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1355,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1368,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -1190,7 +1395,7 @@ type TriggerJobRequest struct {
 
 func (x *TriggerJobRequest) Reset() {
 	*x = TriggerJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1407,7 @@ func (x *TriggerJobRequest) String() string {
 func (*TriggerJobRequest) ProtoMessage() {}
 
 func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1420,7 @@ func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobRequest.ProtoReflect.Descriptor instead.
 func (*TriggerJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TriggerJobRequest) GetId() int64 {
@@ -1257,7 +1462,7 @@ type TriggerJobResponse struct {
 
 func (x *TriggerJobResponse) Reset() {
 	*x = TriggerJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1474,7 @@ func (x *TriggerJobResponse) String() string {
 func (*TriggerJobResponse) ProtoMessage() {}
 
 func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1487,7 @@ func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobResponse.ProtoReflect.Descriptor instead.
 func (*TriggerJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TriggerJobResponse) GetTriggerIds() []string {
@@ -1305,7 +1510,7 @@ type CopyJobRequest struct {
 
 func (x *CopyJobRequest) Reset() {
 	*x = CopyJobRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1522,7 @@ func (x *CopyJobRequest) String() string {
 func (*CopyJobRequest) ProtoMessage() {}
 
 func (x *CopyJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1535,7 @@ func (x *CopyJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyJobRequest.ProtoReflect.Descriptor instead.
 func (*CopyJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CopyJobRequest) GetId() int64 {
@@ -1358,7 +1563,7 @@ type CopyJobResponse struct {
 
 func (x *CopyJobResponse) Reset() {
 	*x = CopyJobResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1575,7 @@ func (x *CopyJobResponse) String() string {
 func (*CopyJobResponse) ProtoMessage() {}
 
 func (x *CopyJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1588,7 @@ func (x *CopyJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyJobResponse.ProtoReflect.Descriptor instead.
 func (*CopyJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CopyJobResponse) GetJob() *Job {
@@ -1404,7 +1609,7 @@ type ListGlueVersionsRequest struct {
 
 func (x *ListGlueVersionsRequest) Reset() {
 	*x = ListGlueVersionsRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1621,7 @@ func (x *ListGlueVersionsRequest) String() string {
 func (*ListGlueVersionsRequest) ProtoMessage() {}
 
 func (x *ListGlueVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1634,7 @@ func (x *ListGlueVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGlueVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGlueVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListGlueVersionsRequest) GetJobId() int64 {
@@ -1450,7 +1655,7 @@ type ListGlueVersionsResponse struct {
 
 func (x *ListGlueVersionsResponse) Reset() {
 	*x = ListGlueVersionsResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1667,7 @@ func (x *ListGlueVersionsResponse) String() string {
 func (*ListGlueVersionsResponse) ProtoMessage() {}
 
 func (x *ListGlueVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1680,7 @@ func (x *ListGlueVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGlueVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGlueVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListGlueVersionsResponse) GetVersions() []*GlueVersion {
@@ -1498,7 +1703,7 @@ type RestoreGlueVersionRequest struct {
 
 func (x *RestoreGlueVersionRequest) Reset() {
 	*x = RestoreGlueVersionRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1715,7 @@ func (x *RestoreGlueVersionRequest) String() string {
 func (*RestoreGlueVersionRequest) ProtoMessage() {}
 
 func (x *RestoreGlueVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1728,7 @@ func (x *RestoreGlueVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreGlueVersionRequest.ProtoReflect.Descriptor instead.
 func (*RestoreGlueVersionRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RestoreGlueVersionRequest) GetJobId() int64 {
@@ -1551,7 +1756,7 @@ type RestoreGlueVersionResponse struct {
 
 func (x *RestoreGlueVersionResponse) Reset() {
 	*x = RestoreGlueVersionResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1768,7 @@ func (x *RestoreGlueVersionResponse) String() string {
 func (*RestoreGlueVersionResponse) ProtoMessage() {}
 
 func (x *RestoreGlueVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1781,7 @@ func (x *RestoreGlueVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreGlueVersionResponse.ProtoReflect.Descriptor instead.
 func (*RestoreGlueVersionResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RestoreGlueVersionResponse) GetJob() *Job {
@@ -1601,7 +1806,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1818,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1831,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -1661,7 +1866,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1878,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1891,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -1705,7 +1910,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1922,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1935,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 // GetStatusResponse describes the scheduler cluster as this replica sees it. Jobs hash to
@@ -1760,7 +1965,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1977,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1990,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetStatusResponse) GetReplicaId() string {
@@ -1862,7 +2067,7 @@ type PartitionStatus struct {
 
 func (x *PartitionStatus) Reset() {
 	*x = PartitionStatus{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2079,7 @@ func (x *PartitionStatus) String() string {
 func (*PartitionStatus) ProtoMessage() {}
 
 func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2092,7 @@ func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
 func (*PartitionStatus) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartitionStatus) GetPartition() int32 {
@@ -1933,7 +2138,7 @@ type KillTriggerRequest struct {
 
 func (x *KillTriggerRequest) Reset() {
 	*x = KillTriggerRequest{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2150,7 @@ func (x *KillTriggerRequest) String() string {
 func (*KillTriggerRequest) ProtoMessage() {}
 
 func (x *KillTriggerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2163,7 @@ func (x *KillTriggerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTriggerRequest.ProtoReflect.Descriptor instead.
 func (*KillTriggerRequest) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KillTriggerRequest) GetTriggerId() string {
@@ -1995,7 +2200,7 @@ type KillTriggerResponse struct {
 
 func (x *KillTriggerResponse) Reset() {
 	*x = KillTriggerResponse{}
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2212,7 @@ func (x *KillTriggerResponse) String() string {
 func (*KillTriggerResponse) ProtoMessage() {}
 
 func (x *KillTriggerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_jobmesh_scheduler_v1_scheduler_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2225,7 @@ func (x *KillTriggerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTriggerResponse.ProtoReflect.Descriptor instead.
 func (*KillTriggerResponse) Descriptor() ([]byte, []int) {
-	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
+	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KillTriggerResponse) GetKilled() bool {
@@ -2041,7 +2246,20 @@ var File_jobmesh_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
-	"$jobmesh/scheduler/v1/scheduler.proto\x12\x14jobmesh.scheduler.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\x7f\n" +
+	"$jobmesh/scheduler/v1/scheduler.proto\x12\x14jobmesh.scheduler.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a jobmesh/scheduler/v1/types.proto\"\x8c\x01\n" +
+	"\x0fXxlCallbackItem\x12\x15\n" +
+	"\x06log_id\x18\x01 \x01(\x03R\x05logId\x12\"\n" +
+	"\rlog_date_time\x18\x02 \x01(\x03R\vlogDateTime\x12\x1f\n" +
+	"\vhandle_code\x18\x03 \x01(\x05R\n" +
+	"handleCode\x12\x1d\n" +
+	"\n" +
+	"handle_msg\x18\x04 \x01(\tR\thandleMsg\"t\n" +
+	"\x12XxlCallbackRequest\x12;\n" +
+	"\x05items\x18\x01 \x03(\v2%.jobmesh.scheduler.v1.XxlCallbackItemR\x05items\x12!\n" +
+	"\faccess_token\x18\x02 \x01(\tR\vaccessToken\"e\n" +
+	"\x13XxlCallbackResponse\x12&\n" +
+	"\x0fapplied_log_ids\x18\x01 \x03(\x03R\rappliedLogIds\x12&\n" +
+	"\x0funknown_log_ids\x18\x02 \x03(\x03R\runknownLogIds\"\x7f\n" +
 	"\bSchedule\x126\n" +
 	"\x04type\x18\x01 \x01(\x0e2\".jobmesh.scheduler.v1.ScheduleTypeR\x04type\x12\x1e\n" +
 	"\n" +
@@ -2091,9 +2309,10 @@ const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\"?\n" +
 	"\x10CreateJobRequest\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\"@\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\"\\\n" +
 	"\x11CreateJobResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\"\x1f\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\x1f\n" +
 	"\rGetJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\"=\n" +
 	"\x0eGetJobResponse\x12+\n" +
@@ -2116,9 +2335,10 @@ const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x10UpdateJobRequest\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"@\n" +
+	"updateMask\"\\\n" +
 	"\x11UpdateJobResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\"\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.jobmesh.scheduler.v1.JobR\x03job\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\"\n" +
 	"\x10DeleteJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\"\x13\n" +
 	"\x11DeleteJobResponse\"!\n" +
@@ -2200,10 +2420,11 @@ const file_jobmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\aCopyJob\x12$.jobmesh.scheduler.v1.CopyJobRequest\x1a%.jobmesh.scheduler.v1.CopyJobResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/jobs/{id}:copy\x12\x9e\x01\n" +
 	"\x10ListGlueVersions\x12-.jobmesh.scheduler.v1.ListGlueVersionsRequest\x1a..jobmesh.scheduler.v1.ListGlueVersionsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/api/v1/jobs/{job_id}/glue-versions\x12\xb9\x01\n" +
 	"\x12RestoreGlueVersion\x12/.jobmesh.scheduler.v1.RestoreGlueVersionRequest\x1a0.jobmesh.scheduler.v1.RestoreGlueVersionResponse\"@\x82\xd3\xe4\x93\x02::\x01*\"5/api/v1/jobs/{job_id}/glue-versions/{version}:restore\x12\x94\x01\n" +
-	"\x0fPreviewSchedule\x12,.jobmesh.scheduler.v1.PreviewScheduleRequest\x1a-.jobmesh.scheduler.v1.PreviewScheduleResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/api/v1/schedules:preview2\xf6\x01\n" +
+	"\x0fPreviewSchedule\x12,.jobmesh.scheduler.v1.PreviewScheduleRequest\x1a-.jobmesh.scheduler.v1.PreviewScheduleResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/api/v1/schedules:preview2\xda\x02\n" +
 	"\x10SchedulerService\x12~\n" +
 	"\tGetStatus\x12&.jobmesh.scheduler.v1.GetStatusRequest\x1a'.jobmesh.scheduler.v1.GetStatusResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/api/v1/scheduler/status\x12b\n" +
-	"\vKillTrigger\x12(.jobmesh.scheduler.v1.KillTriggerRequest\x1a).jobmesh.scheduler.v1.KillTriggerResponseBAZ?github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1;schedulerv1b\x06proto3"
+	"\vKillTrigger\x12(.jobmesh.scheduler.v1.KillTriggerRequest\x1a).jobmesh.scheduler.v1.KillTriggerResponse\x12b\n" +
+	"\vXxlCallback\x12(.jobmesh.scheduler.v1.XxlCallbackRequest\x1a).jobmesh.scheduler.v1.XxlCallbackResponseBAZ?github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1;schedulerv1b\x06proto3"
 
 var (
 	file_jobmesh_scheduler_v1_scheduler_proto_rawDescOnce sync.Once
@@ -2217,118 +2438,124 @@ func file_jobmesh_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_jobmesh_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_jobmesh_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_jobmesh_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_jobmesh_scheduler_v1_scheduler_proto_goTypes = []any{
-	(*Schedule)(nil),                   // 0: jobmesh.scheduler.v1.Schedule
-	(*Job)(nil),                        // 1: jobmesh.scheduler.v1.Job
-	(*GlueVersion)(nil),                // 2: jobmesh.scheduler.v1.GlueVersion
-	(*CreateJobRequest)(nil),           // 3: jobmesh.scheduler.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),          // 4: jobmesh.scheduler.v1.CreateJobResponse
-	(*GetJobRequest)(nil),              // 5: jobmesh.scheduler.v1.GetJobRequest
-	(*GetJobResponse)(nil),             // 6: jobmesh.scheduler.v1.GetJobResponse
-	(*ListJobsRequest)(nil),            // 7: jobmesh.scheduler.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 8: jobmesh.scheduler.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),           // 9: jobmesh.scheduler.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),          // 10: jobmesh.scheduler.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),           // 11: jobmesh.scheduler.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),          // 12: jobmesh.scheduler.v1.DeleteJobResponse
-	(*StartJobRequest)(nil),            // 13: jobmesh.scheduler.v1.StartJobRequest
-	(*StartJobResponse)(nil),           // 14: jobmesh.scheduler.v1.StartJobResponse
-	(*StopJobRequest)(nil),             // 15: jobmesh.scheduler.v1.StopJobRequest
-	(*StopJobResponse)(nil),            // 16: jobmesh.scheduler.v1.StopJobResponse
-	(*TriggerJobRequest)(nil),          // 17: jobmesh.scheduler.v1.TriggerJobRequest
-	(*TriggerJobResponse)(nil),         // 18: jobmesh.scheduler.v1.TriggerJobResponse
-	(*CopyJobRequest)(nil),             // 19: jobmesh.scheduler.v1.CopyJobRequest
-	(*CopyJobResponse)(nil),            // 20: jobmesh.scheduler.v1.CopyJobResponse
-	(*ListGlueVersionsRequest)(nil),    // 21: jobmesh.scheduler.v1.ListGlueVersionsRequest
-	(*ListGlueVersionsResponse)(nil),   // 22: jobmesh.scheduler.v1.ListGlueVersionsResponse
-	(*RestoreGlueVersionRequest)(nil),  // 23: jobmesh.scheduler.v1.RestoreGlueVersionRequest
-	(*RestoreGlueVersionResponse)(nil), // 24: jobmesh.scheduler.v1.RestoreGlueVersionResponse
-	(*PreviewScheduleRequest)(nil),     // 25: jobmesh.scheduler.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil),    // 26: jobmesh.scheduler.v1.PreviewScheduleResponse
-	(*GetStatusRequest)(nil),           // 27: jobmesh.scheduler.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),          // 28: jobmesh.scheduler.v1.GetStatusResponse
-	(*PartitionStatus)(nil),            // 29: jobmesh.scheduler.v1.PartitionStatus
-	(*KillTriggerRequest)(nil),         // 30: jobmesh.scheduler.v1.KillTriggerRequest
-	(*KillTriggerResponse)(nil),        // 31: jobmesh.scheduler.v1.KillTriggerResponse
-	(ScheduleType)(0),                  // 32: jobmesh.scheduler.v1.ScheduleType
-	(MisfireStrategy)(0),               // 33: jobmesh.scheduler.v1.MisfireStrategy
-	(RouteStrategy)(0),                 // 34: jobmesh.scheduler.v1.RouteStrategy
-	(BlockStrategy)(0),                 // 35: jobmesh.scheduler.v1.BlockStrategy
-	(RetryBackoff)(0),                  // 36: jobmesh.scheduler.v1.RetryBackoff
-	(GlueType)(0),                      // 37: jobmesh.scheduler.v1.GlueType
-	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
-	(JobStatus)(0),                     // 39: jobmesh.scheduler.v1.JobStatus
-	(*fieldmaskpb.FieldMask)(nil),      // 40: google.protobuf.FieldMask
-	(TriggerType)(0),                   // 41: jobmesh.scheduler.v1.TriggerType
+	(*XxlCallbackItem)(nil),            // 0: jobmesh.scheduler.v1.XxlCallbackItem
+	(*XxlCallbackRequest)(nil),         // 1: jobmesh.scheduler.v1.XxlCallbackRequest
+	(*XxlCallbackResponse)(nil),        // 2: jobmesh.scheduler.v1.XxlCallbackResponse
+	(*Schedule)(nil),                   // 3: jobmesh.scheduler.v1.Schedule
+	(*Job)(nil),                        // 4: jobmesh.scheduler.v1.Job
+	(*GlueVersion)(nil),                // 5: jobmesh.scheduler.v1.GlueVersion
+	(*CreateJobRequest)(nil),           // 6: jobmesh.scheduler.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),          // 7: jobmesh.scheduler.v1.CreateJobResponse
+	(*GetJobRequest)(nil),              // 8: jobmesh.scheduler.v1.GetJobRequest
+	(*GetJobResponse)(nil),             // 9: jobmesh.scheduler.v1.GetJobResponse
+	(*ListJobsRequest)(nil),            // 10: jobmesh.scheduler.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 11: jobmesh.scheduler.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),           // 12: jobmesh.scheduler.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),          // 13: jobmesh.scheduler.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),           // 14: jobmesh.scheduler.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),          // 15: jobmesh.scheduler.v1.DeleteJobResponse
+	(*StartJobRequest)(nil),            // 16: jobmesh.scheduler.v1.StartJobRequest
+	(*StartJobResponse)(nil),           // 17: jobmesh.scheduler.v1.StartJobResponse
+	(*StopJobRequest)(nil),             // 18: jobmesh.scheduler.v1.StopJobRequest
+	(*StopJobResponse)(nil),            // 19: jobmesh.scheduler.v1.StopJobResponse
+	(*TriggerJobRequest)(nil),          // 20: jobmesh.scheduler.v1.TriggerJobRequest
+	(*TriggerJobResponse)(nil),         // 21: jobmesh.scheduler.v1.TriggerJobResponse
+	(*CopyJobRequest)(nil),             // 22: jobmesh.scheduler.v1.CopyJobRequest
+	(*CopyJobResponse)(nil),            // 23: jobmesh.scheduler.v1.CopyJobResponse
+	(*ListGlueVersionsRequest)(nil),    // 24: jobmesh.scheduler.v1.ListGlueVersionsRequest
+	(*ListGlueVersionsResponse)(nil),   // 25: jobmesh.scheduler.v1.ListGlueVersionsResponse
+	(*RestoreGlueVersionRequest)(nil),  // 26: jobmesh.scheduler.v1.RestoreGlueVersionRequest
+	(*RestoreGlueVersionResponse)(nil), // 27: jobmesh.scheduler.v1.RestoreGlueVersionResponse
+	(*PreviewScheduleRequest)(nil),     // 28: jobmesh.scheduler.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil),    // 29: jobmesh.scheduler.v1.PreviewScheduleResponse
+	(*GetStatusRequest)(nil),           // 30: jobmesh.scheduler.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),          // 31: jobmesh.scheduler.v1.GetStatusResponse
+	(*PartitionStatus)(nil),            // 32: jobmesh.scheduler.v1.PartitionStatus
+	(*KillTriggerRequest)(nil),         // 33: jobmesh.scheduler.v1.KillTriggerRequest
+	(*KillTriggerResponse)(nil),        // 34: jobmesh.scheduler.v1.KillTriggerResponse
+	(ScheduleType)(0),                  // 35: jobmesh.scheduler.v1.ScheduleType
+	(MisfireStrategy)(0),               // 36: jobmesh.scheduler.v1.MisfireStrategy
+	(RouteStrategy)(0),                 // 37: jobmesh.scheduler.v1.RouteStrategy
+	(BlockStrategy)(0),                 // 38: jobmesh.scheduler.v1.BlockStrategy
+	(RetryBackoff)(0),                  // 39: jobmesh.scheduler.v1.RetryBackoff
+	(GlueType)(0),                      // 40: jobmesh.scheduler.v1.GlueType
+	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
+	(JobStatus)(0),                     // 42: jobmesh.scheduler.v1.JobStatus
+	(*fieldmaskpb.FieldMask)(nil),      // 43: google.protobuf.FieldMask
+	(TriggerType)(0),                   // 44: jobmesh.scheduler.v1.TriggerType
 }
 var file_jobmesh_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	32, // 0: jobmesh.scheduler.v1.Schedule.type:type_name -> jobmesh.scheduler.v1.ScheduleType
-	0,  // 1: jobmesh.scheduler.v1.Job.schedule:type_name -> jobmesh.scheduler.v1.Schedule
-	33, // 2: jobmesh.scheduler.v1.Job.misfire_strategy:type_name -> jobmesh.scheduler.v1.MisfireStrategy
-	34, // 3: jobmesh.scheduler.v1.Job.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
-	35, // 4: jobmesh.scheduler.v1.Job.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
-	36, // 5: jobmesh.scheduler.v1.Job.retry_backoff:type_name -> jobmesh.scheduler.v1.RetryBackoff
-	37, // 6: jobmesh.scheduler.v1.Job.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	38, // 7: jobmesh.scheduler.v1.Job.glue_updated_time:type_name -> google.protobuf.Timestamp
-	39, // 8: jobmesh.scheduler.v1.Job.status:type_name -> jobmesh.scheduler.v1.JobStatus
-	38, // 9: jobmesh.scheduler.v1.Job.last_fire_time:type_name -> google.protobuf.Timestamp
-	38, // 10: jobmesh.scheduler.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	38, // 11: jobmesh.scheduler.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	38, // 12: jobmesh.scheduler.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	37, // 13: jobmesh.scheduler.v1.GlueVersion.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
-	38, // 14: jobmesh.scheduler.v1.GlueVersion.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 15: jobmesh.scheduler.v1.CreateJobRequest.job:type_name -> jobmesh.scheduler.v1.Job
-	1,  // 16: jobmesh.scheduler.v1.CreateJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	1,  // 17: jobmesh.scheduler.v1.GetJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	39, // 18: jobmesh.scheduler.v1.ListJobsRequest.status:type_name -> jobmesh.scheduler.v1.JobStatus
-	1,  // 19: jobmesh.scheduler.v1.ListJobsResponse.jobs:type_name -> jobmesh.scheduler.v1.Job
-	1,  // 20: jobmesh.scheduler.v1.UpdateJobRequest.job:type_name -> jobmesh.scheduler.v1.Job
-	40, // 21: jobmesh.scheduler.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 22: jobmesh.scheduler.v1.UpdateJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	1,  // 23: jobmesh.scheduler.v1.StartJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	1,  // 24: jobmesh.scheduler.v1.StopJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	41, // 25: jobmesh.scheduler.v1.TriggerJobRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
-	1,  // 26: jobmesh.scheduler.v1.CopyJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	2,  // 27: jobmesh.scheduler.v1.ListGlueVersionsResponse.versions:type_name -> jobmesh.scheduler.v1.GlueVersion
-	1,  // 28: jobmesh.scheduler.v1.RestoreGlueVersionResponse.job:type_name -> jobmesh.scheduler.v1.Job
-	0,  // 29: jobmesh.scheduler.v1.PreviewScheduleRequest.schedule:type_name -> jobmesh.scheduler.v1.Schedule
-	38, // 30: jobmesh.scheduler.v1.PreviewScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	38, // 31: jobmesh.scheduler.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	29, // 32: jobmesh.scheduler.v1.GetStatusResponse.partitions:type_name -> jobmesh.scheduler.v1.PartitionStatus
-	3,  // 33: jobmesh.scheduler.v1.JobService.CreateJob:input_type -> jobmesh.scheduler.v1.CreateJobRequest
-	5,  // 34: jobmesh.scheduler.v1.JobService.GetJob:input_type -> jobmesh.scheduler.v1.GetJobRequest
-	7,  // 35: jobmesh.scheduler.v1.JobService.ListJobs:input_type -> jobmesh.scheduler.v1.ListJobsRequest
-	9,  // 36: jobmesh.scheduler.v1.JobService.UpdateJob:input_type -> jobmesh.scheduler.v1.UpdateJobRequest
-	11, // 37: jobmesh.scheduler.v1.JobService.DeleteJob:input_type -> jobmesh.scheduler.v1.DeleteJobRequest
-	13, // 38: jobmesh.scheduler.v1.JobService.StartJob:input_type -> jobmesh.scheduler.v1.StartJobRequest
-	15, // 39: jobmesh.scheduler.v1.JobService.StopJob:input_type -> jobmesh.scheduler.v1.StopJobRequest
-	17, // 40: jobmesh.scheduler.v1.JobService.TriggerJob:input_type -> jobmesh.scheduler.v1.TriggerJobRequest
-	19, // 41: jobmesh.scheduler.v1.JobService.CopyJob:input_type -> jobmesh.scheduler.v1.CopyJobRequest
-	21, // 42: jobmesh.scheduler.v1.JobService.ListGlueVersions:input_type -> jobmesh.scheduler.v1.ListGlueVersionsRequest
-	23, // 43: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:input_type -> jobmesh.scheduler.v1.RestoreGlueVersionRequest
-	25, // 44: jobmesh.scheduler.v1.JobService.PreviewSchedule:input_type -> jobmesh.scheduler.v1.PreviewScheduleRequest
-	27, // 45: jobmesh.scheduler.v1.SchedulerService.GetStatus:input_type -> jobmesh.scheduler.v1.GetStatusRequest
-	30, // 46: jobmesh.scheduler.v1.SchedulerService.KillTrigger:input_type -> jobmesh.scheduler.v1.KillTriggerRequest
-	4,  // 47: jobmesh.scheduler.v1.JobService.CreateJob:output_type -> jobmesh.scheduler.v1.CreateJobResponse
-	6,  // 48: jobmesh.scheduler.v1.JobService.GetJob:output_type -> jobmesh.scheduler.v1.GetJobResponse
-	8,  // 49: jobmesh.scheduler.v1.JobService.ListJobs:output_type -> jobmesh.scheduler.v1.ListJobsResponse
-	10, // 50: jobmesh.scheduler.v1.JobService.UpdateJob:output_type -> jobmesh.scheduler.v1.UpdateJobResponse
-	12, // 51: jobmesh.scheduler.v1.JobService.DeleteJob:output_type -> jobmesh.scheduler.v1.DeleteJobResponse
-	14, // 52: jobmesh.scheduler.v1.JobService.StartJob:output_type -> jobmesh.scheduler.v1.StartJobResponse
-	16, // 53: jobmesh.scheduler.v1.JobService.StopJob:output_type -> jobmesh.scheduler.v1.StopJobResponse
-	18, // 54: jobmesh.scheduler.v1.JobService.TriggerJob:output_type -> jobmesh.scheduler.v1.TriggerJobResponse
-	20, // 55: jobmesh.scheduler.v1.JobService.CopyJob:output_type -> jobmesh.scheduler.v1.CopyJobResponse
-	22, // 56: jobmesh.scheduler.v1.JobService.ListGlueVersions:output_type -> jobmesh.scheduler.v1.ListGlueVersionsResponse
-	24, // 57: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:output_type -> jobmesh.scheduler.v1.RestoreGlueVersionResponse
-	26, // 58: jobmesh.scheduler.v1.JobService.PreviewSchedule:output_type -> jobmesh.scheduler.v1.PreviewScheduleResponse
-	28, // 59: jobmesh.scheduler.v1.SchedulerService.GetStatus:output_type -> jobmesh.scheduler.v1.GetStatusResponse
-	31, // 60: jobmesh.scheduler.v1.SchedulerService.KillTrigger:output_type -> jobmesh.scheduler.v1.KillTriggerResponse
-	47, // [47:61] is the sub-list for method output_type
-	33, // [33:47] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	0,  // 0: jobmesh.scheduler.v1.XxlCallbackRequest.items:type_name -> jobmesh.scheduler.v1.XxlCallbackItem
+	35, // 1: jobmesh.scheduler.v1.Schedule.type:type_name -> jobmesh.scheduler.v1.ScheduleType
+	3,  // 2: jobmesh.scheduler.v1.Job.schedule:type_name -> jobmesh.scheduler.v1.Schedule
+	36, // 3: jobmesh.scheduler.v1.Job.misfire_strategy:type_name -> jobmesh.scheduler.v1.MisfireStrategy
+	37, // 4: jobmesh.scheduler.v1.Job.route_strategy:type_name -> jobmesh.scheduler.v1.RouteStrategy
+	38, // 5: jobmesh.scheduler.v1.Job.block_strategy:type_name -> jobmesh.scheduler.v1.BlockStrategy
+	39, // 6: jobmesh.scheduler.v1.Job.retry_backoff:type_name -> jobmesh.scheduler.v1.RetryBackoff
+	40, // 7: jobmesh.scheduler.v1.Job.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	41, // 8: jobmesh.scheduler.v1.Job.glue_updated_time:type_name -> google.protobuf.Timestamp
+	42, // 9: jobmesh.scheduler.v1.Job.status:type_name -> jobmesh.scheduler.v1.JobStatus
+	41, // 10: jobmesh.scheduler.v1.Job.last_fire_time:type_name -> google.protobuf.Timestamp
+	41, // 11: jobmesh.scheduler.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	41, // 12: jobmesh.scheduler.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	41, // 13: jobmesh.scheduler.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	40, // 14: jobmesh.scheduler.v1.GlueVersion.glue_type:type_name -> jobmesh.scheduler.v1.GlueType
+	41, // 15: jobmesh.scheduler.v1.GlueVersion.create_time:type_name -> google.protobuf.Timestamp
+	4,  // 16: jobmesh.scheduler.v1.CreateJobRequest.job:type_name -> jobmesh.scheduler.v1.Job
+	4,  // 17: jobmesh.scheduler.v1.CreateJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	4,  // 18: jobmesh.scheduler.v1.GetJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	42, // 19: jobmesh.scheduler.v1.ListJobsRequest.status:type_name -> jobmesh.scheduler.v1.JobStatus
+	4,  // 20: jobmesh.scheduler.v1.ListJobsResponse.jobs:type_name -> jobmesh.scheduler.v1.Job
+	4,  // 21: jobmesh.scheduler.v1.UpdateJobRequest.job:type_name -> jobmesh.scheduler.v1.Job
+	43, // 22: jobmesh.scheduler.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
+	4,  // 23: jobmesh.scheduler.v1.UpdateJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	4,  // 24: jobmesh.scheduler.v1.StartJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	4,  // 25: jobmesh.scheduler.v1.StopJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	44, // 26: jobmesh.scheduler.v1.TriggerJobRequest.trigger_type:type_name -> jobmesh.scheduler.v1.TriggerType
+	4,  // 27: jobmesh.scheduler.v1.CopyJobResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	5,  // 28: jobmesh.scheduler.v1.ListGlueVersionsResponse.versions:type_name -> jobmesh.scheduler.v1.GlueVersion
+	4,  // 29: jobmesh.scheduler.v1.RestoreGlueVersionResponse.job:type_name -> jobmesh.scheduler.v1.Job
+	3,  // 30: jobmesh.scheduler.v1.PreviewScheduleRequest.schedule:type_name -> jobmesh.scheduler.v1.Schedule
+	41, // 31: jobmesh.scheduler.v1.PreviewScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	41, // 32: jobmesh.scheduler.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	32, // 33: jobmesh.scheduler.v1.GetStatusResponse.partitions:type_name -> jobmesh.scheduler.v1.PartitionStatus
+	6,  // 34: jobmesh.scheduler.v1.JobService.CreateJob:input_type -> jobmesh.scheduler.v1.CreateJobRequest
+	8,  // 35: jobmesh.scheduler.v1.JobService.GetJob:input_type -> jobmesh.scheduler.v1.GetJobRequest
+	10, // 36: jobmesh.scheduler.v1.JobService.ListJobs:input_type -> jobmesh.scheduler.v1.ListJobsRequest
+	12, // 37: jobmesh.scheduler.v1.JobService.UpdateJob:input_type -> jobmesh.scheduler.v1.UpdateJobRequest
+	14, // 38: jobmesh.scheduler.v1.JobService.DeleteJob:input_type -> jobmesh.scheduler.v1.DeleteJobRequest
+	16, // 39: jobmesh.scheduler.v1.JobService.StartJob:input_type -> jobmesh.scheduler.v1.StartJobRequest
+	18, // 40: jobmesh.scheduler.v1.JobService.StopJob:input_type -> jobmesh.scheduler.v1.StopJobRequest
+	20, // 41: jobmesh.scheduler.v1.JobService.TriggerJob:input_type -> jobmesh.scheduler.v1.TriggerJobRequest
+	22, // 42: jobmesh.scheduler.v1.JobService.CopyJob:input_type -> jobmesh.scheduler.v1.CopyJobRequest
+	24, // 43: jobmesh.scheduler.v1.JobService.ListGlueVersions:input_type -> jobmesh.scheduler.v1.ListGlueVersionsRequest
+	26, // 44: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:input_type -> jobmesh.scheduler.v1.RestoreGlueVersionRequest
+	28, // 45: jobmesh.scheduler.v1.JobService.PreviewSchedule:input_type -> jobmesh.scheduler.v1.PreviewScheduleRequest
+	30, // 46: jobmesh.scheduler.v1.SchedulerService.GetStatus:input_type -> jobmesh.scheduler.v1.GetStatusRequest
+	33, // 47: jobmesh.scheduler.v1.SchedulerService.KillTrigger:input_type -> jobmesh.scheduler.v1.KillTriggerRequest
+	1,  // 48: jobmesh.scheduler.v1.SchedulerService.XxlCallback:input_type -> jobmesh.scheduler.v1.XxlCallbackRequest
+	7,  // 49: jobmesh.scheduler.v1.JobService.CreateJob:output_type -> jobmesh.scheduler.v1.CreateJobResponse
+	9,  // 50: jobmesh.scheduler.v1.JobService.GetJob:output_type -> jobmesh.scheduler.v1.GetJobResponse
+	11, // 51: jobmesh.scheduler.v1.JobService.ListJobs:output_type -> jobmesh.scheduler.v1.ListJobsResponse
+	13, // 52: jobmesh.scheduler.v1.JobService.UpdateJob:output_type -> jobmesh.scheduler.v1.UpdateJobResponse
+	15, // 53: jobmesh.scheduler.v1.JobService.DeleteJob:output_type -> jobmesh.scheduler.v1.DeleteJobResponse
+	17, // 54: jobmesh.scheduler.v1.JobService.StartJob:output_type -> jobmesh.scheduler.v1.StartJobResponse
+	19, // 55: jobmesh.scheduler.v1.JobService.StopJob:output_type -> jobmesh.scheduler.v1.StopJobResponse
+	21, // 56: jobmesh.scheduler.v1.JobService.TriggerJob:output_type -> jobmesh.scheduler.v1.TriggerJobResponse
+	23, // 57: jobmesh.scheduler.v1.JobService.CopyJob:output_type -> jobmesh.scheduler.v1.CopyJobResponse
+	25, // 58: jobmesh.scheduler.v1.JobService.ListGlueVersions:output_type -> jobmesh.scheduler.v1.ListGlueVersionsResponse
+	27, // 59: jobmesh.scheduler.v1.JobService.RestoreGlueVersion:output_type -> jobmesh.scheduler.v1.RestoreGlueVersionResponse
+	29, // 60: jobmesh.scheduler.v1.JobService.PreviewSchedule:output_type -> jobmesh.scheduler.v1.PreviewScheduleResponse
+	31, // 61: jobmesh.scheduler.v1.SchedulerService.GetStatus:output_type -> jobmesh.scheduler.v1.GetStatusResponse
+	34, // 62: jobmesh.scheduler.v1.SchedulerService.KillTrigger:output_type -> jobmesh.scheduler.v1.KillTriggerResponse
+	2,  // 63: jobmesh.scheduler.v1.SchedulerService.XxlCallback:output_type -> jobmesh.scheduler.v1.XxlCallbackResponse
+	49, // [49:64] is the sub-list for method output_type
+	34, // [34:49] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_jobmesh_scheduler_v1_scheduler_proto_init() }
@@ -2343,7 +2570,7 @@ func file_jobmesh_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_scheduler_v1_scheduler_proto_rawDesc), len(file_jobmesh_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

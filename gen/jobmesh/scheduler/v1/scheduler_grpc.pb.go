@@ -573,6 +573,7 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 const (
 	SchedulerService_GetStatus_FullMethodName   = "/jobmesh.scheduler.v1.SchedulerService/GetStatus"
 	SchedulerService_KillTrigger_FullMethodName = "/jobmesh.scheduler.v1.SchedulerService/KillTrigger"
+	SchedulerService_XxlCallback_FullMethodName = "/jobmesh.scheduler.v1.SchedulerService/XxlCallback"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -587,6 +588,13 @@ type SchedulerServiceClient interface {
 	// KillTrigger asks the executor that runs a fire to kill it. logsvc calls it for
 	// POST /api/v1/logs/{id}:kill.
 	KillTrigger(ctx context.Context, in *KillTriggerRequest, opts ...grpc.CallOption) (*KillTriggerResponse, error)
+	// XxlCallback takes an XXL-JOB executor's callback (POST {context}/api/callback on the
+	// gateway): each item becomes the result of the fire that was sent to the executor under that
+	// log id, with the executor's log pulled once more first. Items are independent and idempotent
+	// (executors resend callbacks; a repeat changes nothing). The access token the executor
+	// presented must be the token of each item's job group (or the XXL-JOB fallback token for a
+	// group without one). Services only (the internal token). Not served over REST.
+	XxlCallback(ctx context.Context, in *XxlCallbackRequest, opts ...grpc.CallOption) (*XxlCallbackResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -617,6 +625,16 @@ func (c *schedulerServiceClient) KillTrigger(ctx context.Context, in *KillTrigge
 	return out, nil
 }
 
+func (c *schedulerServiceClient) XxlCallback(ctx context.Context, in *XxlCallbackRequest, opts ...grpc.CallOption) (*XxlCallbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(XxlCallbackResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_XxlCallback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -629,6 +647,13 @@ type SchedulerServiceServer interface {
 	// KillTrigger asks the executor that runs a fire to kill it. logsvc calls it for
 	// POST /api/v1/logs/{id}:kill.
 	KillTrigger(context.Context, *KillTriggerRequest) (*KillTriggerResponse, error)
+	// XxlCallback takes an XXL-JOB executor's callback (POST {context}/api/callback on the
+	// gateway): each item becomes the result of the fire that was sent to the executor under that
+	// log id, with the executor's log pulled once more first. Items are independent and idempotent
+	// (executors resend callbacks; a repeat changes nothing). The access token the executor
+	// presented must be the token of each item's job group (or the XXL-JOB fallback token for a
+	// group without one). Services only (the internal token). Not served over REST.
+	XxlCallback(context.Context, *XxlCallbackRequest) (*XxlCallbackResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -644,6 +669,9 @@ func (UnimplementedSchedulerServiceServer) GetStatus(context.Context, *GetStatus
 }
 func (UnimplementedSchedulerServiceServer) KillTrigger(context.Context, *KillTriggerRequest) (*KillTriggerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method KillTrigger not implemented")
+}
+func (UnimplementedSchedulerServiceServer) XxlCallback(context.Context, *XxlCallbackRequest) (*XxlCallbackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method XxlCallback not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -702,6 +730,24 @@ func _SchedulerService_KillTrigger_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_XxlCallback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(XxlCallbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).XxlCallback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_XxlCallback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).XxlCallback(ctx, req.(*XxlCallbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -716,6 +762,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KillTrigger",
 			Handler:    _SchedulerService_KillTrigger_Handler,
+		},
+		{
+			MethodName: "XxlCallback",
+			Handler:    _SchedulerService_XxlCallback_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -290,7 +290,8 @@ const (
 	GlueType_GLUE_TYPE_UNSPECIFIED GlueType = 0
 	// A handler registered in the executor under Job.handler.
 	GlueType_GLUE_TYPE_BEAN GlueType = 1
-	// Groovy source (XXL-JOB's "GLUE(Java)"); kept for import compatibility, no jobmesh executor runs it.
+	// Groovy source (XXL-JOB's "GLUE(Java)"), run by XXL-JOB executors (xxl-job-core's Groovy
+	// engine); no jobmesh agent runs it.
 	GlueType_GLUE_TYPE_GLUE_GROOVY GlueType = 2
 	// bash, .sh
 	GlueType_GLUE_TYPE_GLUE_SHELL GlueType = 3
@@ -535,11 +536,100 @@ func (RetryBackoff) EnumDescriptor() ([]byte, []int) {
 	return file_jobmesh_scheduler_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
+// WorkflowInstanceCounts counts workflow instances by status (WorkflowService, and logsvc's
+// reports).
+type WorkflowInstanceCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Instances running.
+	Running int64 `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	// Instances that succeeded.
+	Success int64 `protobuf:"varint,2,opt,name=success,proto3" json:"success,omitempty"`
+	// Instances that failed.
+	Failed int64 `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Instances killed.
+	Killed int64 `protobuf:"varint,4,opt,name=killed,proto3" json:"killed,omitempty"`
+	// Fires recorded as skipped instances (max_concurrent_instances).
+	Skipped       int64 `protobuf:"varint,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowInstanceCounts) Reset() {
+	*x = WorkflowInstanceCounts{}
+	mi := &file_jobmesh_scheduler_v1_types_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowInstanceCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowInstanceCounts) ProtoMessage() {}
+
+func (x *WorkflowInstanceCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_jobmesh_scheduler_v1_types_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowInstanceCounts.ProtoReflect.Descriptor instead.
+func (*WorkflowInstanceCounts) Descriptor() ([]byte, []int) {
+	return file_jobmesh_scheduler_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WorkflowInstanceCounts) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *WorkflowInstanceCounts) GetSuccess() int64 {
+	if x != nil {
+		return x.Success
+	}
+	return 0
+}
+
+func (x *WorkflowInstanceCounts) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *WorkflowInstanceCounts) GetKilled() int64 {
+	if x != nil {
+		return x.Killed
+	}
+	return 0
+}
+
+func (x *WorkflowInstanceCounts) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_jobmesh_scheduler_v1_types_proto protoreflect.FileDescriptor
 
 const file_jobmesh_scheduler_v1_types_proto_rawDesc = "" +
 	"\n" +
-	" jobmesh/scheduler/v1/types.proto\x12\x14jobmesh.scheduler.v1*\xae\x01\n" +
+	" jobmesh/scheduler/v1/types.proto\x12\x14jobmesh.scheduler.v1\"\x96\x01\n" +
+	"\x16WorkflowInstanceCounts\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\x03R\arunning\x12\x18\n" +
+	"\asuccess\x18\x02 \x01(\x03R\asuccess\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x03R\x06failed\x12\x16\n" +
+	"\x06killed\x18\x04 \x01(\x03R\x06killed\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\x03R\askipped*\xae\x01\n" +
 	"\fScheduleType\x12\x1d\n" +
 	"\x19SCHEDULE_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SCHEDULE_TYPE_NONE\x10\x01\x12\x16\n" +
@@ -610,15 +700,17 @@ func file_jobmesh_scheduler_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_jobmesh_scheduler_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_jobmesh_scheduler_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_jobmesh_scheduler_v1_types_proto_goTypes = []any{
-	(ScheduleType)(0),    // 0: jobmesh.scheduler.v1.ScheduleType
-	(MisfireStrategy)(0), // 1: jobmesh.scheduler.v1.MisfireStrategy
-	(RouteStrategy)(0),   // 2: jobmesh.scheduler.v1.RouteStrategy
-	(BlockStrategy)(0),   // 3: jobmesh.scheduler.v1.BlockStrategy
-	(GlueType)(0),        // 4: jobmesh.scheduler.v1.GlueType
-	(TriggerType)(0),     // 5: jobmesh.scheduler.v1.TriggerType
-	(JobStatus)(0),       // 6: jobmesh.scheduler.v1.JobStatus
-	(RetryBackoff)(0),    // 7: jobmesh.scheduler.v1.RetryBackoff
+	(ScheduleType)(0),              // 0: jobmesh.scheduler.v1.ScheduleType
+	(MisfireStrategy)(0),           // 1: jobmesh.scheduler.v1.MisfireStrategy
+	(RouteStrategy)(0),             // 2: jobmesh.scheduler.v1.RouteStrategy
+	(BlockStrategy)(0),             // 3: jobmesh.scheduler.v1.BlockStrategy
+	(GlueType)(0),                  // 4: jobmesh.scheduler.v1.GlueType
+	(TriggerType)(0),               // 5: jobmesh.scheduler.v1.TriggerType
+	(JobStatus)(0),                 // 6: jobmesh.scheduler.v1.JobStatus
+	(RetryBackoff)(0),              // 7: jobmesh.scheduler.v1.RetryBackoff
+	(*WorkflowInstanceCounts)(nil), // 8: jobmesh.scheduler.v1.WorkflowInstanceCounts
 }
 var file_jobmesh_scheduler_v1_types_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -639,13 +731,14 @@ func file_jobmesh_scheduler_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobmesh_scheduler_v1_types_proto_rawDesc), len(file_jobmesh_scheduler_v1_types_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   0,
+			NumMessages:   1,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_jobmesh_scheduler_v1_types_proto_goTypes,
 		DependencyIndexes: file_jobmesh_scheduler_v1_types_proto_depIdxs,
 		EnumInfos:         file_jobmesh_scheduler_v1_types_proto_enumTypes,
+		MessageInfos:      file_jobmesh_scheduler_v1_types_proto_msgTypes,
 	}.Build()
 	File_jobmesh_scheduler_v1_types_proto = out.File
 	file_jobmesh_scheduler_v1_types_proto_goTypes = nil

@@ -110,7 +110,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		AccessToken: cfg.accessToken, Version: buildinfo.Read(version, commit, date).Version, Capacity: cfg.capacity, Labels: cfg.labels,
 		KillGrace: cfg.killGrace, Logger: log,
 		SpoolDir: cfg.spoolDir, SpoolMaxBytes: cfg.spoolMaxBytes, MaxRunOutputBytes: cfg.maxRunOutputBytes, LogRetentionDays: cfg.logRetentionDays,
-		HTTPAllowHosts: cfg.httpAllowHosts, TLS: tlsID, Insecure: cfg.insecure,
+		HTTPAllowHosts: cfg.httpAllowHosts, HTTPMaxIdleConnsPerHost: cfg.httpMaxIdlePerHost, TLS: tlsID, Insecure: cfg.insecure,
 	})
 	if err != nil {
 		return err
@@ -160,6 +160,7 @@ type config struct {
 	httpAllowHosts                                 []string
 	killGrace, stopGrace                           time.Duration
 	capacity                                       int
+	httpMaxIdlePerHost                             int
 	labels                                         map[string]string
 	logLevel, logFormat                            string
 	metricsAddr                                    string
@@ -182,8 +183,9 @@ func newFlagSet(c *config, labels, allowHosts *string) *flag.FlagSet {
 	fs.StringVar(&c.spoolDir, "spool-dir", "", "`directory` of the durable spool of results and lines logsvc has not acknowledged (default <log-dir>/spool)")
 	fs.Int64Var(&c.spoolMaxBytes, "spool-max-bytes", 128<<20, "size cap of the spool in `bytes`; beyond it lines, then results, are dropped and logged")
 	fs.Int64Var(&c.maxRunOutputBytes, "max-run-output-bytes", sdk.DefaultMaxRunOutputBytes, "`bytes` of output one fire keeps; the rest is dropped after a line saying so (negative keeps everything)")
-	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "`days` local run log files are kept; negative keeps them forever")
+	fs.IntVar(&c.logRetentionDays, "log-retention-days", 30, "`days` of the local run log kept; negative keeps it forever")
 	fs.StringVar(allowHosts, "http-allow-hosts", "", "comma-separated `hosts` the http handler may call (host, host:port, *.domain); empty allows none")
+	fs.IntVar(&c.httpMaxIdlePerHost, "http-max-idle-per-host", sdk.DefaultHTTPMaxIdleConnsPerHost, "`count` of idle connections to one host the http handler keeps for its next fires")
 	fs.StringVar(&c.handlerAddr, "handler-addr", "", "gRPC `address` of an application's HandlerService whose handlers the agent serves (sidecar)")
 	fs.StringVar(&c.accessToken, "access-token", "", "the executor group's access `token`: the scheduler must present it, and the agent presents it to the registry and logsvc (prefer the environment variable)")
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "SIGTERM to SIGKILL grace for killed scripts (a `duration`)")
@@ -262,6 +264,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if c.maxRunOutputBytes == 0 {
 		errs = append(errs, fmt.Errorf("--max-run-output-bytes (%s): 0: want a positive number of bytes, or negative to keep everything", envName("max-run-output-bytes")))
+	}
+	if c.httpMaxIdlePerHost <= 0 {
+		errs = append(errs, fmt.Errorf("--http-max-idle-per-host (%s): %d: must be positive", envName("http-max-idle-per-host"), c.httpMaxIdlePerHost))
 	}
 	if c.logRetentionDays == 0 {
 		errs = append(errs, fmt.Errorf("--log-retention-days (%s): 0: want a positive number of days, or negative to keep forever", envName("log-retention-days")))

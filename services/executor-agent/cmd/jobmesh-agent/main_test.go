@@ -77,6 +77,17 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{"--max-run-output-bytes (JOBMESH_MAX_RUN_OUTPUT_BYTES)"},
 		},
 		{
+			name:  "http idle pool: default, and from the environment",
+			args:  []string{"--access-token", "t", "--app-name", "a", "--log-dir", "d"},
+			env:   map[string]string{"JOBMESH_HTTP_MAX_IDLE_PER_HOST": "8"},
+			check: func(c config) bool { return c.httpMaxIdlePerHost == 8 },
+		},
+		{
+			name:    "a zero http idle pool is named",
+			args:    []string{"--app-name", "a", "--log-dir", "d", "--http-max-idle-per-host", "0"},
+			wantErr: []string{"--http-max-idle-per-host (JOBMESH_HTTP_MAX_IDLE_PER_HOST)"},
+		},
+		{
 			name:    "bad labels are named",
 			args:    []string{"--app-name", "a", "--log-dir", "d", "--labels", "novalue"},
 			wantErr: []string{"--labels (JOBMESH_LABELS)"},

@@ -11,8 +11,8 @@ export const SCHEDULE_TYPES = () => [
   ["SCHEDULE_TYPE_NONE", t("NONE (manual only)")],
 ];
 // GLUE_TYPES are the run modes the scheduler accepts for a job (services/scheduler validates
-// glue_type): GLUE_GROOVY exists in the API for jobs imported from XXL-JOB, but no jobmesh
-// executor runs Groovy and the scheduler refuses it, so it is not offered.
+// glue_type). GLUE_GROOVY runs only on XXL-JOB executors, so a form offers it only for a group
+// that has one (xxlGroup); the scheduler warns when a job is saved for a group that cannot run it.
 export const GLUE_TYPES = () => [
   ["GLUE_TYPE_BEAN", t("BEAN (handler in the executor)")],
   ["GLUE_TYPE_GLUE_SHELL", "GLUE(Shell)"],
@@ -21,7 +21,14 @@ export const GLUE_TYPES = () => [
   ["GLUE_TYPE_GLUE_NODEJS", "GLUE(Node.js)"],
   ["GLUE_TYPE_GLUE_PHP", "GLUE(PHP)"],
   ["GLUE_TYPE_GLUE_POWERSHELL", "GLUE(PowerShell)"],
+  ["GLUE_TYPE_GLUE_GROOVY", t("GLUE(Java): Groovy on XXL-JOB executors")],
 ];
+
+// xxlGroup reports whether an executor group has an XXL-JOB executor: an address that is the
+// http(s) URL such an executor registers (or an operator typed), not an agent's host:port.
+export const xxlGroup = (g) => (g?.addresses || []).some((a) => /^https?:\/\//.test(a));
+// groovyFor is a glueOptions pick that offers GLUE_GROOVY only for a group with XXL-JOB executors.
+export const groovyFor = (g) => (v) => v !== "GLUE_TYPE_GLUE_GROOVY" || xxlGroup(g);
 
 // glueOptions are the run modes a job's form offers: the accepted ones, and a job's own mode
 // when it is one no longer accepted (an imported Groovy job), so the form shows what it is.

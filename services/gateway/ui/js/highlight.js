@@ -101,5 +101,5 @@ export const TEMPLATES = {
   GLUE_TYPE_GLUE_NODEJS: '// process.argv[2] is the job parameter.\nconsole.log("hello from jobmesh:", process.argv[2] || "");\n',
   GLUE_TYPE_GLUE_PHP: '<?php\n// $argv[1] is the job parameter.\necho "hello from jobmesh: " . ($argv[1] ?? "") . PHP_EOL;\n',
   GLUE_TYPE_GLUE_POWERSHELL: '# $args[0] is the job parameter.\nWrite-Output "hello from jobmesh: $($args[0])"\n',
-  GLUE_TYPE_GLUE_GROOVY: '// GLUE(Java) is kept for XXL-JOB import compatibility; no jobmesh executor runs it.\n',
+  GLUE_TYPE_GLUE_GROOVY: 'package com.xxl.job.service.handler;\n\nimport com.xxl.job.core.context.XxlJobHelper;\nimport com.xxl.job.core.handler.IJobHandler;\n\n// Runs on XXL-JOB executors (xxl-job-core); XxlJobHelper.getJobParam() is the job parameter.\npublic class DemoGlueJobHandler extends IJobHandler {\n\n\t@Override\n\tpublic void execute() throws Exception {\n\t\tXxlJobHelper.log("hello from jobmesh: " + XxlJobHelper.getJobParam());\n\t}\n\n}\n',
 };

@@ -17,7 +17,7 @@
 // whose end is below its start wraps past the field's largest value (22-2 in hours, NOV-FEB,
 // FRI-MON) and a step carries across the wrap, as in Quartz (22-2/3 is 22 and 1); years cannot
 // wrap. Names are case-insensitive. Exactly one of day-of-month and day-of-week must be ?: Quartz
-// does not implement specifying both.
+// does not implement specifying both. Fields are separated by spaces and tabs, as in Quartz.
 //
 // Day-of-month L is the last day of the month and L-n the n-th day before it. nW is the weekday
 // (Monday to Friday) nearest day n without leaving the month: a Saturday moves to Friday, or to
@@ -26,16 +26,31 @@
 // (Saturday), nL the last such weekday of the month (6L: last Friday) and n#m the m-th (6#3: third
 // Friday, m is 1-5). As in Quartz, these forms stand alone, never in a list.
 //
-// Choices that go beyond, or deliberately differ from, Quartz 2.5:
-//   - a month that has no day n (nW, or L-n reaching before the 1st) has no fire, as a plain n
-//     does, rather than spilling into the next month;
-//   - a step of 0 and fields past the seventh are errors; Quartz reads */0 as * and ignores extras;
-//   - names work wherever numbers do (MON-FRI/2, FRI#3, FRIL, 1-FRI), and anything after a name is
-//     an error, where Quartz silently drops it;
-//   - years run from 1970 to 2199; Next reports false once the expression cannot fire by then.
+// Quartz finds nW and L-nW with a lenient calendar, and this package copies what that yields at
+// the edges: 31W in a 30-day month fires on the 30th when the next month starts on a Saturday
+// (day 31 is read as that Saturday and moved back a day), and L-nW that reaches day 0 fires on
+// the 1st when the 1st is a Monday (day 0 is read as the previous month's last day, a Sunday, and
+// moved forward). Otherwise a month without the day has no fire.
+//
+// Where Quartz accepts an expression but reads it in a way that is surely not what its author
+// meant, or in a way that depends on when its search started, Parse refuses it and says what
+// Quartz would have done, so no expression moved from XXL-JOB fires on other days in silence:
+//   - a step after a name (MON/2, MON-FRI/2, JAN/3): Quartz drops the step;
+//   - 29W or 30W when February can match: Quartz fires on the last day of February, or not,
+//     depending on whether its search started inside February;
+//   - W or # in a list (15W,20; 2#1,6): Quartz keeps only the lowest day; W, L or # after a
+//     range (1-5W, 2-6L): Quartz drops the suffix; L-n or LW in day-of-week: Quartz reads L;
+//   - a step of 0, a range step beyond the field's limit, text after a value (5X, MONDAY), empty
+//     list items, fields past the seventh and white space other than spaces and tabs, which
+//     Quartz reads leniently or ignores.
+//
+// Choices that go beyond Quartz: a range may mix a name and a number (1-FRI, MON-5), and
+// years run from 1970 to 2199 (Quartz accepts any year but stops firing 100 years after it
+// started); Next reports false once the expression cannot fire by the end of 2199.
 //
 // Fire times are whole seconds of wall-clock time in the location passed to Next. Daylight-saving
-// changes are resolved so that a job neither runs twice nor is silently skipped:
+// changes are resolved so that a job neither runs twice nor is silently skipped (Quartz, which
+// XXL-JOB runs in its JVM's zone, skips a fire time that falls in a spring-forward gap):
 //   - a wall time skipped by a spring-forward jump fires once, at the first instant after the
 //     jump (02:30 on a day when 02:00 becomes 03:00 fires at 03:00); several skipped fire times,
 //     and a fire time at the end of the jump itself, collapse into that one instant;
@@ -60,12 +75,11 @@ type Expression struct {
 // Parse parses a Quartz cron expression: seconds minutes hours day-of-month month day-of-week [year].
 // The error names the field at fault and why, so it can be shown to whoever typed the expression.
 func Parse(expr string) (*Expression, error) {
-	fields := strings.Fields(expr)
-	if err := checkFieldCount(len(fields)); err != nil {
+	fields, err := splitFields(expr)
+	if err != nil {
 		return nil, err
 	}
 	e := &Expression{text: strings.Join(fields, " "), year: yearField.all()}
-	var err error
 	if e.second, err = secondField.parseMask(fields[0]); err != nil {
 		return nil, err
 	}
@@ -87,6 +101,9 @@ func Parse(expr string) (*Expression, error) {
 		return nil, err
 	}
 	if e.day, err = chooseDays(dom, dow); err != nil {
+		return nil, err
+	}
+	if err := checkLateWeekday(e.day, e.month, fields[3]); err != nil {
 		return nil, err
 	}
 	if len(fields) == 7 {

@@ -167,7 +167,7 @@ func TestNextQuartzExamples(t *testing.T) {
 			utc(2026, 1, 25, 9, 0, 0), utc(2026, 2, 22, 9, 0, 0), utc(2026, 3, 29, 9, 0, 0)}},
 		{expr: "0 0 9 ? * fri#1", from: t0, want: []time.Time{
 			utc(2026, 2, 6, 9, 0, 0), utc(2026, 3, 6, 9, 0, 0)}},
-		{expr: "0 0 9 ? * MON-FRI/2", from: t0, want: []time.Time{
+		{expr: "0 0 9 ? * 2-6/2", from: t0, want: []time.Time{ // MON, WED, FRI
 			utc(2026, 1, 16, 9, 0, 0), utc(2026, 1, 19, 9, 0, 0), utc(2026, 1, 21, 9, 0, 0)}},
 		{expr: "0 0 9 ? * friL", from: t0, want: []time.Time{
 			utc(2026, 1, 30, 9, 0, 0), utc(2026, 2, 27, 9, 0, 0)}},
@@ -198,7 +198,7 @@ func TestNextNeverFiresAgain(t *testing.T) {
 	}{
 		{"0 0 0 30 2 ?", t0},
 		{"0 0 0 31 4,6,9,11 ?", t0},
-		{"0 0 9 30W 2 ?", t0},
+		{"0 0 9 31W 2 ?", t0},
 		{"0 0 0 L-30 2 ?", t0},
 		{"0 0 0 ? 2 6#5 2026", t0}, // February 2026 has four Fridays
 		{"0 0 0 ? * * 2005", t0},
@@ -298,7 +298,7 @@ func TestParseErrors(t *testing.T) {
 		{"", "empty expression"},
 		{"   \t ", "empty expression"},
 		{"0 0 12 * *", "expected 6 or 7 fields, got 5"},
-		{"0 0 12 * * ? 2026 x", "expected 6 or 7 fields, got 8"},
+		{"0 0 12 * * ? 2026 x", "expected 6 or 7 fields, got 8: seconds minutes hours day-of-month month day-of-week [year] (Quartz ignores fields after the seventh; jobmesh refuses them)"},
 		{"60 * * * * ?", `seconds field "60": value 60 out of range 0-59`},
 		{"0 60 * * * ?", `minutes field "60": value 60 out of range 0-59`},
 		{"0 0 24 * * ?", `hours field "24"`},
@@ -310,7 +310,7 @@ func TestParseErrors(t *testing.T) {
 		{"0 0 0 * * ? 1969", `year field "1969"`},
 		{"0 0 0 * * ? 2200", `year field "2200"`},
 		{"0 0 0 * * ? 99999999999999999999", `year field "99999999999999999999": value 99999999999999999999 out of range`},
-		{"0 */0 * * * ?", `minutes field "*/0": step 0 out of range 1-59`},
+		{"0 */0 * * * ?", `minutes field "*/0": step 0 is refused: Quartz silently reads it as no step`},
 		{"*/60 * * * * ?", `seconds field "*/60": step 60 out of range`},
 		{"0 0 */24 * * ?", `hours field "*/24"`},
 		{"0 0 0 ? * */8", `day-of-week field "*/8"`},
@@ -331,17 +331,18 @@ func TestParseErrors(t *testing.T) {
 		{"0 0 12 1,? * *", `day-of-month field "1,?"`},
 		{"0 0 1@ * * ?", `hours field "1@": invalid value "1@"`},
 		{"0 0 ５ * * ?", `hours field "５"`},
-		{"0 0 0 ? JANUARY *", `month field "JANUARY": invalid value "JANUARY"; want 1-12 or JAN-DEC`},
+		{"0 0 0 ? JANUARY *", `month field "JANUARY": invalid value "JANUARY"; want 1-12 or JAN-DEC (Quartz reads only the first three letters, JAN; jobmesh refuses the rest)`},
 		{"0 0 0 ? * MON-FRIDAY", `day-of-week field "MON-FRIDAY"`},
 		{"0 0 0 ? * MON,", `day-of-week field "MON,"`},
 		{"0 0 0 ? * * 2005-2002", `year field "2005-2002": range 2005-2002 runs backwards`},
 		{"0 0 0 ? * * */230", `year field "*/230"`},
-		{"0 0 0 1,L * ?", `day-of-month field "1,L": L and W cannot be combined`},
+		{"0 0 0 1,L * ?", `day-of-month field "1,L": L cannot be combined with other days in a list (Quartz refuses it too)`},
 		{"0 0 0 L-31 * ?", `day-of-month field "L-31": offset 31 from the last day out of range 0-30`},
 		{"0 0 0 L- * ?", `day-of-month field "L-"`},
 		{"0 0 0 L-x * ?", `day-of-month field "L-x"`},
 		{"0 0 0 LL * ?", `day-of-month field "LL"`},
-		{"0 0 0 1-5W * ?", `day-of-month field "1-5W": W must follow a single day`},
+		{"0 0 0 1-5W * ?", `day-of-month field "1-5W": W after a range: Quartz ignores the W and fires on every day of 1-5`},
+		{"0 0 0 5,W * ?", `day-of-month field "5,W": W cannot be used in a list`},
 		{"0 0 0 W * ?", `day-of-month field "W"`},
 		{"0 0 0 32W * ?", `day-of-month field "32W": value 32 out of range 1-31`},
 		{"0 0 0 ? * 6#6", `day-of-week field "6#6": # must be followed by 1-5`},
@@ -349,12 +350,12 @@ func TestParseErrors(t *testing.T) {
 		{"0 0 0 ? * 6#", `day-of-week field "6#"`},
 		{"0 0 0 ? * #3", `day-of-week field "#3"`},
 		{"0 0 0 ? * 8#1", `day-of-week field "8#1"`},
-		{"0 0 0 ? * 1#1,2#2", `day-of-week field "1#1,2#2"`},
-		{"0 0 0 ? * 1,6L", `day-of-week field "1,6L": L and # cannot be combined`},
+		{"0 0 0 ? * 1#1,2#2", `day-of-week field "1#1,2#2": only one n#m is allowed`},
+		{"0 0 0 ? * 1,6L", `day-of-week field "1,6L": L cannot be combined with other days in a list (Quartz refuses it too)`},
 		{"0 0 0 ? * 8L", `day-of-week field "8L"`},
-		{"0 0 0 ? * L-2", `day-of-week field "L-2"`},
+		{"0 0 0 ? * L-2", `day-of-week field "L-2": Quartz reads L-2 in day-of-week as L (Saturday)`},
 		{"0 0 0 ? * 1W", `day-of-week field "1W"`},
-		{"0 0 0 ? * 1-3L", `day-of-week field "1-3L"`},
+		{"0 0 0 ? * 1-3L", `day-of-week field "1-3L": L after a range: Quartz ignores it and fires on every day of 1-3`},
 	}
 	for _, tt := range tests {
 		e, err := cron.Parse(tt.expr)
@@ -375,7 +376,7 @@ func TestString(t *testing.T) {
 		want string
 	}{
 		{"0 15 10 ? * 6L", "0 15 10 ? * 6L"},
-		{"  0\t15 10\n? *   mon-fri  2026 ", "0 15 10 ? * mon-fri 2026"},
+		{" \n 0\t15 10 ? *   mon-fri  2026 \r\n", "0 15 10 ? * mon-fri 2026"},
 	}
 	for _, tt := range tests {
 		if got := mustParse(t, tt.expr).String(); got != tt.want {

@@ -149,12 +149,23 @@ func (r *dayRule) in(y, mo int) uint64 {
 		return r.byFirst[first] & (1<<(last+1) - 2)
 	case lastDay:
 		d = last - r.n
-		if d >= 1 && r.weekday {
+		switch {
+		case !r.weekday:
+		case d >= 1:
 			d = nearestWeekdayTo(d, first, last)
+		case d == 0 && first == 1:
+			// L-nW reaching day 0: Quartz's calendar reads it as the previous month's last day
+			// and, that being a Sunday, moves it to the next day, Monday the 1st.
+			d = 1
 		}
 	case nearestWeekday:
-		if r.n <= last {
+		switch {
+		case r.n <= last:
 			d = nearestWeekdayTo(r.n, first, last)
+		case r.n == last+1 && (first+last)%7 == 6:
+			// 31W in a 30-day month: Quartz's calendar reads day 31 as the next month's 1st and,
+			// that being a Saturday, moves it back a day, to this month's last day, a Friday.
+			d = last
 		}
 	case lastWeekday:
 		lastWeekday := (first + last - 1) % 7

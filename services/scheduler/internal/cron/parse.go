@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // A field is one position of an expression: its name for errors, the values and steps Quartz
@@ -28,14 +31,25 @@ var (
 	yearField = field{name: "year", min: 1970, max: 2199, maxStep: 229}
 )
 
-func checkFieldCount(n int) error {
-	if n == 0 {
-		return errors.New("cron: empty expression; want seconds minutes hours day-of-month month day-of-week [year]")
+// splitFields trims the expression and splits it into its six or seven fields. Quartz separates
+// fields by spaces and tabs only: a line break inside would leave it with fields that jobmesh,
+// splitting there too, would read differently, so any other white space is refused.
+func splitFields(expr string) ([]string, error) {
+	expr = strings.TrimSpace(expr)
+	if expr == "" {
+		return nil, errors.New("cron: empty expression; want seconds minutes hours day-of-month month day-of-week [year]")
 	}
-	if n != 6 && n != 7 {
-		return fmt.Errorf("cron: expected 6 or 7 fields, got %d: seconds minutes hours day-of-month month day-of-week [year]", n)
+	if i := strings.IndexFunc(expr, func(r rune) bool { return unicode.IsSpace(r) && r != ' ' && r != '\t' }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(expr[i:])
+		return nil, fmt.Errorf("cron: white space %q inside the expression: separate fields with spaces or tabs only (Quartz does not split fields there, so it would read different fields)", r)
 	}
-	return nil
+	fields := strings.FieldsFunc(expr, func(r rune) bool { return r == ' ' || r == '\t' })
+	if n := len(fields); n > 7 {
+		return nil, fmt.Errorf("cron: expected 6 or 7 fields, got %d: seconds minutes hours day-of-month month day-of-week [year] (Quartz ignores fields after the seventh; jobmesh refuses them)", n)
+	} else if n < 6 {
+		return nil, fmt.Errorf("cron: expected 6 or 7 fields, got %d: seconds minutes hours day-of-month month day-of-week [year]", n)
+	}
+	return fields, nil
 }
 
 // bitset holds the values of a field; bit i is value i, except in year where it is 1970+i.
@@ -102,10 +116,16 @@ func (f field) parseItem(item string, set *bitset) error {
 	step := 1
 	if hasStep {
 		n, ok := number(stepText)
-		if !ok {
+		switch {
+		case !ok:
 			return fmt.Errorf("step %q is not a number", stepText)
-		}
-		if n < 1 || n > f.maxStep {
+		case strings.ContainsFunc(body, isLetter):
+			return f.stepAfterName(body, stepText)
+		case n == 0:
+			return errors.New("step 0 is refused: Quartz silently reads it as no step (*/0 as *, a/0 and a-b/0 as a alone)")
+		case n > f.maxStep && strings.Contains(body, "-"):
+			return fmt.Errorf("step %s out of range 1-%d (Quartz reads a range with a larger step as its first value alone; jobmesh refuses it)", stepText, f.maxStep)
+		case n > f.maxStep:
 			return fmt.Errorf("step %s out of range 1-%d", stepText, f.maxStep)
 		}
 		step = n
@@ -115,30 +135,65 @@ func (f field) parseItem(item string, set *bitset) error {
 	case body == "*" || body == "" && hasStep:
 		lo, hi = f.min, f.max
 	case body == "":
-		return errors.New("missing value")
+		return errors.New("missing value (Quartz skips an empty list item; jobmesh refuses it)")
 	default:
-		first, last, isRange := strings.Cut(body, "-")
+		var isRange bool
 		var err error
-		if lo, err = f.value(first); err != nil {
+		if lo, hi, isRange, err = f.valueOrRange(body); err != nil {
 			return err
 		}
-		switch {
-		case isRange:
-			if hi, err = f.value(last); err != nil {
-				return err
-			}
-			if hi < lo && f.max >= 64 {
-				return fmt.Errorf("range %d-%d runs backwards; years cannot wrap", lo, hi)
-			}
-		case hasStep:
+		if !isRange && hasStep {
 			hi = f.max
-		default:
-			hi = lo
 		}
 	}
 	f.fill(set, lo, hi, step)
 	return nil
 }
+
+// valueOrRange reads a or a-b. A range whose end is below its start wraps, except in years.
+func (f field) valueOrRange(body string) (lo, hi int, isRange bool, err error) {
+	first, last, isRange := strings.Cut(body, "-")
+	if lo, err = f.value(first); err != nil {
+		return 0, 0, false, err
+	}
+	if !isRange {
+		return lo, lo, false, nil
+	}
+	if hi, err = f.value(last); err != nil {
+		return 0, 0, false, err
+	}
+	if hi < lo && f.max >= 64 {
+		return 0, 0, false, fmt.Errorf("range %d-%d runs backwards; years cannot wrap", lo, hi)
+	}
+	return lo, hi, true, nil
+}
+
+// stepAfterName explains why MON/2, MON-FRI/2 or JAN/3 is refused: Quartz reads a name and, for
+// a range, the name after the dash, then drops the rest, so the step never applies.
+func (f field) stepAfterName(body, stepText string) error {
+	lo, hi, isRange, err := f.valueOrRange(body)
+	if err != nil {
+		return err
+	}
+	numeric := fmt.Sprintf("%d/%s", lo, stepText)
+	if isRange {
+		numeric = fmt.Sprintf("%d-%d/%s", lo, hi, stepText)
+	}
+	quartzReads := true // Quartz's reading of names: NAME or NAME-NAME, then nothing more
+	for part := range strings.SplitSeq(upper(body), "-") {
+		quartzReads = quartzReads && len(part) == 3 && slices.Contains(f.names, part)
+	}
+	if quartzReads {
+		reads := body + " alone"
+		if isRange {
+			reads = "all of " + body
+		}
+		return fmt.Errorf("step after a name is refused: Quartz ignores /%s after %s and reads %s; write %s for that, or %s for a step", stepText, body, reads, body, numeric)
+	}
+	return fmt.Errorf("step after a name is refused (Quartz refuses it too); write %s", numeric)
+}
+
+func isLetter(r rune) bool { return 'A' <= r && r <= 'Z' || 'a' <= r && r <= 'z' }
 
 // fill adds lo, lo+step, ... up to hi. When hi < lo the range wraps past max back to min, and
 // the step carries across the wrap, as in Quartz: hours 22-2/3 is 22 and 1.
@@ -164,6 +219,9 @@ func (f field) value(tok string) (int, error) {
 	}
 	if n, ok := number(tok); ok {
 		if n < f.min || n > f.max {
+			if f.name == yearField.name {
+				return 0, fmt.Errorf("value %s out of range %d-%d (Quartz accepts any year but never fires before 1970 or after about 100 years from its start)", tok, f.min, f.max)
+			}
 			return 0, fmt.Errorf("value %s out of range %d-%d", tok, f.min, f.max)
 		}
 		return n, nil
@@ -173,10 +231,17 @@ func (f field) value(tok string) (int, error) {
 			return f.min + i, nil
 		}
 	}
+	want := fmt.Sprintf("a number %d-%d", f.min, f.max)
 	if f.names != nil {
-		return 0, fmt.Errorf("invalid value %q; want %d-%d or %s-%s", tok, f.min, f.max, f.names[0], f.names[len(f.names)-1])
+		want = fmt.Sprintf("%d-%d or %s-%s", f.min, f.max, f.names[0], f.names[len(f.names)-1])
 	}
-	return 0, fmt.Errorf("invalid value %q; want a number %d-%d", tok, f.min, f.max)
+	if i := strings.IndexFunc(tok, func(r rune) bool { return r < '0' || r > '9' }); i > 0 {
+		return 0, fmt.Errorf("invalid value %q; want %s (Quartz ignores what follows the number %s; jobmesh refuses it)", tok, want, tok[:i])
+	}
+	if len(tok) > 3 && slices.Contains(f.names, tok[:3]) {
+		return 0, fmt.Errorf("invalid value %q; want %s (Quartz reads only the first three letters, %s; jobmesh refuses the rest)", tok, want, tok[:3])
+	}
+	return 0, fmt.Errorf("invalid value %q; want %s", tok, want)
 }
 
 // number reads a non-empty string of ASCII digits. Values too large for any field come back as
@@ -246,8 +311,10 @@ func parseDayOfMonth(text string) (dayRule, error) {
 	case !strings.ContainsAny(up, "LW"):
 		set, err := domField.parse(text)
 		return dayRule{kind: daysOfMonth, days: set[0]}, err
+	case strings.Contains(up, ",") && strings.Contains(up, "L"):
+		return dayRule{}, domField.errorf(text, errors.New("L cannot be combined with other days in a list (Quartz refuses it too)"))
 	case strings.Contains(up, ","):
-		return dayRule{}, domField.errorf(text, errors.New("L and W cannot be combined with other days (Quartz does not implement it)"))
+		return dayRule{}, domField.errorf(text, errors.New("W cannot be used in a list: Quartz would keep only the lowest day of the list, as nW, and ignore the rest; jobmesh refuses it"))
 	case strings.HasPrefix(up, "L"):
 		r := dayRule{kind: lastDay}
 		rest := up[1:]
@@ -271,6 +338,11 @@ func parseDayOfMonth(text string) (dayRule, error) {
 	default:
 		day, ok := strings.CutSuffix(up, "W")
 		if _, isNumber := number(day); !ok || !isNumber {
+			if ok && strings.Contains(day, "-") {
+				if _, _, _, err := domField.valueOrRange(day); err == nil {
+					return dayRule{}, domField.errorf(text, fmt.Errorf("W after a range: Quartz ignores the W and fires on every day of %s; jobmesh refuses it (W takes a single day, as in 15W)", day))
+				}
+			}
 			return dayRule{}, domField.errorf(text, errors.New("W must follow a single day, as in 15W, or L, as in LW"))
 		}
 		n, err := domField.value(day)
@@ -294,10 +366,19 @@ func parseDayOfWeek(text string) (dayRule, error) {
 	case !strings.ContainsAny(up, "L#"):
 		set, err := dowField.parse(text)
 		return dayRule{kind: daysOfWeek, days: set[0]}, err
+	case strings.Contains(up, ",") && strings.Contains(up, "L"):
+		return dayRule{}, dowField.errorf(text, errors.New("L cannot be combined with other days in a list (Quartz refuses it too)"))
+	case strings.Count(up, "#") > 1:
+		return dayRule{}, dowField.errorf(text, errors.New("only one n#m is allowed (Quartz refuses more too)"))
 	case strings.Contains(up, ","):
-		return dayRule{}, dowField.errorf(text, errors.New("L and # cannot be combined with other days (Quartz does not implement it)"))
+		return dayRule{}, dowField.errorf(text, errors.New("# cannot be used in a list: Quartz would keep only the lowest day of the list, with that #m, and ignore the rest; jobmesh refuses it"))
+	case strings.HasPrefix(up, "L"):
+		return dayRule{}, dowField.errorf(text, fmt.Errorf("Quartz reads %s in day-of-week as L (Saturday) and ignores the rest; jobmesh refuses it: write L or 7 for Saturday, or nL for the last weekday n", text))
 	case strings.Contains(up, "#"):
 		day, nth, _ := strings.Cut(up, "#")
+		if err := dowAfterRange(text, day, "#"+nth); err != nil {
+			return dayRule{}, err
+		}
 		n, err := dowField.value(day)
 		if err != nil {
 			return dayRule{}, dowField.errorf(text, err)
@@ -312,12 +393,40 @@ func parseDayOfWeek(text string) (dayRule, error) {
 		if !ok {
 			return dayRule{}, dowField.errorf(text, errors.New("L must stand alone or follow a single day, as in 6L"))
 		}
+		if err := dowAfterRange(text, day, "L"); err != nil {
+			return dayRule{}, err
+		}
 		n, err := dowField.value(day)
 		if err != nil {
 			return dayRule{}, dowField.errorf(text, err)
 		}
 		return dayRule{kind: lastWeekday, n: n}, nil
 	}
+}
+
+// dowAfterRange refuses a range before # or L (1-5#2, MON-FRI#2, 2-6L), which Quartz reads as
+// the plain range, dropping the suffix.
+func dowAfterRange(text, day, suffix string) error {
+	if !strings.Contains(day, "-") {
+		return nil
+	}
+	if _, _, _, err := dowField.valueOrRange(day); err != nil {
+		return dowField.errorf(text, err)
+	}
+	return dowField.errorf(text, fmt.Errorf("%s after a range: Quartz ignores it and fires on every day of %s; jobmesh refuses it (%s takes a single day, as in 6%s)", suffix, day, suffix, suffix))
+}
+
+// checkLateWeekday refuses 29W and 30W when February can match. Quartz looks up day 29 or 30 of
+// February with a lenient calendar that lands in March; when March 1st is a Saturday it moves
+// back to the last day of February, a Friday, and fires there, but only when its search started
+// inside February: coming from January it steps over February. So the same expression fires on
+// that Friday or not depending on when the job was started, which jobmesh cannot reproduce.
+// (31W is consistent in Quartz and is followed exactly; see dayRule.in.)
+func checkLateWeekday(day dayRule, months uint64, text string) error {
+	if day.kind != nearestWeekday || day.n != 29 && day.n != 30 || months&(1<<2) == 0 {
+		return nil
+	}
+	return domField.errorf(text, fmt.Errorf("%dW with February in the month field is refused: in a February without day %d Quartz fires on its last day or not, depending on when it started counting; leave FEB out of the month field (for example 1,3-12), or use LW for the last weekday", day.n, day.n))
 }
 
 // chooseDays keeps the day field that is not ?, as Quartz requires exactly one to be.

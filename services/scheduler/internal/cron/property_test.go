@@ -96,11 +96,11 @@ func (f genField) list(r *rand.Rand) (string, map[int]bool) {
 		case 3:
 			items = append(items, fmt.Sprintf("*/%d", step))
 			walk(f.min, f.max, step)
-		case 4:
-			items = append(items, fmt.Sprintf("%s/%d", f.word(r, lo), step))
+		case 4: // numbers only: Quartz ignores a step after a name, so jobmesh refuses it
+			items = append(items, fmt.Sprintf("%d/%d", lo, step))
 			walk(lo, f.max, step)
 		case 5:
-			items = append(items, fmt.Sprintf("%s-%s/%d", f.word(r, lo), f.word(r, hi), step))
+			items = append(items, fmt.Sprintf("%d-%d/%d", lo, hi, step))
 			walk(lo, hi, step)
 		}
 	}
@@ -110,22 +110,29 @@ func (f genField) list(r *rand.Rand) (string, map[int]bool) {
 func lastDayOf(y int, mo time.Month) int { return time.Date(y, mo+1, 0, 0, 0, 0, 0, time.UTC).Day() }
 
 // nearestWeekday is Quartz's W rule written out with the time package; 0 means no such day.
+// Like Quartz's lenient calendar, time.Date reads day 0 as the previous month's last day and
+// day last+1 as the next month's 1st; a weekday moved back into the month from there counts.
 func nearestWeekday(y int, mo time.Month, d int) int {
 	last := lastDayOf(y, mo)
-	if d < 1 || d > last {
+	if d < 0 || d > last+1 {
 		return 0
 	}
 	switch time.Date(y, mo, d, 0, 0, 0, 0, time.UTC).Weekday() {
 	case time.Saturday:
 		if d == 1 {
-			return 3
+			d = 3
+		} else {
+			d--
 		}
-		return d - 1
 	case time.Sunday:
 		if d == last {
-			return d - 2
+			d -= 2
+		} else {
+			d++
 		}
-		return d + 1
+	}
+	if d < 1 || d > last {
+		return 0
 	}
 	return d
 }
@@ -135,8 +142,14 @@ func days(r *rand.Rand) (dom, dow string, match func(y int, mo time.Month, d int
 	weekday := func(y int, mo time.Month, d int) int {
 		return int(time.Date(y, mo, d, 0, 0, 0, 0, time.UTC).Weekday()) + 1 // Quartz numbering
 	}
-	n := r.IntN(31) + 1
+	n := r.IntN(29) + 1 // 29W and 30W are refused when February can match, so 29 stands for 31
+	if n == 29 {
+		n = 31
+	}
 	off := r.IntN(5)
+	if r.IntN(4) == 0 {
+		off = 27 + r.IntN(4) // reaches day 0 or before in short months
+	}
 	wd := genDow.value(r)
 	switch r.IntN(12) {
 	case 0:

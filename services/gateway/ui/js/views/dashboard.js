@@ -1,5 +1,5 @@
-// The dashboard: totals, runs per day by outcome (the last 14 days) and fires per minute (the
-// last hour), refreshed every 15 s.
+// The dashboard: totals (workflow instances of today among them), runs per day by outcome (the
+// last 14 days) and fires per minute (the last hour), refreshed every 15 s.
 import { api, query } from "../api.js";
 import { h } from "../dom.js";
 import { t } from "../i18n.js";
@@ -34,23 +34,33 @@ export async function render(root, ctx) {
   async function load() {
     const now = new Date();
     const from = new Date(now.getTime() - 13 * 864e5);
-    const [dash, report, execs, ...jobLists] = await Promise.all([
+    const [dash, report, execs, wfCount, ...jobLists] = await Promise.all([
       api("/dashboard"),
       api("/reports" + query({ start_date: day(from), end_date: day(now) })).catch(() => ({ days: [], jobs: [] })),
       api("/executors").catch(() => null),
+      // The scheduler counts workflow instances by the UTC day of their scheduled time.
+      api("/workflow-instances:count" + query({ start_date: day(now), end_date: day(now) })).catch(() => null),
       ...jobGroups.map((g) => api("/jobs" + query({ group_id: g, page_size: 1000 })).catch(() => null)),
     ]);
     // The registry lists the executors the caller may see; logsvc's count is the fallback.
     const execCount = execs ? (execs.executors || []).length : dash.executor_count;
     const names = new Map(jobLists.flatMap((l) => l?.jobs || []).map((j) => [String(j.id), j.name]));
-    const card = (id, label, value, cls = "") => h("div", { class: "stat card " + cls, "data-stat": id }, h("div", { class: "stat-value", text: value }), h("div", { class: "stat-label", text: label }));
+    const card = (id, label, value, cls = "", detail = "") => h("div", { class: "stat card " + cls, "data-stat": id },
+      h("div", { class: "stat-value", text: value }), h("div", { class: "stat-label", text: label }),
+      detail ? h("div", { class: "stat-detail muted", text: detail }) : null);
+    const wf = { success: 0, failed: 0, killed: 0, running: 0, skipped: 0 };
+    for (const d of wfCount?.days || []) for (const k of Object.keys(wf)) wf[k] += Number(d.counts?.[k] || 0);
+    const wfTotal = Object.values(wf).reduce((a, b) => a + b, 0);
+    const wfDetail = [["success", "Success"], ["failed", "Failed"], ["killed", "KILLED"], ["running", "Running"], ["skipped", "SKIPPED"]]
+      .map(([k, label]) => `${t(label)} ${wf[k]}`).join(" · ");
     cards.replaceChildren(
       card("jobs", t("Jobs"), dash.job_count ?? 0),
       card("runs-today", t("Runs today"), dash.runs_today ?? 0),
       card("success-rate", t("Success rate today"), dash.runs_today > 0 ? `${(100 * (dash.success_rate_today || 0)).toFixed(1)} %` : "—"),
       card("executors", t("Executors online"), execCount ?? 0),
       card("running", t("Running now"), dash.running_count ?? 0),
-      card("runs", t("Runs stored"), dash.run_count ?? 0));
+      card("runs", t("Runs stored"), dash.run_count ?? 0),
+      card("wf-instances", t("Workflow instances today"), wfCount ? wfTotal : "—", "", wfCount ? wfDetail : ""));
     const days = (report.days || []).map((d) => ({ label: d.date.slice(5), values: d }));
     perDay.replaceChildren(stackedBars(days, series(), { labelEvery: days.length > 16 ? 2 : 1, title: t("Runs per day") }));
 

@@ -52,19 +52,28 @@ export async function render(root, ctx) {
       }) : h("tr", {}, h("td", { colspan: 7, class: "empty", text: t("No executor groups.") })))));
     const all = [...seen.values()].sort((a, b) => (b.online - a.online) || a.app_name.localeCompare(b.app_name) || a.instance_id.localeCompare(b.instance_id));
     execBox.replaceChildren(h("table", { class: "data", id: "executors-table" },
-      h("thead", {}, h("tr", {}, [t("State"), t("App name"), t("Instance"), t("Address"), t("Running jobs"), t("Version"), t("Capacity"), t("Started"), t("Last seen"), t("Labels")].map((c) => h("th", { text: c })))),
+      h("thead", {}, h("tr", {}, [t("State"), t("App name"), t("Instance"), t("Kind"), t("Address"), t("Running jobs"), t("Version"), t("Capacity"), t("Started"), t("Last seen"), t("Labels")].map((c) => h("th", { text: c })))),
       h("tbody", {}, all.length ? all.map((e) => h("tr", { "data-executor": e.instance_id },
         h("td", {}, badge(e.online ? t("ONLINE") : t("OFFLINE"), e.online ? "SUCCESS" : "FAIL")),
-        h("td", { class: "mono", text: e.app_name }), h("td", { class: "mono", text: e.instance_id }), h("td", { class: "mono", text: e.address }),
+        h("td", { class: "mono", text: e.app_name }), h("td", { class: "mono", text: e.instance_id }),
+        h("td", { class: "kind" }, kindBadge(e.kind)), h("td", { class: "mono", text: e.address }),
         h("td", { class: "running-jobs" }, runningCell(e, busy.get(e.address), groups)),
         h("td", { text: e.version || "—" }), h("td", { text: e.capacity || "—" }), h("td", { text: fmtTime(e.start_time) }),
         h("td", { text: fmtTime(e.last_seen_time) }),
         h("td", { class: "small", text: Object.entries(e.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—" })))
-        : h("tr", {}, h("td", { colspan: 10, class: "empty", text: t("No executor has registered.") })))));
+        : h("tr", {}, h("td", { colspan: 11, class: "empty", text: t("No executor has registered.") })))));
   }
   await load();
   const timer = setInterval(() => { if (!document.hidden && !document.querySelector("dialog[open]")) load().catch(() => {}); }, 5000);
   ctx.onCleanup(() => clearInterval(timer));
+}
+
+// kindBadge names the protocol an executor speaks: a jobmesh agent (or SDK executor) over gRPC,
+// or an unchanged XXL-JOB executor over XXL-JOB's HTTP protocol.
+function kindBadge(kind) {
+  return kind === "EXECUTOR_KIND_XXL_JOB"
+    ? h("span", { class: "badge", title: t("An XXL-JOB executor, registered through the XXL-JOB admin API"), text: "XXL-JOB" })
+    : h("span", { class: "muted", text: t("jobmesh agent") });
 }
 
 // runningCell shows how many runs an executor is running and of which jobs, linked to those runs.

@@ -13,7 +13,7 @@ export async function render(root, ctx) {
   let job = (await api(`/jobs/${id}`)).job;
   const ro = !ctx.canWrite;
   const editor = codeEditor({ value: job.glue_source || "", lang: langOf(job.glue_type), readOnly: ro, label: t("Source") });
-  const type = select("glue_type", glueOptions(job.glue_type, isScript), job.glue_type, { disabled: ro, onchange: () => editor.setLang(langOf(type.value)) });
+  const type = select("glue_type", glueOptions(job.glue_type, (v) => isScript(v) && (v !== "GLUE_TYPE_GLUE_GROOVY" || job.glue_type === v)), job.glue_type, { disabled: ro, onchange: () => editor.setLang(langOf(type.value)) });
   const remark = h("input", { name: "glue_remark", placeholder: t("What changed (saved with the version)"), maxlength: 128, disabled: ro });
   const err = h("p", { class: "error", role: "alert" });
   const versionsBox = h("div", { class: "versions", id: "glue-versions" });
@@ -31,6 +31,7 @@ export async function render(root, ctx) {
       remark.value = "";
       showHead();
       toast(t("Saved as a new GLUE version."));
+      for (const w of r.warnings || []) toast(w, "warn");
       await loadVersions();
     } catch (e) {
       err.textContent = e.message;

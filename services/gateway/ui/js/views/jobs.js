@@ -1,12 +1,13 @@
 // Jobs: the list with filters and pages, the create/edit form with a live preview of the next fire
 // times, and the row actions (run once, start/stop, copy, delete).
 import { api, query } from "../api.js";
-import { h, $, short, fmtTime, toast, modal, confirmDialog, field, select, badge, debounce, pager } from "../dom.js";
+import { h, short, fmtTime, toast, modal, confirmDialog, field, select, badge, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
-import { SCHEDULE_TYPES, glueOptions, ROUTES, BLOCKS, MISFIRES, BACKOFFS, JOB_STATUSES, isScript } from "../enums.js";
+import { glueOptions, groovyFor, ROUTES, BLOCKS, BACKOFFS, JOB_STATUSES, isScript } from "../enums.js";
 import { codeEditor, langOf, TEMPLATES } from "../highlight.js";
-import { zone, browserZone } from "../tz.js";
+import { zone } from "../tz.js";
+import { scheduleFields } from "../schedule.js";
 import { fieldKey } from "../errors.js";
 
 // renderList shows the job table.
@@ -150,34 +151,32 @@ export async function renderForm(root, ctx) {
   const ro = !ctx.canWrite;
   const dis = { disabled: ro };
   const en = (v, def) => (v && !v.endsWith("_UNSPECIFIED") ? v : def);
+  const groupOf = (gid) => groups.find((g) => String(g.id) === String(gid));
+  const sched = scheduleFields(job.schedule, job.misfire_strategy, job.status === "JOB_STATUS_RUNNING", {
+    ro, hint: t("CRON: Quartz with seconds, e.g. 0 0/5 * * * ?  ·  FIX_RATE/FIX_DELAY: 30s, 5m  ·  ONCE: 2026-12-01T08:00:00+08:00"),
+    never: t("Never fires on its own; run it by hand, by API or as a child job."),
+  });
   const inp = {
+    ...sched.inputs,
     group_id: groupSelect("group_id", groups, job.group_id, false, dis),
     name: h("input", { name: "name", value: job.name, required: true, maxlength: 255, ...dis }),
     author: h("input", { name: "author", value: job.author || "", maxlength: 64, ...dis }),
     alarm_emails: h("input", { name: "alarm_emails", value: (job.alarm_emails || []).join(", "), placeholder: "ops@example.com, …", ...dis }),
-    type: select("schedule.type", SCHEDULE_TYPES(), en(job.schedule?.type, "SCHEDULE_TYPE_CRON"), dis),
-    expression: h("input", { name: "schedule.expression", value: job.schedule?.expression || "", class: "mono", ...dis }),
-    time_zone: h("input", { name: "schedule.time_zone", value: job.schedule?.time_zone || "", placeholder: "UTC", list: "tz-list", ...dis }),
-    glue_type: select("glue_type", glueOptions(job.glue_type), en(job.glue_type, "GLUE_TYPE_BEAN"), dis),
+    glue_type: select("glue_type", glueOptions(job.glue_type, groovyFor(groupOf(job.group_id))), en(job.glue_type, "GLUE_TYPE_BEAN"), dis),
     handler: h("input", { name: "handler", value: job.handler || "", placeholder: "command, http, …", ...dis }),
     params: h("textarea", { name: "params", rows: 2, ...dis }),
     child_job_ids: h("input", { name: "child_job_ids", value: (job.child_job_ids || []).join(", "), placeholder: "12, 13", ...dis }),
     route_strategy: select("route_strategy", ROUTES(), en(job.route_strategy, "ROUTE_STRATEGY_FIRST"), dis),
-    misfire_strategy: select("misfire_strategy", MISFIRES(), en(job.misfire_strategy, "MISFIRE_STRATEGY_DO_NOTHING"), dis),
     block_strategy: select("block_strategy", BLOCKS(), en(job.block_strategy, "BLOCK_STRATEGY_SERIAL_EXECUTION"), dis),
     timeout_seconds: h("input", { name: "timeout_seconds", type: "number", min: 0, max: 86400, value: job.timeout_seconds || 0, ...dis }),
     retry_count: h("input", { name: "retry_count", type: "number", min: 0, max: 100, value: job.retry_count || 0, ...dis }),
     retry_backoff: select("retry_backoff", BACKOFFS(), en(job.retry_backoff, "RETRY_BACKOFF_NONE"), dis),
     retry_interval_ms: h("input", { name: "retry_interval_ms", type: "number", min: 0, max: 3600000, value: job.retry_interval_ms || 0, ...dis }),
-    running: h("input", { type: "checkbox", name: "status", checked: job.status === "JOB_STATUS_RUNNING", ...dis }),
     glue_remark: h("input", { name: "glue_remark", value: job.glue_remark || "", maxlength: 128, ...dis }),
   };
   inp.params.value = job.params || "";
   const editor = !id ? codeEditor({ value: job.glue_source || "", lang: langOf(job.glue_type), readOnly: ro, label: t("Source") }) : null;
-  const previewBox = h("ol", { class: "preview", id: "fire-preview", "aria-live": "polite" });
-  const previewErr = h("p", { class: "error small", id: "preview-error" });
   const formErr = h("p", { class: "error", role: "alert", id: "job-form-error" });
-  const tzList = h("datalist", { id: "tz-list" }, [...new Set([viewZone, browserZone(), "UTC", "Asia/Shanghai", "Asia/Tokyo", "Asia/Singapore", "Europe/London", "Europe/Berlin", "America/New_York", "America/Los_Angeles"])].filter(Boolean).map((z) => h("option", { value: z })));
 
   const glueRows = h("div", { class: "glue-rows" });
   const syncGlue = () => {
@@ -190,36 +189,19 @@ export async function renderForm(root, ctx) {
       if (script && isTemplate) editor.value = TEMPLATES[inp.glue_type.value] || "";
     }
   };
-  const syncSchedule = () => {
-    const type = inp.type.value;
-    inp.expression.disabled = ro || type === "SCHEDULE_TYPE_NONE";
-    inp.expression.placeholder = ({
-      SCHEDULE_TYPE_CRON: "0 0/5 * * * ?", SCHEDULE_TYPE_FIX_RATE: "30s", SCHEDULE_TYPE_FIX_DELAY: "1m",
-      SCHEDULE_TYPE_ONCE: new Date(Date.now() + 3600e3).toISOString().replace(/\.\d+Z$/, "Z"),
-    })[type] || "";
-    inp.time_zone.closest(".field").hidden = type !== "SCHEDULE_TYPE_CRON";
-  };
-  const preview = debounce(async () => {
-    previewErr.textContent = "";
-    if (inp.type.value === "SCHEDULE_TYPE_NONE") { previewBox.replaceChildren(h("li", { class: "muted", text: t("Never fires on its own; run it by hand, by API or as a child job.") })); return; }
-    try {
-      const r = await api("/schedules:preview", { method: "POST", body: { schedule: scheduleOf(), count: 5 } });
-      const times = r.fire_times || [];
-      previewBox.replaceChildren(...(times.length ? times.map((x) => h("li", { text: fmtTime(x) })) : [h("li", { class: "muted", text: t("No fire ahead.") })]));
-    } catch (e) {
-      previewBox.replaceChildren();
-      previewErr.textContent = e.message;
-    }
-  }, 250);
-  const scheduleOf = () => ({ type: inp.type.value, expression: inp.type.value === "SCHEDULE_TYPE_NONE" ? "" : inp.expression.value.trim(), time_zone: inp.time_zone.value.trim() });
   const ids = (s) => s.split(/[\s,]+/).filter(Boolean);
 
   const form = h("form", {
     class: "job-form", id: "job-form", novalidate: true,
-    oninput: (e) => { if (e.target.name?.startsWith("schedule.")) preview(); },
     onchange: (e) => {
+      if (e.target === inp.group_id) {
+        // GLUE_GROOVY is offered only for a group with XXL-JOB executors.
+        const keep = inp.glue_type.value;
+        inp.glue_type.replaceChildren(...glueOptions(job.glue_type, groovyFor(groupOf(inp.group_id.value)))
+          .map(([v, l]) => h("option", { value: v, selected: v === keep }, l)));
+        syncGlue();
+      }
       if (e.target === inp.glue_type) syncGlue();
-      if (e.target === inp.type) { syncSchedule(); preview(); }
     },
     onsubmit: async (e) => {
       e.preventDefault();
@@ -229,7 +211,7 @@ export async function renderForm(root, ctx) {
       for (const el of form.querySelectorAll(".field-error")) el.remove();
       const body = {
         group_id: inp.group_id.value, name: inp.name.value.trim(), author: inp.author.value.trim(),
-        alarm_emails: ids(inp.alarm_emails.value), schedule: scheduleOf(),
+        alarm_emails: ids(inp.alarm_emails.value), schedule: sched.scheduleOf(),
         glue_type: inp.glue_type.value, handler: isScript(inp.glue_type.value) ? "" : inp.handler.value.trim(), params: inp.params.value,
         child_job_ids: ids(inp.child_job_ids.value), route_strategy: inp.route_strategy.value, misfire_strategy: inp.misfire_strategy.value,
         block_strategy: inp.block_strategy.value, timeout_seconds: Number(inp.timeout_seconds.value || 0),
@@ -238,12 +220,14 @@ export async function renderForm(root, ctx) {
       };
       try {
         if (id) {
-          await api(`/jobs/${id}`, { method: "PATCH", body: { ...body, version: job.version } });
+          const r = await api(`/jobs/${id}`, { method: "PATCH", body: { ...body, version: job.version } });
           toast(t("Saved."));
+          for (const w of r.warnings || []) toast(w, "warn");
         } else {
           if (isScript(body.glue_type)) { body.glue_source = editor.value; body.glue_remark = inp.glue_remark.value || t("first version"); }
           const r = await api("/jobs", { method: "POST", body });
           toast(t("Created job #{id}.", { id: r.job.id }));
+          for (const w of r.warnings || []) toast(w, "warn");
         }
         ctx.navigate("jobs", { group_id: body.group_id });
       } catch (ex) {
@@ -262,12 +246,7 @@ export async function renderForm(root, ctx) {
   h("section", { class: "card" }, h("h2", { text: t("Basics") }), h("div", { class: "form-grid cols" },
     field(t("Executor group"), inp.group_id), field(t("Name"), inp.name), field(t("Author"), inp.author),
     field(t("Alarm emails"), inp.alarm_emails, t("Comma-separated; they hear of failures.")))),
-  h("section", { class: "card" }, h("h2", { text: t("Schedule") }), h("div", { class: "schedule-grid" },
-    h("div", { class: "form-grid" }, field(t("Schedule type"), inp.type),
-      field(t("Expression"), inp.expression, t("CRON: Quartz with seconds, e.g. 0 0/5 * * * ?  ·  FIX_RATE/FIX_DELAY: 30s, 5m  ·  ONCE: 2026-12-01T08:00:00+08:00")),
-      field(t("Time zone"), inp.time_zone), tzList, field(t("Misfire"), inp.misfire_strategy),
-      h("label", { class: "check" }, inp.running, " ", t("Scheduled (start firing on save)"))),
-    h("div", { class: "preview-box" }, h("h3", { text: t("Next fire times") }), previewBox, previewErr))),
+  h("section", { class: "card" }, h("h2", { text: t("Schedule") }), sched.el),
   h("section", { class: "card" }, h("h2", { text: t("Task") }), h("div", { class: "form-grid cols" },
     field(t("Run mode"), inp.glue_type), field(t("Handler"), inp.handler), field(t("Parameter"), inp.params),
     field(t("Child jobs"), inp.child_job_ids, t("Job ids run after a success.")))
@@ -288,7 +267,6 @@ export async function renderForm(root, ctx) {
   root.append(h("div", { class: "page-head" }, h("h1", { text: id ? (ro ? t("Job #{id}", { id }) : t("Edit job #{id}", { id })) : t("New job") }),
     id ? h("span", { class: "muted", text: t("version {v} · updated {time}", { v: job.version, time: fmtTime(job.update_time) }) }) : null), form);
   syncGlue();
-  syncSchedule();
-  preview();
+  sched.start();
   if (!id) inp.name.focus();
 }
