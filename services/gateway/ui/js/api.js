@@ -62,6 +62,18 @@ export async function api(path, { method = "GET", body } = {}) {
   return res.json().catch(() => ({}));
 }
 
+// latest returns a reader like api() whose calls settle only while they are its newest: a call
+// answered after a later one was made never settles, so a list whose filter changed twice
+// quickly cannot show the answer to the first filter over the second's.
+export function latest() {
+  let seq = 0;
+  return (path, opts) => {
+    const mine = ++seq;
+    const never = new Promise(() => {});
+    return api(path, opts).then((r) => (mine === seq ? r : never), (e) => (mine === seq ? Promise.reject(e) : never));
+  };
+}
+
 // stream follows a server stream: it yields each message's result until the server ends the
 // response or signal aborts it.
 export async function* stream(path, signal) {

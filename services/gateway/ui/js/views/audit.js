@@ -1,6 +1,6 @@
 // The audit trail (admins only): who changed what, newest first, filtered by user, action, object
 // and time on the server, with page numbers.
-import { api, query } from "../api.js";
+import { api, latest, query } from "../api.js";
 import { h, fmtTime, field, select, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { fromInput } from "../tz.js";
@@ -68,10 +68,11 @@ export async function render(root, ctx) {
     box);
 
   const filtered = () => Object.values(f).some((el) => el.value);
+  const list = latest();
   async function load() {
     let r;
     try {
-      r = await api("/audit-events" + query({
+      r = await list("/audit-events" + query({
         username: f.user.value.trim(), action: f.action.value, resource: f.resource.value.trim(),
         start_time: fromInput(f.from.value)?.toISOString(), end_time: fromInput(f.to.value)?.toISOString(),
         page_size: size, skip: (state.page - 1) * size,

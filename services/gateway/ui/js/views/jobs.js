@@ -1,6 +1,6 @@
 // Jobs: the list with filters and pages, the create/edit form with a live preview of the next fire
 // times, and the row actions (run once, start/stop, copy, delete).
-import { api, query } from "../api.js";
+import { api, latest, query } from "../api.js";
 import { h, short, fmtTime, toast, modal, confirmDialog, field, select, badge, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
@@ -36,9 +36,10 @@ export async function renderList(root, ctx) {
     h("button", { class: "primary", type: "submit" }, t("Search"))),
     body);
 
+  const list = latest();
   async function load() {
     const size = Number(f.size.value);
-    const r = await api("/jobs" + query({
+    const r = await list("/jobs" + query({
       group_id: f.group.value, status: f.status.value, name: f.name.value, handler: f.handler.value, author: f.author.value,
       page_size: size, skip: (state.page - 1) * size,
     })).catch((e) => { body.replaceChildren(h("p", { class: "error", role: "alert", text: e.message })); return null; });

@@ -1,6 +1,6 @@
 // Runs: the log list with filters, a run's detail with its live output (the NDJSON tail stream),
 // kill, and clearing old runs.
-import { api, query, stream, uiConfig, traceURL } from "../api.js";
+import { api, latest, query, stream, uiConfig, traceURL } from "../api.js";
 import { h, short, fmtTime, fmtDuration, toast, modal, confirmDialog, field, select, badge, pager } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
@@ -70,10 +70,11 @@ export async function renderList(root, ctx) {
     h("button", { class: "primary", type: "submit" }, t("Search"))),
     body);
 
+  const list = latest();
   async function load() {
     let r;
     try {
-      r = await api("/logs" + query({
+      r = await list("/logs" + query({
         group_id: f.group.value, job_id: f.job.value, status: f.status.value, trigger_type: f.trigger.value,
         start_time: fromInput(f.from.value)?.toISOString(), end_time: fromInput(f.to.value)?.toISOString(),
         executor_address: f.addr.value.trim(), page_size: size, skip: (state.page - 1) * size,

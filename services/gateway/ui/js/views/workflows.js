@@ -1,7 +1,7 @@
 // Workflows: the list, the editor (the graph drawn as SVG, checked by the server while it is
 // edited), a workflow's instances, and an instance's view with each node's status, its run and
 // the kill, retry and mark-done operations.
-import { api, query } from "../api.js";
+import { api, latest, query } from "../api.js";
 import { h, short, fmtTime, fmtDuration, toast, modal, confirmDialog, field, select, badge, debounce } from "../dom.js";
 import { t } from "../i18n.js";
 import { loadGroups, allAllowed, defaultGroup, groupSelect, groupName } from "../groups.js";
@@ -72,10 +72,11 @@ export async function renderList(root, ctx) {
   let token = "";
   let rows = [];
 
+  const list = latest();
   async function load(more) {
     let r;
     try {
-      r = await api("/workflows" + query({ group_id: group.value, page_size: 50, page_token: more ? token : "" }));
+      r = await list("/workflows" + query({ group_id: group.value, page_size: 50, page_token: more ? token : "" }));
     } catch (e) { fill(body, h("p", { class: "error", role: "alert", text: e.message })); return; }
     rows = more ? rows.concat(r.workflows || []) : r.workflows || [];
     token = r.next_page_token || "";
