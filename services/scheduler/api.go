@@ -370,7 +370,7 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 		// unused.
 		return nil, status.FromContextError(err).Err()
 	}
-	f := &fire{job: j, fireMs: fireMs, trigType: tt, addresses: req.GetAddresses()}
+	f := &fire{job: j, fireMs: fireMs, kind: kindManual, trigType: tt, addresses: req.GetAddresses()}
 	if req.GetParams() != "" {
 		p := req.GetParams()
 		f.params = &p

@@ -136,7 +136,7 @@ func agent(t *testing.T, c *runCounter, configure func(*sdk.Config)) (*sdk.Execu
 func fireOf(clk clock.Clock, id, group int64, strategy route.Strategy) *fire {
 	now := clk.Now().UnixMilli()
 	return &fire{job: &jobRow{ID: id, GroupID: group, Handler: "count", GlueType: glueBean, Route: strategy},
-		fireMs: now, dueMs: now, trigType: triggerCron}
+		fireMs: now, dueMs: now, kind: kindScheduled, trigType: triggerCron}
 }
 
 // waitRecords waits until the fake logsvc holds a trigger record for each of ids and returns them.
@@ -336,7 +336,7 @@ func TestOverloadGivesUpPastTheMisfireThreshold(t *testing.T) {
 	drop := fireOf(clk, 2, group, route.First)
 	once := []*fire{fireOf(clk, 3, group, route.First), nil}
 	once[0].job.Misfire = misfireFireOnceNow
-	once[1] = &fire{job: once[0].job, fireMs: once[0].fireMs + 1, dueMs: once[0].dueMs + 1, trigType: triggerCron}
+	once[1] = &fire{job: once[0].job, fireMs: once[0].fireMs + 1, dueMs: once[0].dueMs + 1, kind: kindScheduled, trigType: triggerCron}
 	for _, f := range []*fire{drop, once[0], once[1]} {
 		s.dispatch(f, trace.Link{}, nil)
 	}

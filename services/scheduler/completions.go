@@ -539,7 +539,7 @@ func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jo
 		// The child's scheduled time is the parent's and its id names the parent, so its trigger
 		// id is the same however often this completion is handled, and not the id of the child's
 		// own fire at that time.
-		f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), parent: j.ID, trigType: triggerParent}
+		f := &fire{job: child, fireMs: c.GetScheduledUnixMs(), parent: j.ID, kind: kindChild, trigType: triggerParent}
 		due := s.clk.Now().UnixMilli()
 		if err := s.jobs.addPending(ctx, tx, f, due); err != nil {
 			return nil, err
@@ -626,7 +626,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 // before the delete (claims.done).
 func (l *engine) disarmPending(k pendingKey, deleted bool) {
 	for _, e := range l.ring.RemoveJob(k.job) {
-		if e.Value.pending && e.Value.key() == k {
+		if e.Value.kind.stored() && e.Value.key() == k {
 			if !deleted {
 				l.disarmEntry(e)
 			}

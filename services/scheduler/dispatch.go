@@ -21,9 +21,11 @@ import (
 
 // fire is one firing of a job on its way to executors.
 type fire struct {
-	job      *jobRow
-	fireMs   int64       // scheduled time, Unix ms: part of the trigger id
-	trigType triggerType // why the fire runs: its kind
+	job    *jobRow
+	fireMs int64 // scheduled time, Unix ms: part of the trigger id
+	// kind is what the fire is to the scheduler: where it is kept until it settles (settle).
+	kind     fireKind
+	trigType triggerType // what its records say it is
 	attempt  int32
 	// parent is the job whose run fired this one as its child (a PARENT fire, and its retries),
 	// 0 otherwise: part of the trigger id, as the child's own schedule may have fireMs too.
@@ -37,18 +39,92 @@ type fire struct {
 	// lead is the leadership that armed the fire (nil for manual triggers): it is not dispatched
 	// once that leadership is lost, and is settled (owed or pending) when it leaves the ring.
 	lead *engine
-	// pending: a retry or child fire kept in pending_fires until dispatched; otherwise a
-	// scheduled fire tracked in lead.owed.
-	pending bool
 	// dueMs is when the fire is due to start, Unix ms: its ring time (0 for manual triggers).
 	// The ring hands fires over up to DispatchLead before it (dispatchScheduled).
 	dueMs int64
 	// wf is the workflow node a workflow's fire runs, nil for other fires.
 	wf *wfFire
-	// skip, when set, is why the fire does not run (a late fire its job's misfire strategy
-	// skipped): a pending fire whose SKIPPED record, carrying skip, is delivered when it comes
-	// due, in place of a Run (skipFire).
+	// skip is why a kindSkipped fire does not run (its job's misfire strategy skipped it late):
+	// its SKIPPED record, carrying skip, is delivered when it comes due, in place of a Run
+	// (skipFire).
 	skip string
+}
+
+// fireKind is what a fire is to the scheduler, which says where it is kept from the decision
+// that makes it until it settles (settle), and so how the next leader finds it if this one dies.
+// Its trigger type is what its records say: a kindRefire fire says CRON, or MISFIRE for a
+// takeover's run now; a kindNode fire says the workflow's trigger type, or RETRY.
+type fireKind uint8
+
+const (
+	// kindScheduled is a fire of the job's own schedule, armed by the pre-read: owed by its
+	// engine (engine.owed) until it settles. A next leader walks the schedule again from the
+	// partition's saved cursor.
+	kindScheduled fireKind = iota + 1
+	// kindRefire is a scheduled fire an earlier leader armed and that a takeover arms again
+	// (takeOverOnce): owed like kindScheduled, and possibly pinned to the executor that may hold it.
+	kindRefire
+	// kindManual is a manual or API trigger, dispatched by the replica that took the call: nothing
+	// keeps it; the caller hears how it went.
+	kindManual
+	// kindRetry is a failed fire's next attempt.
+	kindRetry
+	// kindChild is a child job's fire after its parent's success.
+	kindChild
+	// kindNode is a workflow node's fire (and its retries).
+	kindNode
+	// kindOnceNow is the one run now of a job whose fires came later than the misfire threshold
+	// (FIRE_ONCE_NOW), decided by the pre-read.
+	kindOnceNow
+	// kindSkipped is a late fire its job's misfire strategy skips: only its SKIPPED record is
+	// delivered.
+	kindSkipped
+)
+
+// owed reports whether fires of kind k are kept in their engine's owed set until they settle.
+func (k fireKind) owed() bool { return k == kindScheduled || k == kindRefire }
+
+// stored reports whether fires of kind k are kept in pending_fires until logsvc has their
+// records: their row was written with the decision that made them.
+func (k fireKind) stored() bool { return k >= kindRetry }
+
+// String names the kind in logs and test failures.
+func (k fireKind) String() string {
+	switch k {
+	case kindScheduled:
+		return "scheduled"
+	case kindRefire:
+		return "re-fire"
+	case kindManual:
+		return "manual"
+	case kindRetry:
+		return "retry"
+	case kindChild:
+		return "child"
+	case kindNode:
+		return "workflow node"
+	case kindOnceNow:
+		return "misfire run now"
+	case kindSkipped:
+		return "skipped"
+	}
+	return fmt.Sprintf("fireKind(%d)", uint8(k))
+}
+
+// storedKind is the kind of a fire read back from pending_fires: a row with a skip reason is a
+// skipped fire's, one with a workflow node a node's; the others by their trigger type.
+func storedKind(tt triggerType, node, skipped bool) fireKind {
+	switch {
+	case skipped:
+		return kindSkipped
+	case node:
+		return kindNode
+	case tt == triggerRetry:
+		return kindRetry
+	case tt == triggerMisfire:
+		return kindOnceNow
+	}
+	return kindChild // PARENT: the only other decision that stores a fire
 }
 
 // TriggerID is the deterministic id of a job's own fire (not a child fire: see triggerid): the
@@ -73,7 +149,7 @@ func (s *Service) onFire(due []ringEntry) {
 	var skips []*fire
 	for _, e := range due {
 		e.Value.dueMs = e.FireAt
-		if e.Value.skip != "" {
+		if e.Value.kind == kindSkipped {
 			skips = append(skips, e.Value)
 			continue
 		}
@@ -128,7 +204,7 @@ func (s *Service) sendsEarly(f *fire) bool {
 // submit queues a fire on the fast pool, or the slow one for jobs whose dispatch has been slow.
 // A full pool is recorded as a trigger failure, never dropped silently.
 func (s *Service) submit(f *fire) {
-	if f.skip != "" {
+	if f.kind == kindSkipped {
 		s.skipFire(f)
 		return
 	}

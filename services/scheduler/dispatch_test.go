@@ -90,7 +90,7 @@ func TestBroadcastShardsGoOutTogether(t *testing.T) {
 	s.groups.groups[group] = groupEntry{fetched: time.Now(), g: &registryv1.ExecutorGroup{Id: group,
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addrA, addrB}}}
 	f := &fire{job: &jobRow{ID: 1, GroupID: group, Handler: "h", Route: route.ShardingBroadcast},
-		fireMs: time.Now().UnixMilli(), trigType: triggerCron}
+		fireMs: time.Now().UnixMilli(), kind: kindScheduled, trigType: triggerCron}
 	done := make(chan []string, 1)
 	s.dispatch(f, trace.Link{}, func(ids []string) { done <- ids })
 	for _, e := range []*gatedExecutor{a, b} {
@@ -131,7 +131,7 @@ func TestHeldRunDoesNotHoldAWorker(t *testing.T) {
 	lead := &engine{owed: newOwed()}
 	fireTo := func(group int64) *fire {
 		f := &fire{job: &jobRow{ID: group, GroupID: group, Handler: "h", Route: route.First},
-			fireMs: time.Now().UnixMilli(), trigType: triggerCron, lead: lead}
+			fireMs: time.Now().UnixMilli(), kind: kindScheduled, trigType: triggerCron, lead: lead}
 		lead.owed.arm(f.job.ID, f.fireMs)
 		return f
 	}
@@ -179,7 +179,7 @@ func TestLostLeadershipKeepsQueuedFiresOwed(t *testing.T) {
 	lead := &engine{owed: newOwed()}
 	fireOf := func(job int64) *fire {
 		f := &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: route.First},
-			fireMs: time.Now().UnixMilli(), trigType: triggerCron, lead: lead}
+			fireMs: time.Now().UnixMilli(), kind: kindScheduled, trigType: triggerCron, lead: lead}
 		lead.owed.arm(job, f.fireMs)
 		return f
 	}

@@ -429,7 +429,7 @@ func (l *engine) takeOverOnce(ctx context.Context) error {
 		var mine []*fire
 		for t := aj.armedFrom; t != 0 && (aj.NextFireMs == 0 || t < aj.NextFireMs); t = nextAfter(sch, time.UnixMilli(t)) {
 			if t >= oldest {
-				mine = append(mine, &fire{job: aj.jobRow, fireMs: t, trigType: triggerCron, lead: l})
+				mine = append(mine, &fire{job: aj.jobRow, fireMs: t, kind: kindRefire, trigType: triggerCron, lead: l})
 			}
 			if aj.NextFireMs == 0 {
 				break // FIX_DELAY or ONCE: the armed fire was the only one

@@ -98,11 +98,11 @@ func planMisfires(strategy misfireStrategy, owed []int64, nowMs int64, threshold
 func misfireFires(j *jobRow, p misfirePlan, nowMs int64, threshold time.Duration) (onceNow *fire, skipped []skippedFire) {
 	strategy := j.Misfire
 	if p.onceNowMs != 0 {
-		onceNow = &fire{job: j, fireMs: p.onceNowMs, trigType: triggerMisfire}
+		onceNow = &fire{job: j, fireMs: p.onceNowMs, kind: kindOnceNow, trigType: triggerMisfire}
 	}
 	for _, t := range p.skip {
 		skipped = append(skipped, skippedFire{
-			f:   &fire{job: j, fireMs: t, trigType: triggerCron},
+			f:   &fire{job: j, fireMs: t, kind: kindSkipped, trigType: triggerCron},
 			why: misfireReason(strategy, j.ID, t, p.onceNowMs, nowMs, threshold),
 		})
 	}
@@ -135,7 +135,6 @@ func (m *misfired) store(ctx context.Context, st engineStore, tx *sql.Tx, advanc
 	kept := m.onceNow[:0]
 	for _, f := range m.onceNow {
 		if advanced[f.job.ID] {
-			f.pending = true
 			rows = append(rows, dueFire{f: f, due: nowMs})
 			kept = append(kept, f)
 		}
@@ -144,7 +143,7 @@ func (m *misfired) store(ctx context.Context, st engineStore, tx *sql.Tx, advanc
 	skipped := m.skipped[:0]
 	for _, sk := range m.skipped {
 		if advanced[sk.f.job.ID] {
-			sk.f.pending, sk.f.skip = true, sk.why
+			sk.f.skip = sk.why
 			rows = append(rows, dueFire{f: sk.f, due: nowMs})
 			skipped = append(skipped, sk)
 		}

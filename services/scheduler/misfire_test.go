@@ -154,11 +154,11 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	var skip *fire
 	for _, e := range l.ring.RemoveJob(doNothing) {
 		switch {
-		case e.Value.skip != "" && skip == nil:
+		case e.Value.kind == kindSkipped && skip == nil:
 			skip = e.Value
-			if e.FireAt != nowMs || skip.fireMs != lateMs || !skip.pending || skip.trigType != triggerCron {
-				t.Errorf("skipped fire armed at %d for the fire at %d (%v, pending %v), want a pending CRON fire due now (%d) for the late fire at %d",
-					e.FireAt, skip.fireMs, skip.trigType, skip.pending, nowMs, lateMs)
+			if e.FireAt != nowMs || skip.fireMs != lateMs || skip.skip == "" || skip.trigType != triggerCron {
+				t.Errorf("skipped fire armed at %d for the fire at %d (%v, why %q), want a CRON fire due now (%d) for the late fire at %d, with why",
+					e.FireAt, skip.fireMs, skip.trigType, skip.skip, nowMs, lateMs)
 			}
 		case e.Value.fireMs < nowMs:
 			t.Errorf("DO_NOTHING job: a fire at %d (%v) armed, want only fires from now on", e.Value.fireMs, e.Value.trigType)
@@ -173,9 +173,9 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 		switch {
 		case e.Value.trigType == triggerMisfire && run == nil:
 			run = e.Value
-			if e.FireAt != nowMs || run.fireMs != lateMs || !run.pending {
-				t.Errorf("run now armed at %d for the fire at %d (pending %v), want due now (%d), for the late fire at %d, pending",
-					e.FireAt, run.fireMs, run.pending, nowMs, lateMs)
+			if e.FireAt != nowMs || run.fireMs != lateMs || run.kind != kindOnceNow {
+				t.Errorf("run now armed at %d for the fire at %d (%v), want due now (%d), for the late fire at %d, a %v",
+					e.FireAt, run.fireMs, run.kind, nowMs, lateMs, kindOnceNow)
 			}
 		case e.Value.fireMs < nowMs:
 			t.Errorf("FIRE_ONCE_NOW job: a %v fire at %d armed, want one MISFIRE run and fires from now on", e.Value.trigType, e.Value.fireMs)
@@ -213,7 +213,7 @@ func TestPreReadMisfiresFollowTheJobsStrategy(t *testing.T) {
 	}
 	var again *fire
 	for _, e := range next.ring.RemoveJob(doNothing) {
-		if e.Value.skip != "" {
+		if e.Value.kind == kindSkipped {
 			again = e.Value
 			again.dueMs = e.FireAt
 		}

@@ -128,7 +128,7 @@ func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64)
 		wf = string(b)
 	}
 	var skip any
-	if f.skip != "" {
+	if f.kind == kindSkipped {
 		skip = f.skip
 	}
 	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
@@ -210,6 +210,7 @@ func scanPending(rows *sql.Rows) ([]*fire, []int64, error) {
 			return nil, nil, storeErr(err, "read pending fires")
 		}
 		f.trigType, f.skip = tt, skip.String
+		f.kind = storedKind(tt, wf.Valid, skip.Valid)
 		if f.shard < 0 {
 			f.shard, f.shardTotal = 0, 0
 		}
@@ -222,7 +223,7 @@ func scanPending(rows *sql.Rows) ([]*fire, []int64, error) {
 				return nil, nil, fmt.Errorf("read pending fires: workflow node of job %d: %w", j.ID, err)
 			}
 		}
-		f.job, f.pending = &j, true
+		f.job = &j
 		fires, dues = append(fires, &f), append(dues, due)
 	}
 	if err := rows.Err(); err != nil {
@@ -317,7 +318,7 @@ func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int
 
 // armPending arms a pending fire at dueMs unless this leadership already has.
 func (l *engine) armPending(f *fire, dueMs int64) {
-	f.lead, f.pending = l, true
+	f.lead = l
 	k := f.key()
 	if !l.claims.claim(k) {
 		return
@@ -341,20 +342,22 @@ func (s *Service) armOnLeader(f *fire, dueMs int64) {
 // then.
 func (s *Service) settle(f *fire) {
 	f.lead.unpin(f.key())
-	if !f.pending {
+	switch {
+	case f.kind.owed():
 		f.lead.owed.done(f.job.ID, f.fireMs)
-		return
+	case f.kind.stored():
+		s.rowAcks.settle(f.lead, f)
 	}
-	s.rowAcks.settle(f.lead, f)
 }
 
 // disarmEntry takes back a fire removed from the ring without dispatching it.
 func (l *engine) disarmEntry(e ringEntry) {
-	if e.Value.pending {
+	switch k := e.Value.kind; {
+	case k.stored():
 		l.claims.release(e.Value.key())
-		return
+	case k.owed():
+		l.owed.done(e.JobID, e.FireAt)
 	}
-	l.owed.done(e.JobID, e.FireAt)
 }
 
 // takeOverPending deletes the pending fires the previous leader dispatched: those whose trigger
@@ -402,7 +405,7 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 		}
 		unrecorded := make(map[string]bool, len(resp.GetUnrecordedTriggerIds()))
 		for _, id := range resp.GetUnrecordedTriggerIds() {
-			if f := byID[id]; f != nil && f.skip == "" { // a skipped fire never ran: nothing to rebuild
+			if f := byID[id]; f != nil && f.kind != kindSkipped { // a skipped fire never ran: nothing to rebuild
 				unrecorded[id] = true
 				rebuild(f, "")
 			}
@@ -419,7 +422,7 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 			gone++
 		}
 		for _, id := range ids {
-			if !known[id] && byID[id].skip == "" { // a skipped fire was never sent: no executor to ask
+			if !known[id] && byID[id].kind != kindSkipped { // a skipped fire was never sent: no executor to ask
 				unknown[byID[id].job.GroupID] = append(unknown[byID[id].job.GroupID], id)
 			}
 		}
@@ -442,7 +445,7 @@ func (l *engine) takeOverPending(ctx context.Context) error {
 				l.pin(f.key(), ex[0].addr)
 				pinned++
 			case l.claims.claim(f.key()): // the pre-read does not arm it meanwhile
-				f.lead, f.pending = l, true
+				f.lead = l
 				doubts = append(doubts, &doubt{f: f, id: id, cands: slices.Clone(ex)})
 			}
 		}
@@ -462,7 +465,7 @@ func pendingRetry(j *jobRow, c *logsv1.Completion) *fire {
 	params := c.GetParams()
 	id, _ := triggerid.Parse(c.GetTriggerId())
 	f := &fire{job: j, fireMs: c.GetScheduledUnixMs(), parent: id.Parent, trigType: triggerRetry,
-		attempt: c.GetAttempt() + 1, params: &params, pending: true}
+		kind: kindRetry, attempt: c.GetAttempt() + 1, params: &params}
 	if c.GetShardTotal() > 1 {
 		f.shard, f.shardTotal = c.GetShardIndex(), c.GetShardTotal()
 	}

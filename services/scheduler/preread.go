@@ -209,7 +209,7 @@ func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) erro
 			old := e.Value.job
 			// A retry or child fire outlives a stop or a new schedule (as a manual trigger
 			// would); a scheduled fire does not.
-			if !e.Value.pending && (j.Status != jobRunning || j.ScheduleType != old.ScheduleType ||
+			if e.Value.kind.owed() && (j.Status != jobRunning || j.ScheduleType != old.ScheduleType ||
 				j.ScheduleExpr != old.ScheduleExpr || j.TimeZone != old.TimeZone) {
 				l.disarmEntry(e)
 				continue
@@ -245,7 +245,7 @@ func firesInWindow(j *jobRow, sch *schedule.Schedule, now time.Time, horizon int
 			}
 			continue
 		}
-		fires = append(fires, &fire{job: j, fireMs: t, trigType: triggerCron})
+		fires = append(fires, &fire{job: j, fireMs: t, kind: kindScheduled, trigType: triggerCron})
 		last = t
 		if sch.Type() == schedule.FixDelay {
 			return fires, onceNow, skipped, last, 0 // the next fire is set when this one completes

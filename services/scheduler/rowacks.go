@@ -63,7 +63,7 @@ func newRowAcks(s *Service) *rowAcks {
 // expect notes that pending fire f's row waits for the record of trigger id, about to be
 // queued; a fire of no leadership or not pending has no row to wait.
 func (a *rowAcks) expect(f *fire, id string) {
-	if f == nil || !f.pending || f.lead == nil {
+	if f == nil || !f.kind.stored() || f.lead == nil {
 		return
 	}
 	k := f.key()

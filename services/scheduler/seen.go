@@ -220,7 +220,7 @@ func (l *engine) resolveDoubts(ctx context.Context, ds []*doubt) {
 // doubtSettled ends a fire in doubt that is not to be re-fired: a scheduled one is no longer
 // owed, a pending one's row goes once logsvc has the record just sent about it.
 func (l *engine) doubtSettled(d *doubt) {
-	if !d.f.pending {
+	if !d.f.kind.stored() {
 		l.owed.done(d.f.job.ID, d.f.fireMs)
 		return
 	}
@@ -232,7 +232,7 @@ func (l *engine) doubtArmed(d *doubt) {
 	if len(d.cands) == 1 {
 		l.pin(d.f.key(), d.cands[0].addr)
 	}
-	if !d.f.pending {
+	if !d.f.kind.stored() {
 		l.ring.Add(ringEntry{JobID: d.f.job.ID, FireAt: d.f.fireMs, Value: d.f})
 		return
 	}

@@ -27,7 +27,7 @@ func (discardExporter) Shutdown(context.Context) error                          
 func BenchmarkTraceFire(b *testing.B) {
 	s := &Service{clk: clock.Real()}
 	f := &fire{job: &jobRow{ID: 7, GroupID: 3, Route: route.First}, fireMs: time.Now().UnixMilli(),
-		trigType: triggerCron}
+		kind: kindScheduled, trigType: triggerCron}
 	t := route.Target{Address: "10.0.0.1:9999", ShardTotal: 1}
 	one := func() {
 		ctx, span := s.startFire(f, trace.Link{})

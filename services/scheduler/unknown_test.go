@@ -79,7 +79,7 @@ func TestHeldRunIsRecordedUnknown(t *testing.T) {
 		AddressType: registryv1.AddressType_ADDRESS_TYPE_MANUAL, Addresses: []string{addr}}}
 	fireOf := func(job int64) *fire {
 		return &fire{job: &jobRow{ID: job, GroupID: group, Handler: "h", Route: route.First},
-			fireMs: time.Now().UnixMilli(), trigType: triggerCron}
+			fireMs: time.Now().UnixMilli(), kind: kindScheduled, trigType: triggerCron}
 	}
 	recordOf := func(what string) *logsv1.TriggerRecord {
 		t.Helper()

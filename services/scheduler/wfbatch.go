@@ -141,7 +141,9 @@ func (s store) addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error 
 		if f.params != nil {
 			params[i], hasParams[i] = *f.params, true
 		}
-		skips[i] = f.skip
+		if f.kind == kindSkipped {
+			skips[i] = f.skip
+		}
 		if f.wf != nil {
 			b, err := json.Marshal(f.wf)
 			if err != nil {

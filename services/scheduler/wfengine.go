@@ -286,7 +286,7 @@ func (s *Service) nodeFire(g *workflow.Graph, in *instanceRow, n int, j *jobRow,
 	for i := range in.Nodes {
 		outs[i] = in.Nodes[i].Outputs
 	}
-	f := &fire{job: j, fireMs: in.ScheduledMs, attempt: attempt, trigType: tt, pending: true,
+	f := &fire{job: j, fireMs: in.ScheduledMs, attempt: attempt, kind: kindNode, trigType: tt,
 		wf: &wfFire{ID: in.WorkflowID, Node: int32(n), NodeID: node.ID, Context: g.Context(n, in.Params, outs),
 			TimeoutSeconds: node.TimeoutSeconds}}
 	if node.Params != nil {
