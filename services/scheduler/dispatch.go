@@ -111,8 +111,24 @@ func (k fireKind) String() string {
 	return fmt.Sprintf("fireKind(%d)", uint8(k))
 }
 
-// storedKind is the kind of a fire read back from pending_fires: a row with a skip reason is a
-// skipped fire's, one with a workflow node a node's; the others by their trigger type.
+// noKind is the panic of a fire an engine keeps, built without its kind: a programming error
+// that would otherwise leave it owed, or its row claimed, for the engine's life.
+func noKind(f *fire) string {
+	return fmt.Sprintf("scheduler: fire %s of job %d has no kind (%v)", f.key().triggerID(), f.job.ID, f.kind)
+}
+
+// skipReason is what a kindSkipped fire's row stores as its skip reason: never empty, as a row
+// without one is read back as a fire to run (storedKind).
+func (f *fire) skipReason() string {
+	if f.skip == "" {
+		return "skipped by its job's misfire strategy"
+	}
+	return f.skip
+}
+
+// storedKind is the kind of a fire read back from pending_fires: a row with a skip reason
+// (skipReason) is a skipped fire's, one with a workflow node a node's; the others by their
+// trigger type.
 func storedKind(tt triggerType, node, skipped bool) fireKind {
 	switch {
 	case skipped:

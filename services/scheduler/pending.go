@@ -129,7 +129,7 @@ func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64)
 	}
 	var skip any
 	if f.kind == kindSkipped {
-		skip = f.skip
+		skip = f.skipReason()
 	}
 	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
 		trigger_type, fire_params, due_ms, parent_job_id, wf_id, wf_node, wf, skip_reason)
@@ -347,6 +347,8 @@ func (s *Service) settle(f *fire) {
 		f.lead.owed.done(f.job.ID, f.fireMs)
 	case f.kind.stored():
 		s.rowAcks.settle(f.lead, f)
+	default:
+		panic(noKind(f))
 	}
 }
 
@@ -357,6 +359,8 @@ func (l *engine) disarmEntry(e ringEntry) {
 		l.claims.release(e.Value.key())
 	case k.owed():
 		l.owed.done(e.JobID, e.FireAt)
+	default:
+		panic(noKind(e.Value))
 	}
 }
 

@@ -217,14 +217,11 @@ func (l *engine) resolveDoubts(ctx context.Context, ds []*doubt) {
 	}
 }
 
-// doubtSettled ends a fire in doubt that is not to be re-fired: a scheduled one is no longer
-// owed, a pending one's row goes once logsvc has the record just sent about it.
+// doubtSettled ends a fire in doubt that is not to be re-fired, as any fire leaving for good
+// (settle): a scheduled one is no longer owed, a pending one's row goes once logsvc has the
+// record just sent about it.
 func (l *engine) doubtSettled(d *doubt) {
-	if !d.f.kind.stored() {
-		l.owed.done(d.f.job.ID, d.f.fireMs)
-		return
-	}
-	l.s.rowAcks.settle(l, d.f)
+	l.s.settle(d.f)
 }
 
 // doubtArmed re-fires a fire that at most one executor may hold: pinned to that one, if any.
@@ -232,12 +229,15 @@ func (l *engine) doubtArmed(d *doubt) {
 	if len(d.cands) == 1 {
 		l.pin(d.f.key(), d.cands[0].addr)
 	}
-	if !d.f.kind.stored() {
+	switch k := d.f.kind; {
+	case k.owed():
 		l.ring.Add(ringEntry{JobID: d.f.job.ID, FireAt: d.f.fireMs, Value: d.f})
-		return
+	case k.stored():
+		l.claims.release(d.f.key())
+		l.armPending(d.f, l.s.clk.Now().UnixMilli())
+	default:
+		panic(noKind(d.f))
 	}
-	l.claims.release(d.f.key())
-	l.armPending(d.f, l.s.clk.Now().UnixMilli())
 }
 
 // recordUnknown records that the scheduler does not know whether a fire (its first shard) ran.

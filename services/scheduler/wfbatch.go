@@ -142,7 +142,7 @@ func (s store) addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error 
 			params[i], hasParams[i] = *f.params, true
 		}
 		if f.kind == kindSkipped {
-			skips[i] = f.skip
+			skips[i] = f.skipReason()
 		}
 		if f.wf != nil {
 			b, err := json.Marshal(f.wf)
