@@ -24,9 +24,10 @@ import (
 )
 
 var (
-	latNodesFlag = flag.Int("wf-lat-nodes", 1000, "workflow nodes per second in BenchmarkWorkflowNodeLatency (two per A → B chain firing every second)")
-	latRunFlag   = flag.Duration("wf-lat-run", 20*time.Second, "how long BenchmarkWorkflowNodeLatency measures")
-	latPprofFlag = flag.String("wf-lat-pprof", "", "`directory` where BenchmarkWorkflowNodeLatency writes 10 s CPU profiles of each replica and of the test process (agent, logsvc, registry, etcd), taken mid-measurement; empty takes none")
+	latNodesFlag    = flag.Int("wf-lat-nodes", 1000, "workflow nodes per second in BenchmarkWorkflowNodeLatency (two per A → B chain firing every second)")
+	latRunFlag      = flag.Duration("wf-lat-run", 20*time.Second, "how long BenchmarkWorkflowNodeLatency measures")
+	latReplicasFlag = flag.Int("wf-lat-replicas", nReplicas, "scheduler replicas in BenchmarkWorkflowNodeLatency (each its own process, sharing the partitions)")
+	latPprofFlag    = flag.String("wf-lat-pprof", "", "`directory` where BenchmarkWorkflowNodeLatency writes 10 s CPU profiles of each replica and of the test process (agent, logsvc, registry, etcd), taken mid-measurement; empty takes none")
 )
 
 // latWarmup is how long after the workflows are created the measurement starts: their first
@@ -35,8 +36,8 @@ const latWarmup = 5 * time.Second
 
 // BenchmarkWorkflowNodeLatency measures issue 25's node-to-next-node latency: from a node's
 // completion to its downstream node's handler start, at 1,000 workflow nodes per second, on 3
-// scheduler replicas sharing 16 partitions (so a node's job is usually led by another replica
-// than the one that decides its instance). The load is chains A → B firing every second; both
+// scheduler replicas (-wf-lat-replicas) sharing 16 partitions (so a node's job is usually led by
+// another replica than the one that decides its instance). The load is chains A → B firing every second; both
 // nodes run the counting agent's no-op handler, which records when each fire reached it and
 // returns at once, so A's completion is its arrival plus the handler's few microseconds, and
 // the latency is B's arrival minus A's: the agent's result to logsvc, logsvc's completion
@@ -46,9 +47,9 @@ const latWarmup = 5 * time.Second
 //
 // Run it with:
 //
-//	go test ./internal/failover -run '^$' -bench BenchmarkWorkflowNodeLatency -benchtime 1x -v [-args -wf-lat-nodes=N -wf-lat-run=D]
+//	go test ./internal/failover -run '^$' -bench BenchmarkWorkflowNodeLatency -benchtime 1x -v [-args -wf-lat-nodes=N -wf-lat-run=D -wf-lat-replicas=R]
 func BenchmarkWorkflowNodeLatency(b *testing.B) {
-	nodes, run := *latNodesFlag, *latRunFlag
+	nodes, run, replicas := *latNodesFlag, *latRunFlag, max(*latReplicasFlag, 1)
 	chains := max(nodes/2, 1)
 	h := newHarness(b)
 	c := h.c
@@ -66,7 +67,7 @@ func BenchmarkWorkflowNodeLatency(b *testing.B) {
 			return []string{"--pprof-addr", addr}
 		}
 	}
-	for i := range nReplicas {
+	for i := range replicas {
 		c.start(fmt.Sprintf("r%d", i+1))
 	}
 	c.waitOwners(30*time.Second, everyPartitionLed)
@@ -107,7 +108,7 @@ func BenchmarkWorkflowNodeLatency(b *testing.B) {
 	from := time.Now().Add(latWarmup)
 	until := from.Add(run)
 	b.Logf("%d chains A → B every 1s (%d nodes/s) on %d replicas, %d partitions; measuring instances scheduled %s–%s",
-		chains, 2*chains, nReplicas, partitions, from.Format("15:04:05"), until.Format("15:04:05"))
+		chains, 2*chains, replicas, partitions, from.Format("15:04:05"), until.Format("15:04:05"))
 	b.ResetTimer()
 	if *latPprofFlag != "" {
 		profileMidway(b, *latPprofFlag, from.Add(run/2-5*time.Second), c.token, pprofAddrs)
