@@ -195,18 +195,43 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 			}
 		}
 	}()
+	// A reader takes messages off the stream while a batch is applied, so that the next batch
+	// is all that arrived meanwhile: logsvc sends a message per write cycle it commits, and
+	// applying them one transaction each fell ever further behind a busy logsvc.
+	msgs := make(chan []*logsv1.Completion, maxQueuedCompletionMsgs)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if cs := resp.GetCompletions(); len(cs) > 0 {
+				select {
+				case msgs <- cs:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
 	for {
-		resp, err := st.Recv()
-		if err != nil {
+		var cs []*logsv1.Completion
+		select {
+		case cs = <-msgs:
+		case err := <-recvErr:
 			if cause := context.Cause(ctx); errors.Is(cause, errRestart) {
 				return cause
 			}
 			return err
+		case <-ctx.Done(): // the session is cut (a restart); the reader may have ended unheard
+			if cause := context.Cause(ctx); errors.Is(cause, errRestart) {
+				return cause
+			}
+			return ctx.Err()
 		}
-		cs := resp.GetCompletions()
-		if len(cs) == 0 {
-			continue
-		}
+		cs = gatherCompletions(cs, msgs, maxCompletionBatch)
 		if err := s.handleCompletions(ctx, cs); err != nil {
 			return err
 		}
@@ -258,6 +283,28 @@ func (s *Service) behindStream(at int64) bool {
 		}
 	}
 	return false
+}
+
+// maxQueuedCompletionMsgs bounds the completion messages read ahead of the batch being applied
+// (then the stream's flow control holds logsvc back); maxCompletionBatch is the size from which
+// a batch takes no more of them.
+const (
+	maxQueuedCompletionMsgs = 64
+	maxCompletionBatch      = 2000
+)
+
+// gatherCompletions appends to cs, in order, the messages msgs holds now, until cs has limit
+// completions or more.
+func gatherCompletions(cs []*logsv1.Completion, msgs <-chan []*logsv1.Completion, limit int) []*logsv1.Completion {
+	for len(cs) < limit {
+		select {
+		case more := <-msgs:
+			cs = append(cs, more...)
+		default:
+			return cs
+		}
+	}
+	return cs
 }
 
 // handleCompletions applies one batch for the partitions this replica leads, in one transaction

@@ -497,3 +497,37 @@ func TestCompletionStartPassesOverPartitionsThatNeverActed(t *testing.T) {
 		})
 	}
 }
+
+// TestGatherCompletionsTakesWhatArrived: the completion messages that arrived while a batch was
+// applied make the next batch, in order, up to the cap; none is waited for.
+func TestGatherCompletionsTakesWhatArrived(t *testing.T) {
+	t.Parallel()
+	msg := func(from, n int64) []*logsv1.Completion {
+		var cs []*logsv1.Completion
+		for c := from; c < from+n; c++ {
+			cs = append(cs, &logsv1.Completion{Cursor: c})
+		}
+		return cs
+	}
+	cursors := func(cs []*logsv1.Completion) []int64 {
+		var out []int64
+		for _, c := range cs {
+			out = append(out, c.GetCursor())
+		}
+		return out
+	}
+	msgs := make(chan []*logsv1.Completion, 4)
+	msgs <- msg(3, 2)
+	msgs <- msg(5, 3)
+	msgs <- msg(8, 1)
+	got := gatherCompletions(msg(1, 2), msgs, 6)
+	if want := []int64{1, 2, 3, 4, 5, 6, 7}; !slices.Equal(cursors(got), want) {
+		t.Fatalf("gathered %v, want %v (messages up to the cap of 6, whole)", cursors(got), want)
+	}
+	if got := gatherCompletions(nil, msgs, 6); !slices.Equal(cursors(got), []int64{8}) {
+		t.Fatalf("next gather %v, want [8]", cursors(got))
+	}
+	if got := gatherCompletions(msg(9, 1), msgs, 6); !slices.Equal(cursors(got), []int64{9}) {
+		t.Fatalf("with nothing queued: %v, want [9] at once", cursors(got))
+	}
+}

@@ -36,8 +36,10 @@ type executorState struct {
 	free      int32     // run slots free at loadAt, less the fires sent since (take)
 	loadAt    time.Time // when free was learnt; zero for never (an executor older than load)
 	// backoff is how long fires waiting for it wait before the next try: it doubles while the
-	// executor is full or unreachable, and is 0 once it has room.
+	// executor is full or unreachable, and is 0 once it has room. fullAt is when a refusal for
+	// want of room last doubled it.
 	backoff time.Duration
+	fullAt  time.Time
 	seen    time.Time // last answer or failure, for prune
 }
 
@@ -87,14 +89,19 @@ func (h *executorHealth) answered(addr string, load *executorv1.ExecutorLoad) {
 	}
 }
 
-// full records that addr refused a fire for want of room.
+// full records that addr refused a fire for want of room. The pause doubles once per pause: the
+// refusals of one Run answer (a burst it had no room for) are one, not one each, which would
+// have made the first pause the longest.
 func (h *executorHealth) full(addr string) {
 	now := h.clk.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.stateLocked(addr, now)
 	st.free, st.loadAt = 0, now
-	st.backOffLocked()
+	if st.backoff == 0 || now.Sub(st.fullAt) >= st.backoff {
+		st.backOffLocked()
+		st.fullAt = now
+	}
 }
 
 // backOffLocked doubles the pause before the next try, within [minRetry, maxRetry].

@@ -188,3 +188,32 @@ func TestRoutingPassesOverUnreachableAndFullExecutors(t *testing.T) {
 		t.Fatalf("all unreachable: usable %v, want all (the answers tell)", got)
 	}
 }
+
+// TestFullExecutorPauseGrowsPerPause: the refusals of one answer (a burst the executor had no
+// room for) start the shortest pause, not one doubled per refused fire; it doubles when the
+// executor is still full after it, and ends once the executor says it has room.
+func TestFullExecutorPauseGrowsPerPause(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC))
+	h := newExecutorHealth(clk)
+	for range 50 {
+		h.full("a:1")
+	}
+	if got := h.retryIn("a:1"); got != minRetry {
+		t.Fatalf("after one answer's 50 refusals: pause %v, want %v", got, minRetry)
+	}
+	clk.Advance(minRetry)
+	h.full("a:1")
+	h.full("a:1")
+	if got := h.retryIn("a:1"); got != 2*minRetry {
+		t.Fatalf("still full after the pause: pause %v, want %v", got, 2*minRetry)
+	}
+	h.answered("a:1", &executorv1.ExecutorLoad{Capacity: 4, Free: 1})
+	if got := h.retryIn("a:1"); got != 0 {
+		t.Fatalf("after an answer with room: pause %v, want 0", got)
+	}
+	h.full("a:1")
+	if got := h.retryIn("a:1"); got != minRetry {
+		t.Fatalf("full again: pause %v, want %v", got, minRetry)
+	}
+}

@@ -46,9 +46,13 @@ type Config[T, Req, Resp any] struct {
 	// message limit.
 	Size          func(T) int
 	MaxBatchBytes int
-	// Linger is how long a partial batch waits for more items while an earlier batch is
-	// unacknowledged (a stream with none in flight sends at once); default 10 ms.
+	// Linger is how long a partial batch waits for more items while Window batches are
+	// unacknowledged (a stream with fewer in flight sends at once); default 10 ms. The wait
+	// ends early when an acknowledgement brings them under Window.
 	Linger time.Duration
+	// Window is how many batches may be unacknowledged before a partial batch lingers;
+	// default 1.
+	Window int
 	// MaxPending caps items held (queued or unacknowledged); default 100000.
 	MaxPending int
 	// Logger gets connection trouble; nil discards.
@@ -77,6 +81,7 @@ type Sender[T, Req, Resp any] struct {
 	acks     uint64 // batches acknowledged so far
 	stopped  bool
 	wake     chan struct{} // cap 1: new items
+	acked    chan struct{} // cap 1: a batch was acknowledged
 	idle     chan struct{} // closed and replaced when everything is acknowledged
 
 	cancel context.CancelFunc
@@ -94,11 +99,14 @@ func New[T, Req, Resp any](cfg Config[T, Req, Resp]) *Sender[T, Req, Resp] {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 100_000
 	}
+	if cfg.Window <= 0 {
+		cfg.Window = 1
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sender[T, Req, Resp]{cfg: cfg, log: log, nextID: 1, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	return &Sender[T, Req, Resp]{cfg: cfg, log: log, nextID: 1, wake: make(chan struct{}, 1), acked: make(chan struct{}, 1), idle: make(chan struct{})}
 }
 
 // Send queues items for delivery; it fails with ErrFull when MaxPending would be exceeded, and
@@ -239,18 +247,12 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 			case err := <-recvErr:
 				return err
 			case <-s.wake:
-				// Linger briefly so a burst becomes one batch, but only behind batches still
-				// unacknowledged: an item that finds the stream idle goes at once (its delay is
-				// one round trip, not the linger), and those that come while it is in flight
-				// gather into the next batch.
-				if queued, inflight := s.counts(); queued < s.cfg.MaxBatch && inflight > 0 {
-					t := time.NewTimer(s.cfg.Linger)
-					select {
-					case <-t.C:
-					case <-sctx.Done():
-						t.Stop()
-						return sctx.Err()
-					}
+				// Linger briefly so a burst becomes one batch, but only behind a full window of
+				// batches still unacknowledged: an item that finds room goes at once (its delay
+				// is one round trip, not the linger), and those that come while the window is
+				// full gather into the next batch, until an acknowledgement makes room.
+				if err := s.linger(sctx, recvErr); err != nil {
+					return err
 				}
 			}
 			continue
@@ -264,6 +266,32 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 		default:
 		}
 	}
+}
+
+// linger waits, while the window is full and the queue holds less than a batch, for Linger
+// to pass or an acknowledgement to make room.
+func (s *Sender[T, Req, Resp]) linger(ctx context.Context, recvErr <-chan error) error {
+	var t *time.Timer
+	for {
+		queued, inflight := s.counts()
+		if queued >= s.cfg.MaxBatch || inflight < s.cfg.Window {
+			break
+		}
+		if t == nil {
+			t = time.NewTimer(s.cfg.Linger)
+			defer t.Stop()
+		}
+		select {
+		case <-t.C:
+			return nil
+		case <-s.acked:
+		case err := <-recvErr:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // dropOldest forgets the oldest in-flight batch and returns how many items it held.
@@ -337,6 +365,10 @@ func (s *Sender[T, Req, Resp]) ack(id uint64) {
 	s.mu.Unlock()
 	if !found {
 		return // a repeated acknowledgement
+	}
+	select {
+	case s.acked <- struct{}{}:
+	default:
 	}
 	// held drops only after OnAck, so Flush never returns before OnAck has run.
 	if s.cfg.OnAck != nil {

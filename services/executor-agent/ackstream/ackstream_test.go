@@ -3,6 +3,8 @@ package ackstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -292,4 +294,76 @@ func BenchmarkBacklog(b *testing.B) {
 		s.Stop()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*backlog), "ns/item")
+}
+
+// heldStream hands every request it is sent to the test, and acknowledges only what the test
+// releases.
+type heldStream struct {
+	sent chan *req
+	acks chan uint64
+	ctx  context.Context
+}
+
+func (s *heldStream) Send(r *req) error { s.sent <- r; return nil }
+func (s *heldStream) CloseSend() error  { return nil }
+func (s *heldStream) Recv() (*uint64, error) {
+	select {
+	case id := <-s.acks:
+		return &id, nil
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+}
+
+// TestWindowSendsAtOnceThenWaitsForAnAck: while fewer than Window batches are unacknowledged
+// an item goes at once; behind a full window items gather, and an acknowledgement (not the
+// linger, an hour here) sends them as one batch.
+func TestWindowSendsAtOnceThenWaitsForAnAck(t *testing.T) {
+	t.Parallel()
+	hs := &heldStream{sent: make(chan *req, 10), acks: make(chan uint64)}
+	snd := ackstream.New(ackstream.Config[int, req, uint64]{
+		Open: func(ctx context.Context) (ackstream.Stream[req, uint64], error) {
+			hs.ctx = ctx
+			return hs, nil
+		},
+		Batch:  func(id uint64, items []int) *req { return &req{id: id, items: items} },
+		Acked:  func(id *uint64) uint64 { return *id },
+		Linger: time.Hour,
+		Window: 2,
+	})
+	snd.Start(context.Background())
+	defer snd.Stop()
+	next := func(what string) *req {
+		t.Helper()
+		select {
+		case r := <-hs.sent:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: nothing sent", what)
+			return nil
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		if err := snd.Send(i); err != nil {
+			t.Fatal(err)
+		}
+		if r := next(fmt.Sprintf("item %d, window not full", i)); len(r.items) != 1 || r.items[0] != i {
+			t.Fatalf("batch %d = %v, want [%d] sent at once", r.id, r.items, i)
+		}
+	}
+	if err := snd.Send(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(4); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-hs.sent:
+		t.Fatalf("batch %d %v sent with the window full", r.id, r.items)
+	default:
+	}
+	hs.acks <- 1
+	if r := next("after the first ack"); !slices.Equal(r.items, []int{3, 4}) {
+		t.Fatalf("batch after the ack = %v, want [3 4] gathered", r.items)
+	}
 }

@@ -244,6 +244,7 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 			return r.GetBatchId()
 		},
 		Linger:     20 * time.Millisecond,
+		Window:     4,
 		MaxPending: unbounded,
 		Logger:     log,
 		OnAck:      o.resultsAcked,
