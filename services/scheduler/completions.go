@@ -216,24 +216,37 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 			}
 		}
 	}()
+	// ended reports why the session ends: a restart (the context's cause) or err.
+	ended := func(err error) error {
+		if cause := context.Cause(ctx); errors.Is(cause, errRestart) {
+			return cause
+		}
+		return err
+	}
+	var broken error // the stream's end, once the reader met it: what it queued is applied first
 	for {
+		if ctx.Err() != nil { // cut (a restart): the reader may have ended unheard
+			return ended(ctx.Err())
+		}
 		var cs []*logsv1.Completion
-		select {
-		case cs = <-msgs:
-		case err := <-recvErr:
-			if cause := context.Cause(ctx); errors.Is(cause, errRestart) {
-				return cause
+		if broken != nil {
+			select {
+			case cs = <-msgs:
+			default:
+				return ended(broken)
 			}
-			return err
-		case <-ctx.Done(): // the session is cut (a restart); the reader may have ended unheard
-			if cause := context.Cause(ctx); errors.Is(cause, errRestart) {
-				return cause
+		} else {
+			select {
+			case cs = <-msgs:
+			case broken = <-recvErr:
+				continue
+			case <-ctx.Done():
+				continue
 			}
-			return ctx.Err()
 		}
 		cs = gatherCompletions(cs, msgs, maxCompletionBatch)
 		if err := s.handleCompletions(ctx, cs); err != nil {
-			return err
+			return ended(err)
 		}
 		last := cs[len(cs)-1].GetCursor()
 		s.completions.at.Store(last)

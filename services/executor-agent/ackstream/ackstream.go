@@ -50,8 +50,8 @@ type Config[T, Req, Resp any] struct {
 	// unacknowledged (a stream with fewer in flight sends at once); default 10 ms. The wait
 	// ends early when an acknowledgement brings them under Window.
 	Linger time.Duration
-	// Window is how many batches may be unacknowledged before a partial batch lingers;
-	// default 1.
+	// Window is how many batches may be unacknowledged before a partial batch lingers (more
+	// are in flight only after a linger, a full batch or a reconnect's resend); default 1.
 	Window int
 	// MaxPending caps items held (queued or unacknowledged); default 100000.
 	MaxPending int
@@ -239,6 +239,13 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 		}
 	}
 	for {
+		// Linger briefly so a burst becomes one batch, but only behind a full window of batches
+		// still unacknowledged: an item that finds room goes at once (its delay is one round
+		// trip, not the linger), and those that come while the window is full gather into the
+		// next batch, until an acknowledgement makes room.
+		if err := s.linger(sctx, recvErr); err != nil {
+			return err
+		}
 		b, ok := s.nextBatch()
 		if !ok {
 			select {
@@ -247,13 +254,6 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 			case err := <-recvErr:
 				return err
 			case <-s.wake:
-				// Linger briefly so a burst becomes one batch, but only behind a full window of
-				// batches still unacknowledged: an item that finds room goes at once (its delay
-				// is one round trip, not the linger), and those that come while the window is
-				// full gather into the next batch, until an acknowledgement makes room.
-				if err := s.linger(sctx, recvErr); err != nil {
-					return err
-				}
 			}
 			continue
 		}
@@ -268,13 +268,13 @@ func (s *Sender[T, Req, Resp]) session(ctx context.Context) error {
 	}
 }
 
-// linger waits, while the window is full and the queue holds less than a batch, for Linger
-// to pass or an acknowledgement to make room.
+// linger waits, while items are queued but less than a batch and the window is full, for
+// Linger to pass or an acknowledgement to make room.
 func (s *Sender[T, Req, Resp]) linger(ctx context.Context, recvErr <-chan error) error {
 	var t *time.Timer
 	for {
 		queued, inflight := s.counts()
-		if queued >= s.cfg.MaxBatch || inflight < s.cfg.Window {
+		if queued == 0 || queued >= s.cfg.MaxBatch || inflight < s.cfg.Window {
 			break
 		}
 		if t == nil {

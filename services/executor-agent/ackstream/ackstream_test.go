@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 type req struct {
 	id    uint64
 	items []int
+	acked int64 // heldStream: the acknowledgements the sender had received when it sent this
 }
 
 // server is an in-memory peer: it acks what it receives, except that the first session breaks
@@ -299,16 +301,18 @@ func BenchmarkBacklog(b *testing.B) {
 // heldStream hands every request it is sent to the test, and acknowledges only what the test
 // releases.
 type heldStream struct {
-	sent chan *req
-	acks chan uint64
-	ctx  context.Context
+	sent  chan *req
+	acks  chan uint64
+	acked atomic.Int64
+	ctx   context.Context
 }
 
-func (s *heldStream) Send(r *req) error { s.sent <- r; return nil }
+func (s *heldStream) Send(r *req) error { r.acked = s.acked.Load(); s.sent <- r; return nil }
 func (s *heldStream) CloseSend() error  { return nil }
 func (s *heldStream) Recv() (*uint64, error) {
 	select {
 	case id := <-s.acks:
+		s.acked.Add(1)
 		return &id, nil
 	case <-s.ctx.Done():
 		return nil, s.ctx.Err()
@@ -363,7 +367,7 @@ func TestWindowSendsAtOnceThenWaitsForAnAck(t *testing.T) {
 	default:
 	}
 	hs.acks <- 1
-	if r := next("after the first ack"); !slices.Equal(r.items, []int{3, 4}) {
-		t.Fatalf("batch after the ack = %v, want [3 4] gathered", r.items)
+	if r := next("after the first ack"); !slices.Equal(r.items, []int{3, 4}) || r.acked != 1 {
+		t.Fatalf("batch %v sent after %d acknowledgements, want [3 4] gathered and sent after the first", r.items, r.acked)
 	}
 }
