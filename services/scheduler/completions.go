@@ -196,8 +196,9 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 		}
 	}()
 	// A reader takes messages off the stream while a batch is applied, so that the next batch
-	// is all that arrived meanwhile: logsvc sends a message per write cycle it commits, and
-	// applying them one transaction each fell ever further behind a busy logsvc.
+	// is what arrived meanwhile (up to maxCompletionBatch): logsvc sends a message per write
+	// cycle it commits, and applying them one transaction each fell ever further behind a busy
+	// logsvc.
 	msgs := make(chan []*logsv1.Completion, maxQueuedCompletionMsgs)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -300,10 +301,12 @@ func (s *Service) behindStream(at int64) bool {
 
 // maxQueuedCompletionMsgs bounds the completion messages read ahead of the batch being applied
 // (then the stream's flow control holds logsvc back); maxCompletionBatch is the size from which
-// a batch takes no more of them.
+// a batch takes no more of them: logsvc's default message size, so that a gathered batch holds
+// its partitions' fences (and keeps their pre-reads waiting) no longer than one full message
+// did.
 const (
 	maxQueuedCompletionMsgs = 64
-	maxCompletionBatch      = 2000
+	maxCompletionBatch      = 500
 )
 
 // gatherCompletions appends to cs, in order, the messages msgs holds now, until cs has limit
