@@ -180,7 +180,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		XxlAccessToken: cfg.XxlAccessToken,
 	}, scheduler.Mesh{
 		Store: store, Etcd: etcd, Registry: regConn, Logs: logsConn, TLS: p.tls.DialOption(),
-		InternalToken: p.mesh.InternalToken, InternalCreds: auth.BearerToken(p.mesh.InternalToken), AdvertiseAddr: advertise,
+		InternalToken: p.mesh.InternalToken, InternalCreds: auth.BearerToken(p.mesh.InternalToken), InternalCaller: auth.IsInternalCaller, AdvertiseAddr: advertise,
 	})
 	if err != nil {
 		return err

@@ -436,7 +436,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		// the mesh as theirs are.
 		sched, err := scheduler.NewInMesh(scfg, scheduler.Mesh{
 			Store: schedDB, Etcd: schedEtcd, Registry: regConn, Logs: logsConn, TLS: st.TLS.DialOption(),
-			InternalToken: st.InternalToken, InternalCreds: auth.BearerToken(st.InternalToken),
+			InternalToken: st.InternalToken, InternalCreds: auth.BearerToken(st.InternalToken), InternalCaller: auth.IsInternalCaller,
 			AdvertiseAddr: hostport.Advertised(schedLn.Addr()),
 		})
 		if err != nil {

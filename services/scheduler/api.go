@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -331,8 +332,9 @@ func callerTriggerType(t schedulerv1.TriggerType, dflt triggerType) (triggerType
 }
 
 // TriggerJob implements JobService: fire once now. The replica that leads the job's partition
-// dispatches the fire: another forwards the call to it (forwardTrigger), and dispatches the fire
-// itself only when the leader is not known or cannot be reached.
+// dispatches the fire: another reserves its time and forwards the call to it (forwardTrigger),
+// and dispatches the fire itself only when the leader is not known, or the call failed without
+// an answer and this replica claimed the fire first.
 func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobRequest) (*schedulerv1.TriggerJobResponse, error) {
 	tt, err := callerTriggerType(req.GetTriggerType(), triggerManual)
 	if err != nil {
@@ -346,10 +348,9 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	if n := len([]rune(req.GetParams())); n > maxParamsLen {
 		return nil, apierr.Field("params", "at most %d characters, got %d", maxParamsLen, n)
 	}
-	// Forward before anything is reserved: the replica that dispatches reserves the fire's time,
-	// and this one dispatches a forwarded trigger only if the leader never took the call.
-	if resp, handled, err := s.forwardTrigger(ctx, req); handled {
-		return resp, err
+	fwdMs, forwarded, err := s.forwardedFire(ctx)
+	if err != nil {
+		return nil, err
 	}
 	j, err := s.jobs.get(ctx, req.GetId())
 	if err != nil {
@@ -360,15 +361,29 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	}
 	// Every accepted trigger is a run of its own: its scheduled time is reserved for it alone,
 	// so its trigger id is too (and its retries', which keep that time).
-	fireMs, err := s.jobs.reserveManualFire(ctx, j.ID, s.clk.Now().UnixMilli())
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil && isForwarded(ctx) {
-		// The forwarding replica went away meanwhile: it may not have heard that this one took the
-		// call, and then dispatches the trigger itself (forwardTrigger). The reserved time stays
-		// unused.
-		return nil, status.FromContextError(err).Err()
+	var fireMs int64
+	if forwarded {
+		// The forwarding replica reserved the time, and dispatches the fire itself if it claims
+		// it first (forwardTrigger).
+		switch claimed, err := s.claim(ctx, j.ID, fwdMs); {
+		case errors.Is(err, errNotForwarded):
+			return nil, status.Errorf(codes.FailedPrecondition, "metadata %s: %v", forwardedKey, err)
+		case err != nil:
+			return nil, err
+		case !claimed:
+			return nil, status.Errorf(codes.FailedPrecondition, "manual trigger %d of job %d: claimed by another replica", fwdMs, j.ID)
+		}
+		fireMs = fwdMs
+	} else {
+		resp, ms, handled, err := s.forwardTrigger(ctx, req, j)
+		if handled {
+			return resp, err
+		}
+		if fireMs = ms; fireMs == 0 {
+			if fireMs, err = s.jobs.reserveManualFire(ctx, j.ID, s.clk.Now().UnixMilli()); err != nil {
+				return nil, err
+			}
+		}
 	}
 	f := &fire{job: j, fireMs: fireMs, kind: kindManual, trigType: tt, addresses: req.GetAddresses()}
 	if req.GetParams() != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,19 +20,22 @@ import (
 
 // A manual trigger is dispatched by the replica that leads its job's partition: the routing state
 // (round-robin positions, LRU/LFU, BUSYOVER probes) and the executor lanes live there. A replica
-// that receives a trigger of a partition another replica leads forwards the call to it, once:
+// that receives a trigger of a partition another replica leads reserves the fire's time and a
+// claim on it (reserveForwardedFire) and forwards the call to the leader, once, with that time in
+// forwardedKey:
 //
-//   - forwardedKey marks the forwarded call, and the replica that receives it dispatches it
-//     whatever its view of the partition says, so views that disagree during a hand-over do not
-//     bounce a call between replicas;
-//   - the receiver answers forwardAckKey in its response header before it reserves the fire's
-//     time (reserveManualFire), so the forwarder knows whether the leader took the call: when the
-//     call fails Unavailable or DeadlineExceeded without it, the leader never reserved, and the
-//     forwarder dispatches the fire itself (reserving it then) rather than fail the trigger.
-const (
-	forwardedKey  = "x-jobmesh-forwarded"
-	forwardAckKey = "x-jobmesh-forward-taken"
-)
+//   - the replica that receives a forwarded call dispatches it whatever its view of the partition
+//     says, so views that disagree during a hand-over do not bounce a call between replicas;
+//   - it dispatches only the fire it claims (claimManualFire), and so does the forwarder when the
+//     call failed without an answer (Unavailable, DeadlineExceeded): the leader may never have
+//     had it (unreachable, or gone), or may have taken it and had its answer lost with a
+//     connection cut. One claim per fire, so exactly one of them dispatches it;
+//   - only a call from another replica (Config.FromReplica) may carry forwardedKey.
+const forwardedKey = "x-jobmesh-forwarded-fire-ms"
+
+// claimTimeout bounds a claim of a forwarded trigger, which runs on after its caller has gone:
+// a claim that the store took is acted on.
+const claimTimeout = 10 * time.Second
 
 // peers keeps one connection per peer replica address, for forwarded calls.
 type peers struct {
@@ -80,62 +84,89 @@ func (p *peers) close() {
 	}
 }
 
-// isForwarded reports whether the call was forwarded by another replica.
-func isForwarded(ctx context.Context) bool {
+// forwardedFire returns the reserved time of a trigger another replica forwarded; ok is false
+// when the call was not forwarded.
+func (s *Service) forwardedFire(ctx context.Context) (fireMs int64, ok bool, err error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(forwardedKey)) > 0
+	v := md.Get(forwardedKey)
+	if len(v) == 0 {
+		return 0, false, nil
+	}
+	if s.cfg.FromReplica == nil || !s.cfg.FromReplica(ctx) {
+		return 0, false, status.Errorf(codes.PermissionDenied, "metadata %s: only another scheduler replica forwards triggers", forwardedKey)
+	}
+	if fireMs, err = strconv.ParseInt(v[0], 10, 64); err != nil || len(v) != 1 || fireMs <= 0 {
+		return 0, false, status.Errorf(codes.InvalidArgument, "metadata %s: want one reserved fire time in Unix ms, got %q", forwardedKey, v)
+	}
+	return fireMs, true, nil
 }
 
-// forwardTrigger forwards a manual trigger to the replica that leads its job's partition.
-// handled is false when the trigger is to be dispatched here: this replica leads the partition,
-// none does (a failover is in progress), the leader's address is not known, forwarding is off
-// (no Config.PeerDialOptions), the call was forwarded already, or the leader could not be reached
-// before it took the call. Otherwise resp and err are the leader's answer.
-func (s *Service) forwardTrigger(ctx context.Context, req *schedulerv1.TriggerJobRequest) (resp *schedulerv1.TriggerJobResponse, handled bool, err error) {
-	if isForwarded(ctx) {
-		// Tell the forwarder this replica took the call, before the fire's time is reserved.
-		// (No header to send when the call does not come over gRPC.)
-		_ = grpc.SendHeader(ctx, metadata.Pairs(forwardAckKey, "1"))
-		return nil, false, nil
-	}
+// claim claims the forwarded trigger of job jobID at fireMs for this replica
+// (claimManualFire), whether or not the caller of ctx is still there.
+func (s *Service) claim(ctx context.Context, jobID, fireMs int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	return s.jobs.claimManualFire(ctx, jobID, fireMs, s.cfg.ReplicaID)
+}
+
+// forwardTrigger forwards a manual trigger of job j to the replica that leads the job's
+// partition, its time reserved here. handled is false when the trigger is to be dispatched here:
+// this replica leads the partition, none does (a failover is in progress), the leader's address
+// is not known, forwarding is off (no Config.PeerDialOptions), or the call failed without an
+// answer and this replica claimed the fire before the leader did; fireMs is then the claimed
+// fire's time, or 0 when none was reserved. Otherwise resp and err are the leader's answer, or,
+// when the leader claimed the fire but its answer was lost, the fire's trigger id.
+func (s *Service) forwardTrigger(ctx context.Context, req *schedulerv1.TriggerJobRequest, j *jobRow) (resp *schedulerv1.TriggerJobResponse, fireMs int64, handled bool, err error) {
 	if s.peers == nil {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
-	p := s.parts.Of(req.GetId())
+	p := s.parts.Of(j.ID)
 	if p < 0 {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	o := s.parts.Owner(p)
 	if o.Leader == "" || o.Leader == s.cfg.ReplicaID || o.Addr == "" {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	cli, err := s.peers.jobs(o.Addr)
 	if err != nil {
 		s.log.WarnContext(ctx, "manual trigger not forwarded to its partition's leader; dispatching it here",
-			"job_id", req.GetId(), "partition", p, "leader", o.Leader, "error", err)
-		return nil, false, nil
+			"job_id", j.ID, "partition", p, "leader", o.Leader, "error", err)
+		return nil, 0, false, nil
 	}
-	var header metadata.MD
-	resp, err = cli.TriggerJob(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req, grpc.Header(&header))
+	if fireMs, err = s.jobs.reserveForwardedFire(ctx, j.ID, s.clk.Now().UnixMilli()); err != nil {
+		return nil, 0, true, err
+	}
+	resp, err = cli.TriggerJob(metadata.AppendToOutgoingContext(ctx, forwardedKey, strconv.FormatInt(fireMs, 10)), req)
 	if err == nil {
-		return resp, true, nil
+		return resp, 0, true, nil
 	}
-	if leaderNeverTook(err, header, ctx.Err()) {
+	if !unanswered(err, ctx.Err()) {
+		return nil, 0, true, err
+	}
+	// The leader may have the call or not: whoever claims the fire dispatches it.
+	claimed, cerr := s.claim(ctx, j.ID, fireMs)
+	switch {
+	case cerr != nil:
+		return nil, 0, true, fmt.Errorf("forwarded manual trigger failed (%w) and could not be claimed here: %w", err, cerr)
+	case claimed:
 		s.log.WarnContext(ctx, "partition leader not reached with a manual trigger; dispatching it here",
-			"job_id", req.GetId(), "partition", p, "leader", o.Leader, "leader_addr", o.Addr, "error", err)
-		return nil, false, nil
+			"job_id", j.ID, "partition", p, "leader", o.Leader, "leader_addr", o.Addr, "error", err)
+		return nil, fireMs, false, nil
 	}
-	return nil, true, err
+	// The leader claimed it: it dispatches the fire. Its answer, with the ids of every shard,
+	// is lost; the first shard's id is known here.
+	s.log.InfoContext(ctx, "partition leader took a manual trigger but its answer was lost", "job_id", j.ID, "leader", o.Leader, "error", err)
+	f := &fire{job: j, fireMs: fireMs, kind: kindManual}
+	return &schedulerv1.TriggerJobResponse{TriggerIds: []string{f.triggerID(0)}}, 0, true, nil
 }
 
-// leaderNeverTook reports whether a forwarded trigger that failed with err (the leader's response
-// header, and the caller's ctx error, with it) did not reach the leader's TriggerJob as far as
-// the forwarder can tell, so that it may dispatch the fire itself: the call could not be
-// delivered (Unavailable, DeadlineExceeded) and the leader did not say it took it (a header lost
-// with a connection cut silently after the leader sent it is the one case it misjudges). A failure after the
-// leader took the call is the leader's answer (it may have dispatched the fire); so is any
-// failure once the caller has gone (its deadline or cancel).
-func leaderNeverTook(err error, header metadata.MD, callerErr error) bool {
+// unanswered reports whether a forwarded trigger that failed with err (the caller's ctx error
+// with it) may have failed without the leader's answer: the call could not be delivered or its
+// answer did not come back (Unavailable, DeadlineExceeded), and the caller is still there. Any
+// other failure is the leader's answer; so is any failure once the caller has gone (its deadline
+// or cancel).
+func unanswered(err, callerErr error) bool {
 	code := status.Code(err)
-	return len(header.Get(forwardAckKey)) == 0 && callerErr == nil && (code == codes.Unavailable || code == codes.DeadlineExceeded)
+	return callerErr == nil && (code == codes.Unavailable || code == codes.DeadlineExceeded)
 }

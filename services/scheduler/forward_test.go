@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/jobmesh/jobmesh/gen/jobmesh/executor/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/grpcserver"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/scheduler"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
@@ -41,6 +45,9 @@ type servedReplica struct {
 	addr string
 	g    *grpc.Server
 	runs *runCalls
+	// loseAnswers makes its server handle each call and answer Unavailable instead: a connection
+	// cut after the call was taken.
+	loseAnswers atomic.Bool
 }
 
 // servedReplica starts a replica of a 2-partition cluster that advertises its gRPC server and
@@ -53,10 +60,36 @@ func (c *cluster) servedReplica(t *testing.T, id string) *servedReplica {
 	}
 	r := &servedReplica{addr: ln.Addr().String(), runs: &runCalls{}}
 	r.Service = c.replicaWith(t, scheduler.Config{ReplicaID: id, Partitions: 2, AdvertiseAddr: r.addr,
-		PeerDialOptions:     []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		PeerDialOptions:     []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(asReplica)},
+		FromReplica:         fromReplica,
 		ExecutorDialOptions: r.runs.dialOptions()})
-	r.g = serveOn(t, ln, r.Register)
+	r.g = grpcserver.New(nil, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if r.loseAnswers.Load() {
+			return nil, status.Error(codes.Unavailable, "the connection was cut before the answer went out")
+		}
+		return resp, err
+	}))
+	r.Register(r.g)
+	go r.g.Serve(ln)
+	t.Cleanup(r.g.Stop)
 	return r
+}
+
+// replicaToken stands in for the mesh's internal token between the test's replicas.
+const replicaToken = "Bearer replica"
+
+// asReplica presents replicaToken on a call, as a replica's peer connections present the
+// internal token.
+func asReplica(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoke(metadata.AppendToOutgoingContext(ctx, "authorization", replicaToken), method, req, reply, cc, opts...)
+}
+
+// fromReplica stands in for the auth guard's internal caller: a call that presents replicaToken.
+func fromReplica(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("authorization")
+	return len(v) == 1 && v[0] == replicaToken
 }
 
 // leaders waits until the two replicas lead a partition each, see each other live and agree on
@@ -91,9 +124,11 @@ func leaders(t *testing.T, a, b *servedReplica) map[int]*servedReplica {
 
 // TestManualTriggerGoesToThePartitionLeader: two replicas lead a partition each. A manual
 // trigger sent to the replica that does not lead its job's partition is dispatched once, by the
-// leader (its executor connection makes the Run call). A forwarded call is dispatched by the
-// replica that receives it, whatever it leads. While the leader cannot be reached, and once it
-// is gone, the replica that received the trigger dispatches it.
+// leader (its executor connection makes the Run call), also when the leader's answer is lost
+// after it took the call. A forwarded call from anyone but a replica, or without a time reserved
+// for it and not claimed yet, is refused. While
+// the leader cannot be reached, and once it is gone, the replica that received the trigger
+// dispatches it.
 func TestManualTriggerGoesToThePartitionLeader(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -142,32 +177,55 @@ func TestManualTriggerGoesToThePartitionLeader(t *testing.T) {
 		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "forwarded"})
 	}, 0, 1)
 
-	// A call forwarded to a (over gRPC, as b would) stays there; a says it took it.
+	// b takes the forwarded call and dispatches the fire, but a never hears its answer: a does
+	// not dispatch it too (b claimed it), and answers with its trigger id.
+	b.loseAnswers.Store(true)
+	trigger("b's answer lost", func() (*schedulerv1.TriggerJobResponse, error) {
+		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "answer lost"})
+	}, 0, 2)
+	b.loseAnswers.Store(false)
+
+	// A forwarded call comes from another replica, with a time it reserved for it, and gets at
+	// most one dispatch.
 	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	var header metadata.MD
-	trigger("forwarded to a", func() (*schedulerv1.TriggerJobResponse, error) {
-		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-jobmesh-forwarded", "1")
-		return schedulerv1.NewJobServiceClient(conn).TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: jobID, Params: "kept"}, grpc.Header(&header))
-	}, 1, 1)
-	if len(header.Get("x-jobmesh-forward-taken")) != 1 {
-		t.Errorf("header of the forwarded call = %v, want x-jobmesh-forward-taken", header)
+	forward := func(token, value string) error {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-jobmesh-forwarded-fire-ms", value, "authorization", token)
+		_, err := schedulerv1.NewJobServiceClient(conn).TriggerJob(ctx, &schedulerv1.TriggerJobRequest{Id: jobID})
+		return err
+	}
+	lost := strings.Split(ids[len(ids)-1], "-")[1] // the fire b claimed
+	for _, tc := range []struct {
+		what, token, value string
+		want               codes.Code
+	}{
+		{"not from a replica", "Bearer someone", lost, codes.PermissionDenied},
+		{"not a time", replicaToken, "soon", codes.InvalidArgument},
+		{"not reserved", replicaToken, fmt.Sprint(time.Now().UnixMilli()), codes.FailedPrecondition},
+		{"claimed by b", replicaToken, lost, codes.FailedPrecondition},
+	} {
+		if err := forward(tc.token, tc.value); status.Code(err) != tc.want {
+			t.Errorf("forwarded call %s: %v; want %v", tc.what, err, tc.want)
+		}
+	}
+	if gotA, gotB := a.runs.n.Load(), b.runs.n.Load(); gotA != 0 || gotB != 2 {
+		t.Errorf("after refused forwarded calls: Run calls by a, b = %d, %d; want 0, 2", gotA, gotB)
 	}
 
 	// b still leads, but its server is down: a dispatches the trigger itself.
 	b.g.Stop()
 	trigger("b unreachable", func() (*schedulerv1.TriggerJobResponse, error) {
 		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "unreachable"})
-	}, 2, 1)
+	}, 1, 2)
 
 	// b is gone: a dispatches it.
 	b.Stop()
 	trigger("b stopped", func() (*schedulerv1.TriggerJobResponse, error) {
 		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "gone"})
-	}, 3, 1)
+	}, 2, 2)
 
 	eventually(t, 15*time.Second, "every trigger runs", func() bool {
 		seen, _ := runs.snapshot()

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"context"
+
 	"google.golang.org/grpc"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,6 +31,9 @@ type Mesh struct {
 	InternalToken string
 	// InternalCreds is the dial option that presents InternalToken on every call.
 	InternalCreds grpc.DialOption
+	// InternalCaller reports whether a call to this replica presented InternalToken (the auth
+	// guard's auth.IsInternalCaller): a trigger forwarded by another replica.
+	InternalCaller func(ctx context.Context) bool
 	// AdvertiseAddr is where the other replicas reach this one's gRPC (host:port); empty when it
 	// listens on every interface and no address was given.
 	AdvertiseAddr string
@@ -48,6 +53,9 @@ func NewInMesh(cfg Config, m Mesh) (*Service, error) {
 	}
 	if cfg.PeerDialOptions == nil {
 		cfg.PeerDialOptions = []grpc.DialOption{m.TLS, m.InternalCreds}
+	}
+	if cfg.FromReplica == nil {
+		cfg.FromReplica = m.InternalCaller
 	}
 	return New(cfg, Deps{
 		Store: m.Store, Etcd: m.Etcd, Registry: registryv1.NewRegistryServiceClient(m.Registry),

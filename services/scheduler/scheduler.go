@@ -120,6 +120,11 @@ type Config struct {
 	// leaders of their partitions (the mesh's transport credentials and the internal token). Nil
 	// turns forwarding off: every manual trigger is dispatched by the replica that receives it.
 	PeerDialOptions []grpc.DialOption
+	// FromReplica reports whether a call comes from another replica of the mesh: one that
+	// presents the internal token (auth.IsInternalCaller). Only such a call may carry a trigger
+	// forwarded to this replica as its partition's leader; anyone else's is refused
+	// (PermissionDenied). Nil takes no call for a forwarded one.
+	FromReplica func(ctx context.Context) bool
 	// DeliverySecret is the secret the scheduler seals each fire's delivery token with (the
 	// services' internal token, which logsvc checks the tokens with): an executor can deliver
 	// results and lines only for the fires sent to it. Empty sends fires without a token, and

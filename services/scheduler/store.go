@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
@@ -108,6 +109,8 @@ type apiStore interface {
 	list(ctx context.Context, f jobFilter) ([]*jobRow, int64, error)
 	glueVersions(ctx context.Context, jobID int64) ([]glueVersion, error)
 	reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64, error)
+	reserveForwardedFire(ctx context.Context, jobID, nowMs int64) (int64, error)
+	claimManualFire(ctx context.Context, jobID, fireMs int64, replica string) (bool, error)
 }
 
 // engineStore is what a partition engine reads and writes. Scheduling writes run in a
@@ -877,6 +880,56 @@ func (s store) reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64
 		}
 		nowMs = ms + 1
 	}
+}
+
+// manualClaimKeep is how long a job's claim rows are kept after a newer forwarded trigger of
+// it: far longer than a forwarded call and its forwarder's claim after it can take.
+const manualClaimKeep = time.Hour
+
+// errNotForwarded: a claim names a time no replica reserved for a forwarded trigger.
+var errNotForwarded = errors.New("not a time reserved for a forwarded trigger")
+
+// reserveForwardedFire reserves the time of a manual trigger of job jobID that this replica
+// forwards to its partition's leader (reserveManualFire), and a claim row for it, unclaimed
+// (claimManualFire). The job's claim rows manualClaimKeep older go.
+func (s store) reserveForwardedFire(ctx context.Context, jobID, nowMs int64) (int64, error) {
+	fireMs, err := s.reserveManualFire(ctx, jobID, nowMs)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM manual_claims WHERE job_id = $1 AND fire_ms < $2`),
+		jobID, fireMs-manualClaimKeep.Milliseconds()); err != nil {
+		return 0, storeErr(err, "delete old claims of manual triggers of job %d", jobID)
+	}
+	if _, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO manual_claims (job_id, fire_ms) VALUES ($1, $2)`), jobID, fireMs); err != nil {
+		return 0, storeErr(err, "reserve manual trigger %d of job %d for forwarding", fireMs, jobID)
+	}
+	return fireMs, nil
+}
+
+// claimManualFire claims for replica the forwarded manual trigger of job jobID at fireMs
+// (reserveForwardedFire), to dispatch it, and reports whether this call claimed it: false when
+// a replica did first. errNotForwarded when no forwarded trigger was reserved at fireMs.
+func (s store) claimManualFire(ctx context.Context, jobID, fireMs int64, replica string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.db.Q(`UPDATE manual_claims SET claimed_by = $3
+		WHERE job_id = $1 AND fire_ms = $2 AND claimed_by IS NULL`), jobID, fireMs, replica)
+	if err != nil {
+		return false, storeErr(err, "claim manual trigger %d of job %d", fireMs, jobID)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, storeErr(err, "claim manual trigger %d of job %d", fireMs, jobID)
+	} else if n == 1 {
+		return true, nil
+	}
+	var by string
+	err = s.db.QueryRowContext(ctx, s.db.Q(`SELECT claimed_by FROM manual_claims WHERE job_id = $1 AND fire_ms = $2`), jobID, fireMs).Scan(&by)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("manual trigger %d of job %d: %w", fireMs, jobID, errNotForwarded)
+	}
+	if err != nil {
+		return false, storeErr(err, "read the claim of manual trigger %d of job %d", fireMs, jobID)
+	}
+	return false, nil
 }
 
 // assignPartitions gives every job_state row the partition its job id hashes to among count:

@@ -396,6 +396,63 @@ func TestManualFireTimesAreReservedOnce(t *testing.T) {
 	}
 }
 
+// TestManualFiresAreClaimedOnce: on both stores, a manual trigger reserved for forwarding is
+// claimed by the first replica that asks, and by no other; a time not reserved for forwarding
+// (a trigger dispatched where it was received, or none) is no claim's; a job's claims an hour
+// older than a newly forwarded trigger go.
+func TestManualFiresAreClaimedOnce(t *testing.T) {
+	t.Parallel()
+	for _, st := range dbtest.Stores(t) {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.Open(t, st.Config, "scheduler", MigrationsFS())
+			s := store{d}
+			ctx := t.Context()
+			id, err := s.insert(ctx, &jobRow{Name: "m", GroupID: 1}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			forwarded := func(now int64) int64 {
+				t.Helper()
+				ms, err := s.reserveForwardedFire(ctx, id, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ms
+			}
+			first, second := forwarded(5001), forwarded(5001)
+			local, err := s.reserveManualFire(ctx, id, 5001)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first != 5001 || second != 5002 || local != 5003 {
+				t.Fatalf("reserved %d, %d, %d; want 5001, 5002, 5003", first, second, local)
+			}
+			claim := func(ms int64, replica string, want bool, wantErr error) {
+				t.Helper()
+				got, err := s.claimManualFire(ctx, id, ms, replica)
+				if got != want || !errors.Is(err, wantErr) {
+					t.Errorf("claim of fire %d by %s = %v, %v; want %v, %v", ms, replica, got, err, want, wantErr)
+				}
+			}
+			claim(first, "a", true, nil)
+			claim(first, "b", false, nil)
+			claim(second, "b", true, nil)
+			claim(second, "b", false, nil) // a second claim by the same replica is refused too
+			claim(local, "a", false, errNotForwarded)
+			claim(9001, "a", false, errNotForwarded)
+			// An hour and more later, the job's older claims go with the next forwarded trigger.
+			late := forwarded(second + manualClaimKeep.Milliseconds() + 1)
+			claim(first, "a", false, errNotForwarded)
+			claim(late, "a", true, nil)
+			var n int
+			if err := d.QueryRowContext(ctx, d.Q(`SELECT COUNT(*) FROM manual_claims WHERE job_id = $1`), id).Scan(&n); err != nil || n != 1 {
+				t.Errorf("claims of job %d after an hour: %d, %v; want 1", id, n, err)
+			}
+		})
+	}
+}
+
 // TestListFiltersMatchWhatIsTyped: on both stores, % and _ in a job list filter match only
 // themselves, not any text.
 func TestListFiltersMatchWhatIsTyped(t *testing.T) {

@@ -1454,7 +1454,8 @@ func (x *TriggerJobRequest) GetTriggerType() TriggerType {
 // TriggerJobResponse names the fire(s) started.
 type TriggerJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Trigger ids of the fire, one per shard.
+	// Trigger ids of the fire, one per shard. When the replica that took the call forwarded it
+	// to its partition's leader and the leader's answer was lost, only the first shard's.
 	TriggerIds    []string `protobuf:"bytes,1,rep,name=trigger_ids,json=triggerIds,proto3" json:"trigger_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
