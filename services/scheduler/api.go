@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -365,13 +364,8 @@ func (s *Service) TriggerJob(ctx context.Context, req *schedulerv1.TriggerJobReq
 	if forwarded {
 		// The forwarding replica reserved the time, and dispatches the fire itself if it claims
 		// it first (forwardTrigger).
-		switch claimed, err := s.claim(ctx, j.ID, fwdMs); {
-		case errors.Is(err, errNotForwarded):
-			return nil, status.Errorf(codes.FailedPrecondition, "metadata %s: %v", forwardedKey, err)
-		case err != nil:
+		if err := s.claimForwarded(ctx, j.ID, fwdMs); err != nil {
 			return nil, err
-		case !claimed:
-			return nil, status.Errorf(codes.FailedPrecondition, "manual trigger %d of job %d: claimed by another replica", fwdMs, j.ID)
 		}
 		fireMs = fwdMs
 	} else {

@@ -29,7 +29,8 @@ import (
 //   - it dispatches only the fire it claims (claimManualFire), and so does the forwarder when the
 //     call failed without an answer (Unavailable, DeadlineExceeded): the leader may never have
 //     had it (unreachable, or gone), or may have taken it and had its answer lost with a
-//     connection cut. One claim per fire, so exactly one of them dispatches it;
+//     connection cut. One claim per fire, so at most one of them dispatches it (none when the
+//     one that claimed it dies first, as a replica that dies before a fire it took leaves it);
 //   - only a call from another replica (Config.FromReplica) may carry forwardedKey.
 const forwardedKey = "x-jobmesh-forwarded-fire-ms"
 
@@ -107,6 +108,34 @@ func (s *Service) claim(ctx context.Context, jobID, fireMs int64) (bool, error) 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	return s.jobs.claimManualFire(ctx, jobID, fireMs, s.cfg.ReplicaID)
+}
+
+// claimForwarded claims, as the leader a trigger of job jobID was forwarded to, the fire
+// reserved at fireMs. A claim that failed (a store timeout, a connection lost with the commit)
+// is settled by reading who holds the fire: this replica (claimed), none (Unavailable, so that
+// the forwarder claims it), or another (FailedPrecondition). A failure to tell is Internal, never
+// an answer the forwarder takes for no answer: the fire may be this replica's.
+func (s *Service) claimForwarded(ctx context.Context, jobID, fireMs int64) error {
+	claimed, err := s.claim(ctx, jobID, fireMs)
+	if err != nil && !errors.Is(err, errNotForwarded) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		by, rerr := s.jobs.claimHolder(rctx, jobID, fireMs)
+		cancel()
+		switch {
+		case rerr != nil:
+			return status.Errorf(codes.Internal, "manual trigger %d of job %d: claim failed (%v), and who holds it is unknown: %v", fireMs, jobID, err, rerr)
+		case by == "":
+			return status.Errorf(codes.Unavailable, "manual trigger %d of job %d: claim failed: %v", fireMs, jobID, err)
+		}
+		claimed, err = by == s.cfg.ReplicaID, nil
+	}
+	switch {
+	case errors.Is(err, errNotForwarded):
+		return status.Errorf(codes.FailedPrecondition, "metadata %s: %v", forwardedKey, err)
+	case !claimed:
+		return status.Errorf(codes.FailedPrecondition, "manual trigger %d of job %d: claimed by another replica", fireMs, jobID)
+	}
+	return nil
 }
 
 // forwardTrigger forwards a manual trigger of job j to the replica that leads the job's

@@ -2,8 +2,10 @@ package scheduler
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -29,5 +31,19 @@ func TestUnanswered(t *testing.T) {
 		if got := unanswered(tc.err, tc.caller); got != tc.want {
 			t.Errorf("%s: unanswered = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestForwardingNeedsFromReplica: a replica that forwards triggers must be able to take the
+// others' forwarded calls; without FromReplica each would be refused PermissionDenied.
+func TestForwardingNeedsFromReplica(t *testing.T) {
+	cfg := Config{PeerDialOptions: []grpc.DialOption{}}
+	cfg.setDefaults()
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "FromReplica") {
+		t.Errorf("validate without FromReplica = %v, want an error naming it", err)
+	}
+	cfg.FromReplica = func(context.Context) bool { return true }
+	if err := cfg.validate(); err != nil {
+		t.Errorf("validate with FromReplica = %v", err)
 	}
 }

@@ -123,7 +123,7 @@ type Config struct {
 	// FromReplica reports whether a call comes from another replica of the mesh: one that
 	// presents the internal token (auth.IsInternalCaller). Only such a call may carry a trigger
 	// forwarded to this replica as its partition's leader; anyone else's is refused
-	// (PermissionDenied). Nil takes no call for a forwarded one.
+	// (PermissionDenied). Required with PeerDialOptions.
 	FromReplica func(ctx context.Context) bool
 	// DeliverySecret is the secret the scheduler seals each fire's delivery token with (the
 	// services' internal token, which logsvc checks the tokens with): an executor can deliver
@@ -194,6 +194,8 @@ func (c *Config) setDefaults() {
 
 func (c *Config) validate() error {
 	switch {
+	case c.PeerDialOptions != nil && c.FromReplica == nil:
+		return errors.New("scheduler: forwarding triggers (PeerDialOptions) needs FromReplica, to take the others' forwarded calls")
 	case c.SessionTTL < time.Second:
 		return fmt.Errorf("scheduler: session ttl %v: at least 1s", c.SessionTTL)
 	case c.PreReadWindow < 100*time.Millisecond:

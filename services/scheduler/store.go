@@ -111,6 +111,7 @@ type apiStore interface {
 	reserveManualFire(ctx context.Context, jobID, nowMs int64) (int64, error)
 	reserveForwardedFire(ctx context.Context, jobID, nowMs int64) (int64, error)
 	claimManualFire(ctx context.Context, jobID, fireMs int64, replica string) (bool, error)
+	claimHolder(ctx context.Context, jobID, fireMs int64) (string, error)
 }
 
 // engineStore is what a partition engine reads and writes. Scheduling writes run in a
@@ -921,15 +922,24 @@ func (s store) claimManualFire(ctx context.Context, jobID, fireMs int64, replica
 	} else if n == 1 {
 		return true, nil
 	}
-	var by string
-	err = s.db.QueryRowContext(ctx, s.db.Q(`SELECT claimed_by FROM manual_claims WHERE job_id = $1 AND fire_ms = $2`), jobID, fireMs).Scan(&by)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, fmt.Errorf("manual trigger %d of job %d: %w", fireMs, jobID, errNotForwarded)
-	}
-	if err != nil {
-		return false, storeErr(err, "read the claim of manual trigger %d of job %d", fireMs, jobID)
+	if _, err := s.claimHolder(ctx, jobID, fireMs); err != nil {
+		return false, err
 	}
 	return false, nil
+}
+
+// claimHolder returns the replica that claimed the forwarded manual trigger of job jobID at
+// fireMs, "" while none has. errNotForwarded when no forwarded trigger was reserved at fireMs.
+func (s store) claimHolder(ctx context.Context, jobID, fireMs int64) (string, error) {
+	var by sql.NullString
+	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT claimed_by FROM manual_claims WHERE job_id = $1 AND fire_ms = $2`), jobID, fireMs).Scan(&by)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("manual trigger %d of job %d: %w", fireMs, jobID, errNotForwarded)
+	}
+	if err != nil {
+		return "", storeErr(err, "read the claim of manual trigger %d of job %d", fireMs, jobID)
+	}
+	return by.String, nil
 }
 
 // assignPartitions gives every job_state row the partition its job id hashes to among count:
