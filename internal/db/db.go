@@ -264,3 +264,33 @@ func Escape(s string) string {
 }
 
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// Warm opens every connection the pool may hold ahead of need, concurrently, and leaves them
+// idle in it: a burst of work as a process starts (a scheduler replica that takes partitions
+// over as it joins) then does not wait for Postgres to start a backend per connection. SQLite's
+// single connection is open already.
+func (d *DB) Warm(ctx context.Context) error {
+	if d.dialect != Postgres {
+		return nil
+	}
+	n := d.Stats().MaxOpenConnections
+	conns := make([]*sql.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := d.Conn(ctx)
+			if err == nil {
+				err = c.PingContext(ctx)
+			}
+			conns[i], errs[i] = c, err
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	return errors.Join(errs...)
+}

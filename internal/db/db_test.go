@@ -84,3 +84,16 @@ func TestSQLiteDataDirWithURIMarks(t *testing.T) {
 		t.Errorf("the store is not in its data dir: %v", err)
 	}
 }
+
+// TestWarmOpensThePool: after Warm a Postgres pool holds all its connections, open and idle.
+func TestWarmOpensThePool(t *testing.T) {
+	t.Parallel()
+	migrations := fstest.MapFS{"postgres/00001_init.sql": {Data: []byte("-- +goose Up\nCREATE TABLE t (id BIGINT PRIMARY KEY);\n")}}
+	d := dbtest.Open(t, db.Config{URL: dbtest.NewPostgres(t), MaxConns: 4}, "warm", migrations)
+	if err := d.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.OpenConnections != 4 || st.Idle != 4 {
+		t.Errorf("after Warm: %d open, %d idle; want 4 and 4", st.OpenConnections, st.Idle)
+	}
+}

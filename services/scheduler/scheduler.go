@@ -238,6 +238,7 @@ type Service struct {
 	schedulerv1.UnimplementedWorkflowServiceServer
 
 	cfg      Config
+	db       *db.DB // the store's pool (jobs works through it)
 	log      *slog.Logger
 	clk      clock.Clock
 	jobs     jobStore
@@ -298,7 +299,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("scheduler: store, etcd, registry, ingest and logs clients are required")
 	}
 	s := &Service{
-		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
+		cfg: cfg, db: deps.Store, log: cfg.Logger, clk: cfg.Clock, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
 		groups: newRouteView(deps.Registry, cfg.Logger, credentialKey(cfg.DeliverySecret)),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
@@ -381,6 +382,14 @@ func (s *Service) Start(ctx context.Context) error {
 	go func() { defer s.wg.Done(); s.xxl.follow.run(ctx) }()
 	go func() {
 		defer s.wg.Done()
+		// A replica that joins takes partitions over at once, many in parallel (all its old ones
+		// after a restart): with the store's connections open first, their takeovers do not each
+		// wait for Postgres to start a backend.
+		wctx, cancel := context.WithTimeout(ctx, warmTimeout)
+		if err := s.db.Warm(wctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("opening the store's connections ahead of need failed; they open as needed", "error", err)
+		}
+		cancel()
 		if err := s.parts.Run(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("partition manager stopped", "error", err)
 		}
@@ -389,6 +398,10 @@ func (s *Service) Start(ctx context.Context) error {
 	go func() { defer s.wg.Done(); s.execs.pruneLoop(ctx, s.log) }()
 	return nil
 }
+
+// warmTimeout bounds the opening of the store's connections before a replica joins: a store
+// that does not answer is met by the takeovers, which say so.
+const warmTimeout = 5 * time.Second
 
 // Stop hands its partitions over, stops firing, drains the trigger pools, flushes trigger records and
 // closes executor and peer connections. It is idempotent.

@@ -45,6 +45,13 @@ const replanEvery = 500 * time.Millisecond
 // (before its ctx ended), so that a Lead that fails at once does not spin on etcd.
 const earlyCooldown = time.Second
 
+// settleTTLs is how long, in session TTLs, a replica leads a partition it has acquired before it
+// hands it over to even out the shares (settled). A replica that died and is back at once (a
+// restart) finds its partitions taken by the others, which have just begun their takeovers:
+// handing them back then made every one of them a second takeover, which waited for the first
+// one's to end before it could fire. The shares even out a little later.
+const settleTTLs = 2
+
 // opTimeout bounds the etcd writes of a hand-over, which run after the Run ctx may have ended.
 const opTimeout = 5 * time.Second
 
@@ -184,6 +191,7 @@ type slot struct {
 type lead struct {
 	p      int
 	epoch  int64
+	since  time.Time // when it was acquired, on Config.Clock
 	cancel context.CancelFunc
 	ending bool // its ctx is cancelled: handing over, lost or shutting down
 	lost   bool // its key is not ours any more: do not delete it
@@ -678,13 +686,22 @@ func (s *membership) reconcile() {
 	acquire, release := plan(me, live, owners)
 	if len(release) > 0 {
 		m.mu.Lock()
+		since := func(p int) time.Time {
+			if l := m.leads[p]; l != nil {
+				return l.since
+			}
+			return time.Time{}
+		}
+		release = settled(release, since, now, settleTTLs*m.cfg.SessionTTL)
 		for _, p := range release {
 			l := m.leads[p]
 			l.ending = true
 			l.cancel()
 		}
 		m.mu.Unlock()
-		m.log.Info("handing partitions over", "partitions", release, "replicas", len(live))
+		if len(release) > 0 {
+			m.log.Info("handing partitions over", "partitions", release, "replicas", len(live))
+		}
 	}
 	if len(acquire) > 0 {
 		s.acquire(acquire)
@@ -745,7 +762,7 @@ func (s *membership) acquire(parts []int) {
 		got = append(got, r.p)
 		m.acquired++
 		lctx, cancel := context.WithCancel(s.lctx)
-		l := &lead{p: r.p, epoch: r.epoch, cancel: cancel}
+		l := &lead{p: r.p, epoch: r.epoch, since: m.cfg.Clock.Now(), cancel: cancel}
 		m.leads[r.p] = l
 		go s.runLead(lctx, l)
 	}

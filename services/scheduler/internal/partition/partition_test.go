@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,6 +385,58 @@ func TestLeadReturnsEarly(t *testing.T) {
 	if e := next(); e <= first {
 		t.Errorf("partition 0 led again under epoch %d, want above %d", e, first)
 	}
+}
+
+// TestYoungLeadsAreKept: a replica that has just acquired its partitions does not hand any over
+// to a replica that joins, until it has led them for two session TTLs (on its clock); then the
+// two share them.
+func TestYoungLeadsAreKept(t *testing.T) {
+	t.Parallel()
+	prefix := "/test/" + t.Name()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	lead := func(ctx context.Context, _ int, _ int64) { <-ctx.Done() }
+	run := func(cfg partition.Config) *partition.Manager {
+		t.Helper()
+		cfg.Etcd, cfg.Count, cfg.SessionTTL, cfg.Prefix, cfg.Lead = etcdtest.Client(t), 2, time.Second, prefix, lead
+		m, err := partition.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return m
+	}
+	a := run(partition.Config{ReplicaID: "a", Clock: clk})
+	eventually(t, 10*time.Second, "a leads both partitions", func() string {
+		if n := len(a.Status().Led); n != 2 {
+			return fmt.Sprintf("a leads %d", n)
+		}
+		return ""
+	})
+	b := run(partition.Config{ReplicaID: "b"})
+	eventually(t, 10*time.Second, "a sees b", func() string {
+		if r := a.Status().Replicas; !slices.Contains(r, "b") {
+			return fmt.Sprintf("a sees %v", r)
+		}
+		return ""
+	})
+	// Two re-plan ticks of a's: the first one's plan has ended once the second has re-armed.
+	for range 2 {
+		clk.Advance(500 * time.Millisecond)
+		clk.BlockUntilTimers(1)
+	}
+	if st := a.Status(); len(st.Led) != 2 || st.Handovers != 0 {
+		t.Fatalf("a, 1s after it acquired them, leads %v and handed %d over; want both kept", st.Led, st.Handovers)
+	}
+	clk.Advance(time.Second) // two TTLs after a acquired them
+	eventually(t, 10*time.Second, "a and b lead one each", func() string {
+		if na, nb := len(a.Status().Led), len(b.Status().Led); na != 1 || nb != 1 {
+			return fmt.Sprintf("a leads %d, b %d", na, nb)
+		}
+		return ""
+	})
 }
 
 // TestMemberAddresses: a replica advertises its address in its member key (JSON); Status and

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"slices"
+	"time"
 )
 
 // busy marks, in the owners plan reads, a partition that is neither free nor led by a live member
@@ -126,4 +127,17 @@ func score(part int, id string) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
+}
+
+// settled returns the partitions of release that this replica has led for settle or longer at
+// now (since says when it acquired each), in their order: a hand-over waits for the lead to
+// settle (settleTTLs).
+func settled(release []int, since func(p int) time.Time, now time.Time, settle time.Duration) []int {
+	out := release[:0:0]
+	for _, p := range release {
+		if now.Sub(since(p)) >= settle {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // owned returns n partitions: the first a of them led by "a", the next b by "b", the rest free.
@@ -240,5 +241,28 @@ func TestPlanMembershipChanges(t *testing.T) {
 	s.balanced(t)
 	if c := s.counts(); c["a"] != 8 || c["b"] != 8 {
 		t.Errorf("after c left: %v, want 8 each", c)
+	}
+}
+
+// TestSettled: a partition is handed over only once it has been led for the settle time.
+func TestSettled(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	since := map[int]time.Time{1: now.Add(-3 * time.Second), 2: now.Add(-2 * time.Second), 3: now.Add(-time.Second), 4: now}
+	of := func(p int) time.Time { return since[p] }
+	for _, tc := range []struct {
+		release []int
+		settle  time.Duration
+		want    []int
+	}{
+		{[]int{1, 2, 3, 4}, 2 * time.Second, []int{1, 2}},
+		{[]int{4, 3, 2, 1}, 2 * time.Second, []int{2, 1}},
+		{[]int{3, 4}, 2 * time.Second, []int{}},
+		{[]int{1, 2, 3, 4}, 0, []int{1, 2, 3, 4}},
+		{nil, time.Second, []int{}},
+	} {
+		if got := settled(tc.release, of, now, tc.settle); !slices.Equal(got, tc.want) {
+			t.Errorf("settled(%v, %v) = %v, want %v", tc.release, tc.settle, got, tc.want)
+		}
 	}
 }
