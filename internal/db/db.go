@@ -5,6 +5,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -265,15 +266,19 @@ func Escape(s string) string {
 
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
-// Warm opens every connection the pool may hold ahead of need, concurrently, and leaves them
-// idle in it: a burst of work as a process starts (a scheduler replica that takes partitions
-// over as it joins) then does not wait for Postgres to start a backend per connection. SQLite's
-// single connection is open already.
+// Warm opens the connections the pool may hold and nobody holds now, concurrently, and leaves
+// them idle in it: a burst of work as a process starts (a scheduler replica that takes partitions
+// over as it joins) then does not wait for Postgres to start a backend per connection. It never
+// waits for a connection another caller holds. SQLite's single connection is open already.
 func (d *DB) Warm(ctx context.Context) error {
 	if d.dialect != Postgres {
 		return nil
 	}
-	n := d.Stats().MaxOpenConnections
+	st := d.Stats()
+	n := st.MaxOpenConnections - st.InUse
+	if n <= 0 {
+		return nil
+	}
 	conns := make([]*sql.Conn, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -287,10 +292,19 @@ func (d *DB) Warm(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	for _, c := range conns {
+	failed := 0
+	var first error
+	for i, c := range conns {
 		if c != nil {
 			c.Close()
 		}
+		if errs[i] != nil {
+			failed++
+			first = cmp.Or(first, errs[i])
+		}
 	}
-	return errors.Join(errs...)
+	if failed > 0 {
+		return fmt.Errorf("db: %d of %d connections not opened: %w", failed, n, first)
+	}
+	return nil
 }

@@ -401,7 +401,7 @@ func (s *Service) Start(ctx context.Context) error {
 
 // warmTimeout bounds the opening of the store's connections before a replica joins: a store
 // that does not answer is met by the takeovers, which say so.
-const warmTimeout = 5 * time.Second
+const warmTimeout = 2 * time.Second
 
 // Stop hands its partitions over, stops firing, drains the trigger pools, flushes trigger records and
 // closes executor and peer connections. It is idempotent.

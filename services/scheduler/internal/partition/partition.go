@@ -46,7 +46,7 @@ const replanEvery = 500 * time.Millisecond
 const earlyCooldown = time.Second
 
 // settleTTLs is how long, in session TTLs, a replica leads a partition it has acquired before it
-// hands it over to even out the shares (settled). A replica that died and is back at once (a
+// may hand it over to even out the shares (plan's young). A replica that died and is back at once (a
 // restart) finds its partitions taken by the others, which have just begun their takeovers:
 // handing them back then made every one of them a second takeover, which waited for the first
 // one's to end before it could fire. The shares even out a little later.
@@ -683,25 +683,22 @@ func (s *membership) reconcile() {
 	if s.needResync {
 		return // the view may be stale: take nothing, give nothing up
 	}
-	acquire, release := plan(me, live, owners)
+	// A lead younger than settleTTLs is not given up for balance (nor one this view has no
+	// lead for, which plan never offers).
+	young := func(p int) bool {
+		l := m.leads[p]
+		return l == nil || now.Sub(l.since) < settleTTLs*m.cfg.SessionTTL
+	}
+	m.mu.Lock()
+	acquire, release := plan(me, live, owners, young)
+	for _, p := range release {
+		l := m.leads[p]
+		l.ending = true
+		l.cancel()
+	}
+	m.mu.Unlock()
 	if len(release) > 0 {
-		m.mu.Lock()
-		since := func(p int) time.Time {
-			if l := m.leads[p]; l != nil {
-				return l.since
-			}
-			return time.Time{}
-		}
-		release = settled(release, since, now, settleTTLs*m.cfg.SessionTTL)
-		for _, p := range release {
-			l := m.leads[p]
-			l.ending = true
-			l.cancel()
-		}
-		m.mu.Unlock()
-		if len(release) > 0 {
-			m.log.Info("handing partitions over", "partitions", release, "replicas", len(live))
-		}
+		m.log.Info("handing partitions over", "partitions", release, "replicas", len(live))
 	}
 	if len(acquire) > 0 {
 		s.acquire(acquire)

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"slices"
-	"time"
 )
 
 // busy marks, in the owners plan reads, a partition that is neither free nor led by a live member
@@ -33,8 +32,10 @@ func PartitionOf(id int64, count int) int {
 // fewer than floor; it gives up down to ceil, or down to floor while another leads fewer than
 // floor. Free partitions are taken in rendezvous order (those me wins among the live members
 // first), so replicas that plan on the same view mostly pick different ones, and the ones given
-// up are those me ranks worst.
-func plan(me string, members []string, owners []string) (acquire, release []int) {
+// up are those me ranks worst, among those young (nil: none) does not say are still settling:
+// a young partition is kept, and one me ranks better given up in its place, or none for now
+// (settleTTLs).
+func plan(me string, members []string, owners []string, young func(part int) bool) (acquire, release []int) {
 	if len(owners) == 0 {
 		return nil, nil
 	}
@@ -76,7 +77,11 @@ func plan(me string, members []string, owners []string) (acquire, release []int)
 	switch have := len(mine); {
 	case have > target:
 		sortByPreference(me, ids, mine)
-		release = slices.Clone(mine[target:])
+		for i := len(mine) - 1; i >= 0 && len(release) < have-target; i-- {
+			if young == nil || !young(mine[i]) {
+				release = append(release, mine[i])
+			}
+		}
 		slices.Sort(release)
 	case have < target && len(free) > 0:
 		sortByPreference(me, ids, free)
@@ -127,17 +132,4 @@ func score(part int, id string) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
-}
-
-// settled returns the partitions of release that this replica has led for settle or longer at
-// now (since says when it acquired each), in their order: a hand-over waits for the lead to
-// settle (settleTTLs).
-func settled(release []int, since func(p int) time.Time, now time.Time, settle time.Duration) []int {
-	out := release[:0:0]
-	for _, p := range release {
-		if now.Sub(since(p)) >= settle {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 )
 
 // owned returns n partitions: the first a of them led by "a", the next b by "b", the rest free.
@@ -62,7 +61,7 @@ func TestPlan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			acq, rel := plan(tc.me, tc.members, tc.owners)
+			acq, rel := plan(tc.me, tc.members, tc.owners, nil)
 			if len(acq) != tc.acquire || len(rel) != tc.release {
 				t.Fatalf("plan = acquire %v, release %v; want %d acquired, %d released", acq, rel, tc.acquire, tc.release)
 			}
@@ -92,8 +91,8 @@ func TestPlanDeterministic(t *testing.T) {
 	t.Parallel()
 	members := []string{"a", "b", "c"}
 	owners := owned(16, rep("a", 16)...)
-	acq1, rel1 := plan("a", members, owners)
-	acq2, rel2 := plan("a", []string{"c", "b", "a"}, owners)
+	acq1, rel1 := plan("a", members, owners, nil)
+	acq2, rel2 := plan("a", []string{"c", "b", "a"}, owners, nil)
 	if !slices.Equal(acq1, acq2) || !slices.Equal(rel1, rel2) {
 		t.Errorf("plan differs by member order: %v %v vs %v %v", acq1, rel1, acq2, rel2)
 	}
@@ -140,7 +139,7 @@ func (s *sim) round(rng *rand.Rand) bool {
 	}
 	var steps []step
 	for _, me := range s.members {
-		acq, rel := plan(me, s.members, s.owners)
+		acq, rel := plan(me, s.members, s.owners, nil)
 		steps = append(steps, step{me, acq, rel})
 	}
 	rng.Shuffle(len(steps), func(i, j int) { steps[i], steps[j] = steps[j], steps[i] })
@@ -244,25 +243,28 @@ func TestPlanMembershipChanges(t *testing.T) {
 	}
 }
 
-// TestSettled: a partition is handed over only once it has been led for the settle time.
-func TestSettled(t *testing.T) {
+// TestPlanKeepsYoungLeads: a replica over its share gives up, worst ranked first, only
+// partitions that are not young; a young one it ranks worst is kept and a settled one given in
+// its place; when all its excess is young it gives none for now.
+func TestPlanKeepsYoungLeads(t *testing.T) {
 	t.Parallel()
-	now := time.Unix(1_700_000_000, 0)
-	since := map[int]time.Time{1: now.Add(-3 * time.Second), 2: now.Add(-2 * time.Second), 3: now.Add(-time.Second), 4: now}
-	of := func(p int) time.Time { return since[p] }
-	for _, tc := range []struct {
-		release []int
-		settle  time.Duration
-		want    []int
-	}{
-		{[]int{1, 2, 3, 4}, 2 * time.Second, []int{1, 2}},
-		{[]int{4, 3, 2, 1}, 2 * time.Second, []int{2, 1}},
-		{[]int{3, 4}, 2 * time.Second, []int{}},
-		{[]int{1, 2, 3, 4}, 0, []int{1, 2, 3, 4}},
-		{nil, time.Second, []int{}},
-	} {
-		if got := settled(tc.release, of, now, tc.settle); !slices.Equal(got, tc.want) {
-			t.Errorf("settled(%v, %v) = %v, want %v", tc.release, tc.settle, got, tc.want)
-		}
+	owners := rep("a", 4) // a leads all 4; b joins: a's share is 2
+	_, all := plan("a", []string{"a", "b"}, owners, nil)
+	if len(all) != 2 {
+		t.Fatalf("with nothing young a gives up %v, want 2", all)
+	}
+	worst := all[len(all)-1] // sorted by number; either of the two a ranks worst
+	youngOf := func(ps ...int) func(int) bool { return func(p int) bool { return slices.Contains(ps, p) } }
+	_, rel := plan("a", []string{"a", "b"}, owners, youngOf(worst))
+	if len(rel) != 2 || slices.Contains(rel, worst) {
+		t.Errorf("with %d young a gives up %v, want two others", worst, rel)
+	}
+	_, rel = plan("a", []string{"a", "b"}, owners, youngOf(0, 1, 2))
+	if want := []int{3}; !slices.Equal(rel, want) {
+		t.Errorf("with 0-2 young a gives up %v, want %v", rel, want)
+	}
+	_, rel = plan("a", []string{"a", "b"}, owners, youngOf(0, 1, 2, 3))
+	if len(rel) != 0 {
+		t.Errorf("with all young a gives up %v, want none", rel)
 	}
 }
