@@ -32,9 +32,8 @@ func PartitionOf(id int64, count int) int {
 // fewer than floor; it gives up down to ceil, or down to floor while another leads fewer than
 // floor. Free partitions are taken in rendezvous order (those me wins among the live members
 // first), so replicas that plan on the same view mostly pick different ones, and the ones given
-// up are those me ranks worst, among those young (nil: none) does not say are still settling:
-// a young partition is kept, and one me ranks better given up in its place, or none for now
-// (settleTTLs).
+// up are those me ranks worst, less those young (nil: none) says are still settling: they are
+// kept for now, and none is given up in their place (settleTTLs).
 func plan(me string, members []string, owners []string, young func(part int) bool) (acquire, release []int) {
 	if len(owners) == 0 {
 		return nil, nil
@@ -77,9 +76,9 @@ func plan(me string, members []string, owners []string, young func(part int) boo
 	switch have := len(mine); {
 	case have > target:
 		sortByPreference(me, ids, mine)
-		for i := len(mine) - 1; i >= 0 && len(release) < have-target; i-- {
-			if young == nil || !young(mine[i]) {
-				release = append(release, mine[i])
+		for _, part := range mine[target:] {
+			if young == nil || !young(part) {
+				release = append(release, part)
 			}
 		}
 		slices.Sort(release)
