@@ -46,12 +46,12 @@ const replanEvery = 500 * time.Millisecond
 const earlyCooldown = time.Second
 
 // settleTTLs is how long, in session TTLs, a replica leads a partition it has acquired before it
-// may hand it over to even out the shares (plan's young). A replica that died and is back at once (a
-// restart) finds its partitions taken by the others, which have just begun their takeovers:
-// handing them back then made every one of them a second takeover, which waited for the first
-// one's to end before it could fire. The shares even out a little later. (Giving up settled
-// partitions in the young ones' place instead moved more partitions during a failover, and the
-// gaps grew back: `jobmesh bench failover --kills 10 --rate 500 --seed 42`.)
+// may hand it over to even out the shares (plan's young). A replica that died and is back at
+// once (a restart) finds its partitions taken by the others, which have just begun their
+// takeovers: handing them back then made every one of them a second takeover, which waited for
+// the first one's to end before it could fire. The shares even out a little later. (Giving up
+// settled partitions in the young ones' place instead moved more partitions during a failover,
+// and the gaps grew back: `jobmesh bench failover --kills 10 --rate 500 --seed 42`.)
 const settleTTLs = 2
 
 // opTimeout bounds the etcd writes of a hand-over, which run after the Run ctx may have ended.
