@@ -76,7 +76,7 @@ func TestKillEndsTheWholeProcessGroup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("line %q: %v", l, err)
 		}
-		if alive(pid) {
+		if !diesWithin(pid, 5*time.Second) {
 			t.Errorf("%s survived the kill", l)
 		}
 	}
