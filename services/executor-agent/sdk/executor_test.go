@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -269,16 +270,32 @@ func TestScriptTimeoutKillsProcessGroup(t *testing.T) {
 	}
 }
 
-// diesWithin reports whether pid has stopped running (alive) within d. A process killed as its
-// fire ends closes its output, which the fire's end waits for, a moment before the kernel
-// marks it exited: on a busy machine a check right after the result can still find it.
+// diesWithin reports whether pid exits within d, waiting on its pidfd (readable once it has
+// exited, reaped or not). A process killed as its fire ends closes its output, which the fire's
+// end waits for, a moment before the kernel marks it exited: on a busy machine a check right
+// after the result can still find it.
 func diesWithin(pid int, d time.Duration) bool {
-	for deadline := time.Now().Add(d); alive(pid); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true // gone and reaped
+	}
+	if err != nil {
+		return !alive(pid)
+	}
+	defer unix.Close(fd)
+	for deadline := time.Now().Add(d); ; {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return false
 		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		if err == nil && n > 0 {
+			return true
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return !alive(pid)
+		}
 	}
-	return true
 }
 
 // alive reports whether pid runs: it exists and is not a zombie waiting for its reaper.
