@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -27,10 +26,8 @@ type registrar struct {
 	reg *registryv1.Executor
 	key string // app/instance, for logs
 
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends the registration and its stream
 	done   chan struct{}
-	mu     sync.Mutex
-	close  func() // ends the current stream cleanly (CloseSend), so the registry revokes at once
 }
 
 func newRegistrar(cli registryv1.RegistryServiceClient, cfg Config, advertise string, started time.Time, log *slog.Logger) *registrar {
@@ -109,9 +106,6 @@ func (r *registrar) register(ctx, streamCtx context.Context) (func() error, erro
 		cancel()
 		return nil, ctx.Err()
 	}
-	r.mu.Lock()
-	r.close = func() { _ = stream.CloseSend() }
-	r.mu.Unlock()
 	interval := time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
 	if interval <= 0 {
 		interval = time.Second
@@ -178,20 +172,14 @@ func (r *registrar) keep(ctx context.Context, beats func() error) {
 	}
 }
 
-// stop ends the registration: the stream is closed cleanly, so the registry removes the
-// executor at once, and then cancelled.
+// stop ends the registration by cancelling its stream: the registry revokes the executor's
+// lease at once, as it does for a stream closed cleanly. (Not CloseSend: a heartbeat may be in
+// Send on keep's goroutine, and a gRPC stream does not allow CloseSend concurrently with Send.)
 func (r *registrar) stop() {
 	if r.cancel == nil {
 		return
 	}
-	r.mu.Lock()
-	closeSend := r.close
-	r.mu.Unlock()
-	if closeSend != nil {
-		closeSend()
-	}
-	r.cancel() // the registry revokes on a cancelled stream too
-
+	r.cancel()
 	<-r.done
 	r.log.Info("executor deregistered", "executor", r.key)
 }
