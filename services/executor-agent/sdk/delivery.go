@@ -328,22 +328,20 @@ func (o *streamOutbox) start(ctx context.Context) {
 	done := o.done
 	o.mu.Unlock()
 	go o.writeLoop()
-	go o.laterLoop(ctx, done)
+	go o.laterLoop(done) // not on ctx: it bounds the executor's start only
 }
 
 // laterTick is how often laterLoop looks for RUNNING results that are due to leave.
 const laterTick = 100 * time.Millisecond
 
-// laterLoop hands RUNNING results to the results sender once their sendAt has come, until ctx
-// ends or writeLoop has (stop). One that is left when the agent stops stays in the spool and
+// laterLoop hands RUNNING results to the results sender once their sendAt has come, until
+// writeLoop has ended (stop). One that is left when the agent stops stays in the spool and
 // leaves at the next start.
-func (o *streamOutbox) laterLoop(ctx context.Context, done <-chan struct{}) {
+func (o *streamOutbox) laterLoop(done <-chan struct{}) {
 	t := time.NewTicker(laterTick)
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
-			return
 		case <-done:
 			return
 		case now := <-t.C:

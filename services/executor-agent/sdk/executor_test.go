@@ -58,7 +58,11 @@ func start(t *testing.T, configure func(*sdk.Config)) *harness {
 		t.Fatalf("New: %v", err)
 	}
 	e.Handle("gate", h.gates.handler)
-	if err := e.Start(t.Context()); err != nil {
+	// Start's ctx bounds the start only: it ends here, and the executor runs on until Stop.
+	sctx, cancelStart := context.WithCancel(t.Context())
+	err = e.Start(sctx)
+	cancelStart()
+	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
