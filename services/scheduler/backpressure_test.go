@@ -237,6 +237,7 @@ func TestLateRunAnswersAreNotFailures(t *testing.T) {
 		}
 	}
 	recs := waitRecords(t, ingest, ids)
+	runs.waitStarts(t, n) // an agent starts a handler after it answered ACCEPTED
 	duplicates := 0
 	for _, id := range ids {
 		r := recs[id]
@@ -371,6 +372,7 @@ func TestOverloadGivesUpPastTheMisfireThreshold(t *testing.T) {
 	if r := waitRecords(t, ingest, onceIDs[:1])[onceIDs[0]]; r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
 		t.Fatalf("the kept fire: recorded %v: %q, want OK", r.GetTriggerOutcome(), r.GetTriggerMessage())
 	}
+	runs.waitStarts(t, 1) // the kept fire's (the agent starts it after it answered ACCEPTED)
 	if runs.count(dropID) != 0 || runs.count(onceIDs[1]) != 0 || runs.count(onceIDs[0]) != 1 {
 		t.Fatalf("runs: given up %d and %d, kept %d; want 0, 0, 1", runs.count(dropID), runs.count(onceIDs[1]), runs.count(onceIDs[0]))
 	}
@@ -406,6 +408,9 @@ func TestRefusedExecutorIsPassedOverAtOnce(t *testing.T) {
 		}
 		id := TriggerID(job, f.fireMs, 0, 0)
 		r := waitRecords(t, ingest, []string{id})[id]
+		if r.GetTriggerOutcome() == logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK {
+			runs.waitStarts(t, 1) // the agent starts the handler after it answered ACCEPTED
+		}
 		if r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_OK || r.GetExecutorAddress() != live || runs.count(id) != 1 {
 			t.Fatalf("fire of job %d: recorded %v at %s, ran %d times: %q; want OK at %s, once", job, r.GetTriggerOutcome(),
 				r.GetExecutorAddress(), runs.count(id), r.GetTriggerMessage(), live)
