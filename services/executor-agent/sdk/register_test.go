@@ -10,6 +10,7 @@ import (
 
 	registryv1 "github.com/jobmesh/jobmesh/gen/jobmesh/registry/v1"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
+	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 )
 
 // beatingRegistry is a registry that asks for a heartbeat every millisecond and tells, on
@@ -66,6 +67,7 @@ func TestStopWhileHeartbeating(t *testing.T) {
 		if err := e.Start(t.Context()); err != nil {
 			t.Fatalf("Start: %v", err)
 		}
+		t.Cleanup(func() { _ = sdktest.Stop(e) }) // when the round fails before its Stop (idempotent)
 		for range 20 {
 			select {
 			case <-reg.beats:
