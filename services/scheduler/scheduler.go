@@ -238,7 +238,6 @@ type Service struct {
 	schedulerv1.UnimplementedWorkflowServiceServer
 
 	cfg      Config
-	db       *db.DB // the store's pool (jobs works through it)
 	log      *slog.Logger
 	clk      clock.Clock
 	jobs     jobStore
@@ -299,7 +298,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("scheduler: store, etcd, registry, ingest and logs clients are required")
 	}
 	s := &Service{
-		cfg: cfg, db: deps.Store, log: cfg.Logger, clk: cfg.Clock, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
+		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, jobs: store{deps.Store}, etcd: deps.Etcd, logs: deps.Logs,
 		groups: newRouteView(deps.Registry, cfg.Logger, credentialKey(cfg.DeliverySecret)),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
@@ -386,7 +385,7 @@ func (s *Service) Start(ctx context.Context) error {
 		// after a restart): with the store's connections open first, their takeovers do not each
 		// wait for Postgres to start a backend.
 		wctx, cancel := context.WithTimeout(ctx, warmTimeout)
-		if err := s.db.Warm(wctx); err != nil && ctx.Err() == nil {
+		if err := s.jobs.warm(wctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("opening the store's connections ahead of need failed; they open as needed", "error", err)
 		}
 		cancel()

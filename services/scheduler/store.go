@@ -118,6 +118,7 @@ type apiStore interface {
 // transaction from begin that opens with fence (or fenceAll, for several partitions at once):
 // errDeposed when a newer leader holds the partition.
 type engineStore interface {
+	warm(ctx context.Context) error
 	begin(ctx context.Context) (*sql.Tx, error)
 	commit(tx *sql.Tx) error
 	fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error
@@ -158,6 +159,9 @@ var _ jobStore = store{}
 
 // store is the scheduler's SQL, the jobStore of a *db.DB (Postgres or SQLite).
 type store struct{ db *db.DB }
+
+// warm opens the pool's connections ahead of need (db.DB.Warm).
+func (s store) warm(ctx context.Context) error { return s.db.Warm(ctx) }
 
 // begin starts a transaction, for the store's methods that take one (a fenced scheduling
 // transaction opens with fence or fenceAll).
