@@ -1,11 +1,13 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -95,7 +97,7 @@ var errRestart = errors.New("completion stream restarts for a partition taken ov
 func (s *Service) followCompletions(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		from, oldest, ok := s.completionStart()
+		from, oldest, ok := s.completionStart(false)
 		if !ok {
 			select {
 			case <-ctx.Done():
@@ -126,8 +128,9 @@ func (s *Service) followCompletions(ctx context.Context) {
 // at logsvc's newest completion, which would pass over the completions the others have not
 // acted on yet, while every completion after another's cursor is one the engine at 0 has not
 // acted on either. An engine whose 0 means every completion (all) starts it at the oldest
-// (oldest true).
-func (s *Service) completionStart() (from int64, oldest, ok bool) {
+// (oldest true). With carried, an engine's position counts the completions the follower holds
+// for it (streamPos): what a live session has yet to give it, not where a new one starts.
+func (s *Service) completionStart(carried bool) (from int64, oldest, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.engines {
@@ -135,6 +138,9 @@ func (s *Service) completionStart() (from int64, oldest, ok bool) {
 			continue // its partition's next leader reads the stored cursor
 		}
 		c := l.cursor.Load()
+		if carried {
+			c = l.streamPos()
+		}
 		if c == 0 && l.all {
 			return 0, true, true
 		}
@@ -176,10 +182,11 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 	}
 	s.streamFrom(start, known)
 	defer s.completions.setLive(false)
+	defer s.dropCarried() // what a session holds back, the next reads again from the cursors
 	// After 0 is every completion, whether asked for or found (logsvc had none).
 	oldest = known && start == 0
 	wantsOldest := func(need bool) bool { return need && !oldest && !refused }
-	if _, need, _ := s.completionStart(); wantsOldest(need) {
+	if _, need, _ := s.completionStart(false); wantsOldest(need) {
 		return errRestart // an engine that needs every completion took over as the stream began
 	}
 	go func() { // an engine that needs older completions restarts the stream
@@ -188,7 +195,7 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 			case <-ctx.Done():
 				return
 			case <-s.completions.wakeC:
-				if c, need, ok := s.completionStart(); ok && (c < s.completions.at.Load() || wantsOldest(need)) {
+				if c, need, ok := s.completionStart(true); ok && (c < s.completions.at.Load() || wantsOldest(need)) {
 					cancel(errRestart)
 					return
 				}
@@ -224,7 +231,12 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 		}
 		return err
 	}
-	var broken error // the stream's end, once the reader met it: what it queued is applied first
+	var (
+		broken error // the stream's end, once the reader met it: what it queued is applied first
+		// carry are the completions of partitions whose fences were busy, held for the next
+		// batch, which comes with the next message or after carryRetry.
+		carry []*logsv1.Completion
+	)
 	for {
 		if ctx.Err() != nil { // cut (a restart): the reader may have ended unheard
 			return ended(ctx.Err())
@@ -237,26 +249,49 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 				return ended(broken)
 			}
 		} else {
+			var retry <-chan time.Time
+			if len(carry) > 0 {
+				// A lock's poll, not a schedule: the wall clock. An unstopped timer is collected.
+				retry = time.After(carryRetry)
+			}
 			select {
 			case cs = <-msgs:
 			case broken = <-recvErr:
 				continue
 			case <-ctx.Done():
 				continue
+			case <-retry:
 			}
 		}
-		cs = gatherCompletions(cs, msgs, maxCompletionBatch)
-		if err := s.handleCompletions(ctx, cs); err != nil {
+		upTo := s.completions.at.Load()
+		if cs = gatherCompletions(cs, msgs, maxCompletionBatch); len(cs) > 0 {
+			upTo = cs[len(cs)-1].GetCursor()
+		}
+		var err error
+		if carry, err = s.handleCompletions(ctx, append(carry, cs...), upTo); err != nil {
 			return ended(err)
 		}
-		last := cs[len(cs)-1].GetCursor()
-		s.completions.at.Store(last)
+		s.completions.at.Store(upTo)
 		// An engine that became ready while the batch was applied, after the wake check above
 		// compared its cursor with the stream's position before the batch, was left out of it:
 		// the batch's completions of its partition are still to act on.
-		if s.behindStream(last) {
+		if s.behindStream(upTo) {
 			return errRestart
 		}
+	}
+}
+
+// carryRetry is how soon completions held back by a busy fence are tried again when no
+// message comes first: a pre-read holds its partition's fence for some milliseconds.
+const carryRetry = 5 * time.Millisecond
+
+// dropCarried forgets the completions a session held back: the next session reads them again
+// from the engines' cursors.
+func (s *Service) dropCarried() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.engines {
+		l.carriedTo.Store(0)
 	}
 }
 
@@ -285,14 +320,14 @@ func (s *Service) streamFrom(start int64, known bool) {
 }
 
 // behindStream reports whether an engine ready for completions, and not ending, has a cursor
-// below at, the stream's position: it was not in the batches up to at, and the stream must
+// (or completions held back, streamPos) below at, the stream's position: it was not in the batches up to at, and the stream must
 // restart from its cursor. (An ending engine's cursor stays where it stopped; its partition's
 // next leader reads the stored one.)
 func (s *Service) behindStream(at int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.engines {
-		if c := l.cursor.Load(); c >= 0 && c < at && !l.ending() {
+		if c := l.streamPos(); c >= 0 && c < at && !l.ending() {
 			return true
 		}
 	}
@@ -323,17 +358,20 @@ func gatherCompletions(cs []*logsv1.Completion, msgs <-chan []*logsv1.Completion
 	return cs
 }
 
-// handleCompletions applies one batch for the partitions this replica leads, in one transaction
-// fenced by each of them: schedule changes, the retries and child fires it decides on (as pending
-// fires) and the partitions' cursors. After the commit it arms those fires; if this replica
-// loses a partition first, its next leader finds them in pending_fires. A partition whose fence a
-// newer leader holds is deposed, and the batch applied again without it. A batch that lost a
-// race with another transaction (errRetryable) is applied again, up to maxCompletionRetries
-// times, rather than restart the completion stream.
-func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion) error {
+// handleCompletions applies one batch, the stream's completions through cursor upTo, for the
+// partitions this replica leads, in one transaction fenced by each of them: schedule changes,
+// the retries and child fires it decides on (as pending fires) and the partitions' cursors.
+// After the commit it arms those fires; if this replica loses a partition first, its next
+// leader finds them in pending_fires. A partition whose fence a newer leader holds is deposed,
+// and the batch applied again without it. A batch that lost a race with another transaction
+// (errRetryable) is applied again, up to maxCompletionRetries times, rather than restart the
+// completion stream. It returns carry: the completions of partitions whose fences another
+// transaction held (a pre-read), which wait for a later batch rather than hold this one back;
+// those partitions' cursors stay where they were.
+func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion, upTo int64) (carry []*logsv1.Completion, err error) {
 	retries := 0
 	for {
-		err := s.handleCompletionsOnce(ctx, cs)
+		carry, err = s.handleCompletionsOnce(ctx, cs, upTo)
 		if errors.Is(err, errRetryable) && retries < maxCompletionRetries && ctx.Err() == nil {
 			retries++
 			s.log.Warn("completion batch lost a race with another transaction; applying it again", "error", err)
@@ -341,7 +379,7 @@ func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion
 		}
 		var d deposedError
 		if !errors.As(err, &d) {
-			return err
+			return carry, err
 		}
 		for _, l := range d.engines {
 			l.depose()
@@ -360,22 +398,21 @@ func (e deposedError) Error() string {
 }
 func (e deposedError) Unwrap() error { return errDeposed }
 
-func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Completion) error {
-	last := cs[len(cs)-1].GetCursor()
+func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Completion, upTo int64) ([]*logsv1.Completion, error) {
 	// The engines this batch concerns: ready (the takeover read their cursor) and behind it.
 	s.mu.Lock()
 	byPart := make(map[int]*engine, len(s.engines))
 	from := make(map[int]int64, len(s.engines))
 	var terms []term
 	for p, l := range s.engines {
-		if c := l.cursor.Load(); c >= 0 && c < last && !l.ending() {
+		if c := l.cursor.Load(); c >= 0 && c < upTo && !l.ending() {
 			byPart[p], from[p] = l, c
 			terms = append(terms, l.term())
 		}
 	}
 	s.mu.Unlock()
 	if len(terms) == 0 {
-		return nil
+		return nil, nil
 	}
 	var mine []*logsv1.Completion
 	for _, c := range cs {
@@ -386,7 +423,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	}
 	tx, err := s.jobs.begin(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback()
 	// One read of the batch's jobs that act on a completion (children, retries, FIX_DELAY): most
@@ -405,61 +442,90 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	mine = jobOnly
 	acting, err := s.jobs.getActing(ctx, tx, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The partitions to fence: those whose completions ask something (their cursors are saved
 	// with what they ask, so a next leader never acts on them twice), and those whose saved
 	// cursor is older than cursorSaveEvery (so that a next leader reads back little).
 	now := s.clk.Now().UnixMilli()
-	fenced := map[int]bool{}
+	asks := map[int]bool{} // the partitions whose completions ask something
 	var act []*logsv1.Completion
 	for _, c := range mine {
 		if acting[c.GetJobId()] != nil {
 			act = append(act, c)
-			fenced[partition.PartitionOf(c.GetJobId(), s.partCount())] = true
+			asks[s.completionPart(c)] = true
 		}
 	}
 	for _, c := range nodes {
-		fenced[s.completionPart(c)] = true
+		asks[s.completionPart(c)] = true
 	}
 	terms = terms[:0]
 	for p, l := range byPart {
-		if fenced[p] || now-l.cursorSavedMs.Load() >= cursorSaveEvery.Milliseconds() {
-			fenced[p] = true
+		if asks[p] || now-l.cursorSavedMs.Load() >= cursorSaveEvery.Milliseconds() {
 			terms = append(terms, l.term())
 		}
 	}
+	var fenced map[int]bool
 	if len(terms) > 0 {
-		if deposed, err := s.jobs.fenceAll(ctx, tx, terms, s.cfg.ReplicaID); err != nil {
+		held, deposed, err := s.jobs.fenceFree(ctx, tx, terms, s.cfg.ReplicaID)
+		if err != nil {
 			if !errors.Is(err, errDeposed) {
-				return err
+				return nil, err
 			}
 			var d deposedError
 			for _, p := range deposed {
 				d.engines = append(d.engines, byPart[p])
 			}
-			return d
+			return nil, d
 		}
+		fenced = held
+	}
+	// A partition whose fence is busy acts on nothing in this batch: what its completions ask
+	// is carried to the next, and its cursor stays. One that only saves its cursor saves it
+	// with a later batch.
+	var carry []*logsv1.Completion
+	carried := map[int]bool{}
+	for p := range asks {
+		if !fenced[p] {
+			carried[p] = true
+		}
+	}
+	if len(carried) > 0 {
+		unheld := func(c *logsv1.Completion) bool { return carried[s.completionPart(c)] }
+		for _, c := range slices.Concat(act, nodes) {
+			if unheld(c) {
+				carry = append(carry, c)
+			}
+		}
+		slices.SortFunc(carry, func(a, b *logsv1.Completion) int { return cmp.Compare(a.GetCursor(), b.GetCursor()) })
+		act = slices.DeleteFunc(act, unheld)
+		nodes = slices.DeleteFunc(nodes, unheld)
+		terms = slices.DeleteFunc(terms, func(t term) bool { return !fenced[t.part] })
 	}
 	after, err := s.actOnCompletions(ctx, tx, byPart, act, acting)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wfAfter, err := s.actOnNodeCompletions(ctx, tx, nodes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	after = append(after, wfAfter...)
 	if len(terms) > 0 {
-		if err := s.jobs.saveCursors(ctx, tx, terms, last); err != nil {
-			return err
+		if err := s.jobs.saveCursors(ctx, tx, terms, upTo); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.jobs.commit(tx); err != nil {
-		return fmt.Errorf("completions: %w", err)
+		return nil, fmt.Errorf("completions: %w", err)
 	}
 	for p, l := range byPart {
-		l.cursor.Store(last)
+		if carried[p] {
+			l.carriedTo.Store(upTo)
+			continue
+		}
+		l.cursor.Store(upTo)
+		l.carriedTo.Store(0)
 		if fenced[p] {
 			l.cursorSavedMs.Store(now)
 		}
@@ -467,7 +533,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	for _, f := range after {
 		f()
 	}
-	return nil
+	return carry, nil
 }
 
 // cursorSaveEvery bounds how long a partition's saved completion cursor may lag the completions

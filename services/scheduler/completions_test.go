@@ -71,7 +71,7 @@ func (r *completionRig) handle(t *testing.T, job, fireMs int64, chain ...[2]logs
 		comp := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
 			Status: c[0], ReplacesStatus: c[1], ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
 			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON, Params: "p"}
-		if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{comp}); err != nil {
+		if err := applyCompletions(t.Context(), r.s, []*logsv1.Completion{comp}); err != nil {
 			t.Fatal(err)
 		}
 		r.clk.Advance(time.Millisecond)
@@ -203,7 +203,7 @@ func TestChildFireRetryLeavesTheFixDelaySchedule(t *testing.T) {
 		c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), JobId: child, Status: stFail, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
 			TriggerId: triggerid.ID{Job: child, ScheduledMs: fireMs, Attempt: int32(attempt), Parent: parent}.String(),
 			Attempt:   int32(attempt), TriggerType: tt}
-		if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+		if err := applyCompletions(t.Context(), r.s, []*logsv1.Completion{c}); err != nil {
 			t.Fatal(err)
 		}
 		r.clk.Advance(time.Millisecond)
@@ -298,7 +298,7 @@ func TestChildFireHasAnIDOfItsOwn(t *testing.T) {
 		t.Helper()
 		c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: ofParent(0), JobId: child, Status: st, ReplacesStatus: replaces,
 			ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50, TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_PARENT}
-		if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+		if err := applyCompletions(t.Context(), r.s, []*logsv1.Completion{c}); err != nil {
 			t.Fatal(err)
 		}
 		r.clk.Advance(time.Millisecond)
@@ -348,7 +348,7 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 			Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
 			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
 	}
-	if err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(even, 10), failed(odd, 11)}); err != nil {
+	if err := applyCompletions(ctx, r.s, []*logsv1.Completion{failed(even, 10), failed(odd, 11)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := r.pendingDue(t, even, fireMs, 1); !ok {
@@ -383,7 +383,7 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 	if err := r.s.jobs.raiseFence(ctx, 0, 2, "r2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(even, 12)}); err != nil {
+	if err := applyCompletions(ctx, r.s, []*logsv1.Completion{failed(even, 12)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -393,6 +393,78 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 	}
 	if got := cursors(); got[0] != 11 {
 		t.Errorf("partition 0's cursor %d after it was deposed, want 11", got[0])
+	}
+}
+
+// TestBusyFenceHoldsBackOnlyItsPartition: a batch does not wait for a partition whose fence
+// another transaction holds (a pre-read): it acts on the others' completions and carries that
+// partition's to the next batch, leaving its cursor where it was.
+func TestBusyFenceHoldsBackOnlyItsPartition(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	ctx := t.Context()
+	r.s.count.Store(2)
+	odd := &engine{s: r.s, part: 1, epoch: 1, ring: ring.New(r.clk, func([]ringEntry) {}), owed: newOwed(), deposed: make(chan struct{})}
+	r.s.engines[1] = odd
+	if err := r.s.jobs.raiseFence(ctx, 1, 1, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	var evenJob, oddJob int64
+	for evenJob == 0 || oddJob == 0 {
+		id := r.job(t, schedule.FixRate, "1m")
+		if id%2 == 0 {
+			evenJob = id
+		} else {
+			oddJob = id
+		}
+	}
+	fireMs := r.clk.Now().UnixMilli()
+	failed := func(job int64, cursor int64) *logsv1.Completion {
+		return &logsv1.Completion{Cursor: cursor, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
+			Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+	}
+	// Another transaction holds partition 1's fence, as a pre-read does while it runs.
+	busy, err := storeDB(r.s).BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Rollback()
+	if _, err := busy.ExecContext(ctx, `SELECT 1 FROM partition_fence WHERE part = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(evenJob, 10), failed(oddJob, 11)}, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(carry) != 1 || carry[0].GetJobId() != oddJob {
+		t.Fatalf("carried %v; want the busy partition's one completion", carry)
+	}
+	if _, ok := r.pendingDue(t, evenJob, fireMs, 1); !ok {
+		t.Error("partition 0's failed fire got no retry while partition 1's fence was busy")
+	}
+	if _, ok := r.pendingDue(t, oddJob, fireMs, 1); ok {
+		t.Error("partition 1's failed fire got a retry while its fence was held by another transaction")
+	}
+	if c, held := odd.cursor.Load(), odd.streamPos(); c != 0 || held != 11 {
+		t.Errorf("partition 1 at cursor %d, stream position %d; want 0 and 11", c, held)
+	}
+	if c := r.l.cursor.Load(); c != 11 {
+		t.Errorf("partition 0 at cursor %d; want 11", c)
+	}
+
+	// The fence is free again: the carried completion is acted on.
+	if err := busy.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if carry, err = r.s.handleCompletions(ctx, carry, 11); err != nil || len(carry) != 0 {
+		t.Fatalf("applying the carried completion: carried %v, %v", carry, err)
+	}
+	if _, ok := r.pendingDue(t, oddJob, fireMs, 1); !ok {
+		t.Error("partition 1's failed fire got no retry once its fence was free")
+	}
+	if c, held := odd.cursor.Load(), odd.streamPos(); c != 11 || held != 11 {
+		t.Errorf("partition 1 at cursor %d, stream position %d; want 11 and 11", c, held)
 	}
 }
 
@@ -428,7 +500,7 @@ func TestEngineLeftOutOfABatchRestartsTheStream(t *testing.T) {
 	batch := []*logsv1.Completion{{Cursor: 10, TriggerId: TriggerID(odd, fireMs, 0, 0), JobId: odd,
 		Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
 		TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}}
-	if err := r.s.handleCompletions(ctx, batch); err != nil {
+	if err := applyCompletions(ctx, r.s, batch); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := r.pendingDue(t, odd, fireMs, 1); ok {
@@ -442,7 +514,7 @@ func TestEngineLeftOutOfABatchRestartsTheStream(t *testing.T) {
 	if !r.s.behindStream(10) {
 		t.Fatal("an engine left out of the batch does not restart the stream")
 	}
-	if err := r.s.handleCompletions(ctx, batch); err != nil { // the restarted stream's first batch
+	if err := applyCompletions(ctx, r.s, batch); err != nil { // the restarted stream's first batch
 		t.Fatal(err)
 	}
 	if _, ok := r.pendingDue(t, odd, fireMs, 1); !ok {
@@ -490,11 +562,37 @@ func TestCompletionStartPassesOverPartitionsThatNeverActed(t *testing.T) {
 			}
 			// Map order varies: ask often enough to meet every order of a few engines.
 			for range 20 {
-				if from, oldest, ok := s.completionStart(); from != tc.from || oldest != tc.oldest || ok != tc.ok {
-					t.Fatalf("completionStart() = %d, %v, %v; want %d, %v, %v", from, oldest, ok, tc.from, tc.oldest, tc.ok)
+				if from, oldest, ok := s.completionStart(false); from != tc.from || oldest != tc.oldest || ok != tc.ok {
+					t.Fatalf("completionStart(false) = %d, %v, %v; want %d, %v, %v", from, oldest, ok, tc.from, tc.oldest, tc.ok)
 				}
 			}
 		})
+	}
+}
+
+// TestCompletionsCarriedCountInALiveStream: a partition whose completions the follower holds
+// back (its fence was busy) is not behind the live stream, but a new session starts from its
+// cursor, which has not moved.
+func TestCompletionsCarriedCountInALiveStream(t *testing.T) {
+	s := &Service{engines: map[int]*engine{}}
+	for p, c := range []int64{500, 900} {
+		l := &engine{part: p, deposed: make(chan struct{})}
+		l.cursor.Store(c)
+		s.engines[p] = l
+	}
+	s.engines[0].carriedTo.Store(900)
+	if from, _, _ := s.completionStart(false); from != 500 {
+		t.Errorf("a new session starts after %d; want 500, the carried partition's cursor", from)
+	}
+	if from, _, _ := s.completionStart(true); from != 900 {
+		t.Errorf("the live stream's engines are at %d; want 900", from)
+	}
+	if s.behindStream(900) {
+		t.Error("behindStream(900) with the partition at 500 carried to 900: want false")
+	}
+	s.dropCarried()
+	if !s.behindStream(900) {
+		t.Error("behindStream(900) once the carried completions are dropped: want true")
 	}
 }
 
@@ -530,4 +628,18 @@ func TestGatherCompletionsTakesWhatArrived(t *testing.T) {
 	if got := gatherCompletions(msg(9, 1), msgs, 6); !slices.Equal(cursors(got), []int64{9}) {
 		t.Fatalf("with nothing queued: %v, want [9] at once", cursors(got))
 	}
+}
+
+// applyCompletions applies a batch of completions as the follower does, carrying what a busy
+// fence held back into the next batch until nothing is held back.
+func applyCompletions(ctx context.Context, s *Service, cs []*logsv1.Completion) error {
+	upTo := cs[len(cs)-1].GetCursor()
+	for len(cs) > 0 {
+		carry, err := s.handleCompletions(ctx, cs, upTo)
+		if err != nil {
+			return err
+		}
+		cs = carry
+	}
+	return nil
 }

@@ -42,6 +42,10 @@ type engine struct {
 	cursor atomic.Int64
 	// cursorSavedMs is when the completion follower last saved the cursor (clock ms).
 	cursorSavedMs atomic.Int64
+	// carriedTo is the completion stream's position through which the follower holds this
+	// partition's completions for a later batch, not acted on yet because its fence was busy
+	// (0: it holds none). Only the completion follower sets it.
+	carriedTo atomic.Int64
 	// all (guarded by s.mu): cursor 0 means every completion logsvc keeps, not its newest (the
 	// partition began following when logsvc had none).
 	all bool
@@ -59,6 +63,17 @@ type engine struct {
 	// pins are the fires a takeover found an executor may hold already (it did not answer
 	// Seen): each goes to that executor only, whose duplicate check answers (takeOverOnce).
 	pins map[pendingKey]string
+}
+
+// streamPos is how far the completion stream has gone for the partition: its cursor (negative
+// while the takeover has not read it), or the position through which the follower holds its
+// completions for a later batch.
+func (l *engine) streamPos() int64 {
+	c := l.cursor.Load()
+	if c < 0 {
+		return c
+	}
+	return max(c, l.carriedTo.Load())
 }
 
 // term returns the engine's partition and epoch.

@@ -115,14 +115,14 @@ type apiStore interface {
 }
 
 // engineStore is what a partition engine reads and writes. Scheduling writes run in a
-// transaction from begin that opens with fence (or fenceAll, for several partitions at once):
+// transaction from begin that opens with fence (or fenceFree, for several partitions at once):
 // errDeposed when a newer leader holds the partition.
 type engineStore interface {
 	warm(ctx context.Context) error
 	begin(ctx context.Context) (*sql.Tx, error)
 	commit(tx *sql.Tx) error
 	fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error
-	fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder string) (deposed []int, err error)
+	fenceFree(ctx context.Context, tx *sql.Tx, terms []term, holder string) (held map[int]bool, deposed []int, err error)
 	raiseFence(ctx context.Context, part int, epoch int64, holder string) error
 	indexPlans(ctx context.Context, tx *sql.Tx) error
 	assignPartitions(ctx context.Context, count int) (int64, error)
@@ -164,7 +164,7 @@ type store struct{ db *db.DB }
 func (s store) warm(ctx context.Context) error { return s.db.Warm(ctx) }
 
 // begin starts a transaction, for the store's methods that take one (a fenced scheduling
-// transaction opens with fence or fenceAll).
+// transaction opens with fence or fenceFree).
 func (s store) begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -502,62 +502,77 @@ const fenceQuery = `INSERT INTO partition_fence (part, epoch, holder) VALUES ($1
 	ON CONFLICT (part) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder
 	WHERE partition_fence.epoch <= excluded.epoch`
 
-// fenceAll raises the fences of several partitions inside tx, in partition order (so that two
-// transactions never wait on each other's fences), and returns the partitions a newer leader
-// holds, with errDeposed, when there are any; then tx must be rolled back.
-func (s store) fenceAll(ctx context.Context, tx *sql.Tx, terms []term, holder string) (deposed []int, err error) {
+// fenceFree fences, inside tx, those of several partitions whose fences no other transaction
+// holds now (a pre-read, a takeover's raise), without waiting for the others: held are the
+// partitions fenced at their terms' epochs, deposed those a newer leader holds (with
+// errDeposed: then tx must be rolled back), and a partition in neither is busy. A completion
+// batch fences this way so that one partition's running pre-read holds back only that
+// partition's completions, not the whole batch behind it. Fences are taken in partition order.
+// SQLite, which runs one write transaction at a time, has no busy fence: every partition not
+// deposed is held.
+func (s store) fenceFree(ctx context.Context, tx *sql.Tx, terms []term, holder string) (held map[int]bool, deposed []int, err error) {
 	terms = slices.SortedFunc(slices.Values(terms), func(a, b term) int { return cmp.Compare(a.part, b.part) })
-	if s.db.Dialect() == db.Postgres {
-		parts, epochs := make([]int32, len(terms)), make([]int64, len(terms))
-		for i, t := range terms {
-			parts[i], epochs[i] = int32(t.part), t.epoch
-		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO partition_fence (part, epoch, holder)
-			SELECT u.part, u.epoch, $3 FROM unnest($1::int[], $2::bigint[]) WITH ORDINALITY AS u(part, epoch, n) ORDER BY u.n
-			ON CONFLICT (part) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder
-			WHERE partition_fence.epoch <= excluded.epoch`, parts, epochs, holder)
-		if err != nil {
-			return nil, storeErr(err, "fence %d partitions", len(terms))
-		}
-		if n, _ := res.RowsAffected(); int(n) == len(terms) {
-			return nil, nil
-		}
-	} else {
+	held = make(map[int]bool, len(terms))
+	if s.db.Dialect() != db.Postgres {
 		for _, t := range terms {
 			if err := s.fence(ctx, tx, t.part, t.epoch, holder); errors.Is(err, errDeposed) {
 				deposed = append(deposed, t.part)
 			} else if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
+			held[t.part] = true
 		}
-		if len(deposed) == 0 {
-			return nil, nil
+		if len(deposed) > 0 {
+			return nil, deposed, errDeposed
 		}
-		return deposed, errDeposed
+		return held, nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT part, epoch FROM partition_fence WHERE part = ANY($1)`, partsOf(terms))
+	// A fence row locked is a fence held: a newer leader's raise (an update of the row) waits
+	// for tx. The takeover raised the row to the term's epoch before the engine acts on
+	// completions, so it is found there, or higher when a newer leader has taken over.
+	rows, err := tx.QueryContext(ctx, `SELECT part, epoch FROM partition_fence WHERE part = ANY($1)
+		ORDER BY part FOR UPDATE SKIP LOCKED`, partsOf(terms))
 	if err != nil {
-		return nil, storeErr(err, "read partition fences")
+		return nil, nil, storeErr(err, "fence %d partitions", len(terms))
 	}
 	defer rows.Close()
-	held := map[int]int64{}
+	found := make(map[int]int64, len(terms))
 	for rows.Next() {
 		var p int
 		var e int64
 		if err := rows.Scan(&p, &e); err != nil {
-			return nil, storeErr(err, "read partition fences")
+			return nil, nil, storeErr(err, "fence %d partitions", len(terms))
 		}
-		held[p] = e
+		found[p] = e
 	}
 	if err := rows.Err(); err != nil {
-		return nil, storeErr(err, "read partition fences")
+		return nil, nil, storeErr(err, "fence %d partitions", len(terms))
 	}
+	rows.Close()
 	for _, t := range terms {
-		if held[t.part] > t.epoch {
+		e, ok := found[t.part]
+		switch {
+		case !ok: // busy
+		case e > t.epoch:
 			deposed = append(deposed, t.part)
+		case e < t.epoch:
+			// Not raised to this term yet (not seen: the takeover raises it first); the row is
+			// locked, so raising it waits for no one.
+			if err := s.fence(ctx, tx, t.part, t.epoch, holder); errors.Is(err, errDeposed) {
+				deposed = append(deposed, t.part)
+			} else if err != nil {
+				return nil, nil, err
+			} else {
+				held[t.part] = true
+			}
+		default:
+			held[t.part] = true
 		}
 	}
-	return deposed, errDeposed
+	if len(deposed) > 0 {
+		return nil, deposed, errDeposed
+	}
+	return held, nil, nil
 }
 
 // term is one partition's leadership: the partition and the epoch that fences its writes.

@@ -181,7 +181,7 @@ func (r *wfRig) run(t *testing.T, id, node string, st logsv1.RunStatus, outputs 
 	}
 	c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: p.id, JobId: tid.Job, Status: st, Attempt: tid.Attempt,
 		ScheduledUnixMs: tid.ScheduledMs, EndUnixMs: r.clk.Now().UnixMilli(), Outputs: outputs}
-	if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+	if err := applyCompletions(t.Context(), r.s, []*logsv1.Completion{c}); err != nil {
 		t.Fatal(err)
 	}
 	r.clk.Advance(time.Millisecond)
@@ -257,7 +257,7 @@ func TestWorkflowDiamond(t *testing.T) {
 	// A completion handled again (a failover replays the stream) changes nothing.
 	c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: d.id, JobId: w.GetNodes()[3].GetJobId(), Status: stFail,
 		ScheduledUnixMs: mustParse(t, d.id).ScheduledMs}
-	if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+	if err := applyCompletions(t.Context(), r.s, []*logsv1.Completion{c}); err != nil {
 		t.Fatal(err)
 	}
 	r.want(t, id, "SUCCESS", "A=SUCCESS B=SUCCESS C=SUCCESS D=SUCCESS")
@@ -339,7 +339,7 @@ func TestWorkflowKillRetryAndMarkDone(t *testing.T) {
 	// C's run ends KILLED: the instance has ended already.
 	c := &logsv1.Completion{Cursor: r.clk.Now().UnixMilli(), TriggerId: cFire, JobId: mustParse(t, cFire).Job, Status: stKilled,
 		ScheduledUnixMs: mustParse(t, cFire).ScheduledMs}
-	if err := r.s.handleCompletions(t.Context(), []*logsv1.Completion{c}); err != nil {
+	if err := applyCompletions(t.Context(), r.s, []*logsv1.Completion{c}); err != nil {
 		t.Fatal(err)
 	}
 	r.clk.Advance(time.Millisecond)
