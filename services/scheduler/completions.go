@@ -263,12 +263,13 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 			case <-retry:
 			}
 		}
-		upTo := s.completions.at.Load()
-		if cs = gatherCompletions(cs, msgs, maxCompletionBatch); len(cs) > 0 {
+		at := s.completions.at.Load()
+		upTo := at
+		if cs = gatherCompletions(cs, msgs, maxCompletionBatch-len(carry)); len(cs) > 0 {
 			upTo = cs[len(cs)-1].GetCursor()
 		}
 		var err error
-		if carry, err = s.handleCompletions(ctx, append(carry, cs...), upTo); err != nil {
+		if carry, err = s.handleCompletions(ctx, append(carry, cs...), at, upTo); err != nil {
 			return ended(err)
 		}
 		s.completions.at.Store(upTo)
@@ -282,8 +283,14 @@ func (s *Service) completionSession(ctx context.Context, from int64, oldest bool
 }
 
 // carryRetry is how soon completions held back by a busy fence are tried again when no
-// message comes first: a pre-read holds its partition's fence for some milliseconds.
-const carryRetry = 5 * time.Millisecond
+// message comes first: a pre-read holds its partition's fence for some milliseconds. maxCarry
+// is how long a partition's completions are held back at most: then the batch waits for its
+// fence, queued for it (a partition scanned again at once, after a full scan, frees its fence
+// for a moment only).
+const (
+	carryRetry = 5 * time.Millisecond
+	maxCarry   = 250 * time.Millisecond
+)
 
 // dropCarried forgets the completions a session held back: the next session reads them again
 // from the engines' cursors.
@@ -292,6 +299,7 @@ func (s *Service) dropCarried() {
 	defer s.mu.Unlock()
 	for _, l := range s.engines {
 		l.carriedTo.Store(0)
+		l.carriedSince.Store(0)
 	}
 }
 
@@ -300,7 +308,7 @@ func (s *Service) dropCarried() {
 // stream resumes from it rather than from whatever is newest then (they fire only once it is
 // live: startFollowing); a start of 0 is every completion (logsvc had none, or the stream is
 // from the oldest). A logsvc that does not say where a stream from its newest starts (known
-// false) leaves them, and the stream's position, as they were.
+// false) leaves them as they were, and the stream's position unknown (-1) until its first batch.
 func (s *Service) streamFrom(start int64, known bool) {
 	s.mu.Lock()
 	if known {
@@ -314,14 +322,16 @@ func (s *Service) streamFrom(start int64, known bool) {
 			}
 		}
 		s.completions.at.Store(start)
+	} else {
+		s.completions.at.Store(-1) // known after its first batch
 	}
 	s.mu.Unlock()
 	s.completions.setLive(true)
 }
 
 // behindStream reports whether an engine ready for completions, and not ending, has a cursor
-// (or completions held back, streamPos) below at, the stream's position: it was not in the batches up to at, and the stream must
-// restart from its cursor. (An ending engine's cursor stays where it stopped; its partition's
+// (or completions held back, streamPos) below at, the stream's position: it was not in the
+// batches up to at, and the stream must restart from its cursor. (An ending engine's cursor stays where it stopped; its partition's
 // next leader reads the stored one.)
 func (s *Service) behindStream(at int64) bool {
 	s.mu.Lock()
@@ -358,8 +368,8 @@ func gatherCompletions(cs []*logsv1.Completion, msgs <-chan []*logsv1.Completion
 	return cs
 }
 
-// handleCompletions applies one batch, the stream's completions through cursor upTo, for the
-// partitions this replica leads, in one transaction fenced by each of them: schedule changes,
+// handleCompletions applies one batch, the stream's completions after cursor at through upTo
+// (and those carried from earlier batches), for the partitions this replica leads, in one transaction fenced by each of them: schedule changes,
 // the retries and child fires it decides on (as pending fires) and the partitions' cursors.
 // After the commit it arms those fires; if this replica loses a partition first, its next
 // leader finds them in pending_fires. A partition whose fence a newer leader holds is deposed,
@@ -367,11 +377,13 @@ func gatherCompletions(cs []*logsv1.Completion, msgs <-chan []*logsv1.Completion
 // (errRetryable) is applied again, up to maxCompletionRetries times, rather than restart the
 // completion stream. It returns carry: the completions of partitions whose fences another
 // transaction held (a pre-read), which wait for a later batch rather than hold this one back;
-// those partitions' cursors stay where they were.
-func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion, upTo int64) (carry []*logsv1.Completion, err error) {
+// those partitions' cursors stay before them. An engine that is not as far as at (it became
+// ready while the stream was past its cursor) is left out: the stream restarts for it
+// (behindStream).
+func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion, at, upTo int64) (carry []*logsv1.Completion, err error) {
 	retries := 0
 	for {
-		carry, err = s.handleCompletionsOnce(ctx, cs, upTo)
+		carry, err = s.handleCompletionsOnce(ctx, cs, at, upTo)
 		if errors.Is(err, errRetryable) && retries < maxCompletionRetries && ctx.Err() == nil {
 			retries++
 			s.log.Warn("completion batch lost a race with another transaction; applying it again", "error", err)
@@ -398,14 +410,15 @@ func (e deposedError) Error() string {
 }
 func (e deposedError) Unwrap() error { return errDeposed }
 
-func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Completion, upTo int64) ([]*logsv1.Completion, error) {
-	// The engines this batch concerns: ready (the takeover read their cursor) and behind it.
+func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Completion, at, upTo int64) ([]*logsv1.Completion, error) {
+	// The engines this batch concerns: ready (the takeover read their cursor), as far as the
+	// stream before the batch, and behind its end.
 	s.mu.Lock()
 	byPart := make(map[int]*engine, len(s.engines))
 	from := make(map[int]int64, len(s.engines))
 	var terms []term
 	for p, l := range s.engines {
-		if c := l.cursor.Load(); c >= 0 && c < upTo && !l.ending() {
+		if c := l.cursor.Load(); c >= 0 && c < upTo && l.streamPos() >= at && !l.ending() {
 			byPart[p], from[p] = l, c
 			terms = append(terms, l.term())
 		}
@@ -465,9 +478,16 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 			terms = append(terms, l.term())
 		}
 	}
+	// A partition held back for maxCarry already waits for its fence.
+	wait := map[int]bool{}
+	for p, l := range byPart {
+		if since := l.carriedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= maxCarry {
+			wait[p] = true
+		}
+	}
 	var fenced map[int]bool
 	if len(terms) > 0 {
-		held, deposed, err := s.jobs.fenceFree(ctx, tx, terms, s.cfg.ReplicaID)
+		held, deposed, err := s.jobs.fenceFree(ctx, tx, terms, wait, s.cfg.ReplicaID)
 		if err != nil {
 			if !errors.Is(err, errDeposed) {
 				return nil, err
@@ -481,8 +501,9 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 		fenced = held
 	}
 	// A partition whose fence is busy acts on nothing in this batch: what its completions ask
-	// is carried to the next, and its cursor stays. One that only saves its cursor saves it
-	// with a later batch.
+	// is carried to the next, and its cursor stays before them. One that only saves its cursor
+	// saves it with a later batch: a cursor is written only under its partition's fence.
+	terms = slices.DeleteFunc(terms, func(t term) bool { return !fenced[t.part] })
 	var carry []*logsv1.Completion
 	carried := map[int]bool{}
 	for p := range asks {
@@ -500,7 +521,6 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 		slices.SortFunc(carry, func(a, b *logsv1.Completion) int { return cmp.Compare(a.GetCursor(), b.GetCursor()) })
 		act = slices.DeleteFunc(act, unheld)
 		nodes = slices.DeleteFunc(nodes, unheld)
-		terms = slices.DeleteFunc(terms, func(t term) bool { return !fenced[t.part] })
 	}
 	after, err := s.actOnCompletions(ctx, tx, byPart, act, acting)
 	if err != nil {
@@ -519,13 +539,26 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	if err := s.jobs.commit(tx); err != nil {
 		return nil, fmt.Errorf("completions: %w", err)
 	}
+	firstCarried := map[int]int64{}
+	for _, c := range carry {
+		if p := s.completionPart(c); firstCarried[p] == 0 {
+			firstCarried[p] = c.GetCursor()
+		}
+	}
 	for p, l := range byPart {
 		if carried[p] {
+			// Every completion of the partition before its first carried one is acted on: a
+			// stream that restarts reads again from there.
+			if c := firstCarried[p] - 1; c > l.cursor.Load() {
+				l.cursor.Store(c)
+			}
 			l.carriedTo.Store(upTo)
+			l.carriedSince.CompareAndSwap(0, time.Now().UnixNano()) // a lock's wait: the wall clock
 			continue
 		}
 		l.cursor.Store(upTo)
 		l.carriedTo.Store(0)
+		l.carriedSince.Store(0)
 		if fenced[p] {
 			l.cursorSavedMs.Store(now)
 		}

@@ -433,7 +433,7 @@ func TestBusyFenceHoldsBackOnlyItsPartition(t *testing.T) {
 	if _, err := busy.ExecContext(ctx, `SELECT 1 FROM partition_fence WHERE part = 1 FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(evenJob, 10), failed(oddJob, 11)}, 11)
+	carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{failed(evenJob, 10), failed(oddJob, 11)}, 0, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,18 +446,23 @@ func TestBusyFenceHoldsBackOnlyItsPartition(t *testing.T) {
 	if _, ok := r.pendingDue(t, oddJob, fireMs, 1); ok {
 		t.Error("partition 1's failed fire got a retry while its fence was held by another transaction")
 	}
-	if c, held := odd.cursor.Load(), odd.streamPos(); c != 0 || held != 11 {
-		t.Errorf("partition 1 at cursor %d, stream position %d; want 0 and 11", c, held)
+	// Its cursor stays before the carried completion (so a restarted stream reads it again),
+	// and its stored cursor is not written.
+	if c, held := odd.cursor.Load(), odd.streamPos(); c != 10 || held != 11 {
+		t.Errorf("partition 1 at cursor %d, stream position %d; want 10 and 11", c, held)
 	}
 	if c := r.l.cursor.Load(); c != 11 {
 		t.Errorf("partition 0 at cursor %d; want 11", c)
+	}
+	if got := storedCursors(t, r.s); got[0] != 11 || got[1] != 0 {
+		t.Errorf("stored cursors %v; want partition 0 at 11, none for partition 1", got)
 	}
 
 	// The fence is free again: the carried completion is acted on.
 	if err := busy.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if carry, err = r.s.handleCompletions(ctx, carry, 11); err != nil || len(carry) != 0 {
+	if carry, err = r.s.handleCompletions(ctx, carry, 11, 11); err != nil || len(carry) != 0 {
 		t.Fatalf("applying the carried completion: carried %v, %v", carry, err)
 	}
 	if _, ok := r.pendingDue(t, oddJob, fireMs, 1); !ok {
@@ -465,6 +470,135 @@ func TestBusyFenceHoldsBackOnlyItsPartition(t *testing.T) {
 	}
 	if c, held := odd.cursor.Load(), odd.streamPos(); c != 11 || held != 11 {
 		t.Errorf("partition 1 at cursor %d, stream position %d; want 11 and 11", c, held)
+	}
+
+	// A busy partition whose batch has nothing to act on, only a cursor to save, is not written
+	// either: a cursor is written only under its partition's fence.
+	lock := func() *sql.Tx {
+		t.Helper()
+		tx, err := storeDB(r.s).BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback() })
+		if _, err := tx.ExecContext(ctx, `SELECT 1 FROM partition_fence WHERE part = 1 FOR UPDATE`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	busy = lock()
+	odd.cursorSavedMs.Store(0) // due a save
+	if carry, err = r.s.handleCompletions(ctx, []*logsv1.Completion{failed(evenJob, 12)}, 11, 12); err != nil || len(carry) != 0 {
+		t.Fatalf("a batch with partition 1's cursor to save: carried %v, %v", carry, err)
+	}
+	if got := storedCursors(t, r.s); got[0] != 12 || got[1] != 11 {
+		t.Errorf("stored cursors %v; want partition 0 at 12, partition 1 still at 11", got)
+	}
+	if c := odd.cursor.Load(); c != 12 {
+		t.Errorf("partition 1 at cursor %d; want 12 (nothing of it was held back)", c)
+	}
+
+	// A partition held back for maxCarry waits for its fence: a partition scanned again at
+	// once leaves its fence free for a moment only.
+	r.clk.Advance(time.Minute)
+	fireMs = r.clk.Now().UnixMilli()
+	if carry, err = r.s.handleCompletions(ctx, []*logsv1.Completion{failed(oddJob, 13)}, 12, 13); err != nil || len(carry) != 1 {
+		t.Fatalf("partition 1's fence busy: carried %v, %v; want its completion", carry, err)
+	}
+	odd.carriedSince.Store(time.Now().Add(-maxCarry).UnixNano()) // held back that long
+	type result struct {
+		carry []*logsv1.Completion
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := r.s.handleCompletions(ctx, carry, 13, 13)
+		done <- result{c, err}
+	}()
+	waitForLockWait(t, storeDB(r.s))
+	if err := busy.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.err != nil || len(res.carry) != 0 {
+		t.Fatalf("after waiting for the fence: carried %v, %v; want nothing", res.carry, res.err)
+	}
+	if _, ok := r.pendingDue(t, oddJob, fireMs, 1); !ok {
+		t.Error("partition 1's failed fire got no retry after its batch waited for the fence")
+	}
+	if c, held := odd.cursor.Load(), odd.streamPos(); c != 13 || held != 13 || odd.carriedSince.Load() != 0 {
+		t.Errorf("partition 1 at cursor %d, stream position %d, held back since %d; want 13, 13, 0", c, held, odd.carriedSince.Load())
+	}
+}
+
+// TestEngineBehindTheStreamIsLeftOut: an engine whose cursor is below where the stream was
+// before a batch (it became ready with the stream past it) is left out of the batch, rather
+// than moved past the completions the stream gave before it joined: the stream restarts for it.
+func TestEngineBehindTheStreamIsLeftOut(t *testing.T) {
+	t.Parallel()
+	r := newCompletionRig(t)
+	ctx := t.Context()
+	job := r.job(t, schedule.FixRate, "1m")
+	fireMs := r.clk.Now().UnixMilli()
+	r.l.cursor.Store(5)
+	c := &logsv1.Completion{Cursor: 20, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
+		Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+		TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
+	if carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{c}, 10, 20); err != nil || len(carry) != 0 {
+		t.Fatalf("carried %v, %v", carry, err)
+	}
+	if _, ok := r.pendingDue(t, job, fireMs, 1); ok {
+		t.Error("an engine behind the stream acted on a batch that does not hold its earlier completions")
+	}
+	if got := r.l.cursor.Load(); got != 5 {
+		t.Errorf("cursor %d; want 5, where it was", got)
+	}
+	if !r.s.behindStream(20) {
+		t.Error("behindStream(20) with an engine at 5: want true (the stream restarts for it)")
+	}
+}
+
+// storedCursors reads partition_cursor: each partition's saved completion cursor.
+func storedCursors(t *testing.T, s *Service) map[int]int64 {
+	t.Helper()
+	rows, err := storeDB(s).QueryContext(t.Context(), `SELECT part, cursor FROM partition_cursor`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int]int64{}
+	for rows.Next() {
+		var p int
+		var c int64
+		if err := rows.Scan(&p, &c); err != nil {
+			t.Fatal(err)
+		}
+		out[p] = c
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitForLockWait returns once a session of the test's database waits for a lock.
+func waitForLockWait(t *testing.T, d *db.DB) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := d.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("no session waits for a lock")
+		case <-tick.C:
+		}
 	}
 }
 
@@ -632,14 +766,15 @@ func TestGatherCompletionsTakesWhatArrived(t *testing.T) {
 
 // applyCompletions applies a batch of completions as the follower does, carrying what a busy
 // fence held back into the next batch until nothing is held back.
+// (A partition held back for maxCarry waits for its fence, so this ends.)
 func applyCompletions(ctx context.Context, s *Service, cs []*logsv1.Completion) error {
-	upTo := cs[len(cs)-1].GetCursor()
+	at, upTo := int64(0), cs[len(cs)-1].GetCursor()
 	for len(cs) > 0 {
-		carry, err := s.handleCompletions(ctx, cs, upTo)
+		carry, err := s.handleCompletions(ctx, cs, at, upTo)
 		if err != nil {
 			return err
 		}
-		cs = carry
+		cs, at = carry, upTo
 	}
 	return nil
 }

@@ -46,6 +46,9 @@ type engine struct {
 	// partition's completions for a later batch, not acted on yet because its fence was busy
 	// (0: it holds none). Only the completion follower sets it.
 	carriedTo atomic.Int64
+	// carriedSince is when the follower first held this partition's completions back (Unix
+	// ns; 0: it holds none).
+	carriedSince atomic.Int64
 	// all (guarded by s.mu): cursor 0 means every completion logsvc keeps, not its newest (the
 	// partition began following when logsvc had none).
 	all bool

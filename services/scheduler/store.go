@@ -122,7 +122,7 @@ type engineStore interface {
 	begin(ctx context.Context) (*sql.Tx, error)
 	commit(tx *sql.Tx) error
 	fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error
-	fenceFree(ctx context.Context, tx *sql.Tx, terms []term, holder string) (held map[int]bool, deposed []int, err error)
+	fenceFree(ctx context.Context, tx *sql.Tx, terms []term, wait map[int]bool, holder string) (held map[int]bool, deposed []int, err error)
 	raiseFence(ctx context.Context, part int, epoch int64, holder string) error
 	indexPlans(ctx context.Context, tx *sql.Tx) error
 	assignPartitions(ctx context.Context, count int) (int64, error)
@@ -503,14 +503,14 @@ const fenceQuery = `INSERT INTO partition_fence (part, epoch, holder) VALUES ($1
 	WHERE partition_fence.epoch <= excluded.epoch`
 
 // fenceFree fences, inside tx, those of several partitions whose fences no other transaction
-// holds now (a pre-read, a takeover's raise), without waiting for the others: held are the
+// holds now (a pre-read, a takeover's raise), and those in wait, waiting for them: held are the
 // partitions fenced at their terms' epochs, deposed those a newer leader holds (with
 // errDeposed: then tx must be rolled back), and a partition in neither is busy. A completion
 // batch fences this way so that one partition's running pre-read holds back only that
-// partition's completions, not the whole batch behind it. Fences are taken in partition order.
-// SQLite, which runs one write transaction at a time, has no busy fence: every partition not
-// deposed is held.
-func (s store) fenceFree(ctx context.Context, tx *sql.Tx, terms []term, holder string) (held map[int]bool, deposed []int, err error) {
+// partition's completions, not the whole batch behind it. Free fences are taken in partition
+// order, then those waited for. SQLite, which runs one write transaction at a time, has no busy
+// fence: every partition not deposed is held.
+func (s store) fenceFree(ctx context.Context, tx *sql.Tx, terms []term, wait map[int]bool, holder string) (held map[int]bool, deposed []int, err error) {
 	terms = slices.SortedFunc(slices.Values(terms), func(a, b term) int { return cmp.Compare(a.part, b.part) })
 	held = make(map[int]bool, len(terms))
 	if s.db.Dialect() != db.Postgres {
@@ -530,29 +530,34 @@ func (s store) fenceFree(ctx context.Context, tx *sql.Tx, terms []term, holder s
 	// A fence row locked is a fence held: a newer leader's raise (an update of the row) waits
 	// for tx. The takeover raised the row to the term's epoch before the engine acts on
 	// completions, so it is found there, or higher when a newer leader has taken over.
-	rows, err := tx.QueryContext(ctx, `SELECT part, epoch FROM partition_fence WHERE part = ANY($1)
-		ORDER BY part FOR UPDATE SKIP LOCKED`, partsOf(terms))
-	if err != nil {
-		return nil, nil, storeErr(err, "fence %d partitions", len(terms))
-	}
-	defer rows.Close()
 	found := make(map[int]int64, len(terms))
-	for rows.Next() {
-		var p int
-		var e int64
-		if err := rows.Scan(&p, &e); err != nil {
-			return nil, nil, storeErr(err, "fence %d partitions", len(terms))
+	if err := s.lockFences(ctx, tx, partsOf(terms), "SKIP LOCKED", found); err != nil {
+		return nil, nil, err
+	}
+	var waitFor []int32
+	for _, t := range terms {
+		if _, ok := found[t.part]; !ok && wait[t.part] {
+			waitFor = append(waitFor, int32(t.part))
 		}
-		found[p] = e
 	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, storeErr(err, "fence %d partitions", len(terms))
+	if len(waitFor) > 0 {
+		if err := s.lockFences(ctx, tx, waitFor, "", found); err != nil {
+			return nil, nil, err
+		}
 	}
-	rows.Close()
 	for _, t := range terms {
 		e, ok := found[t.part]
 		switch {
-		case !ok: // busy
+		case !ok && wait[t.part]:
+			// No fence row (the takeover writes it first; not seen): written here.
+			if err := s.fence(ctx, tx, t.part, t.epoch, holder); errors.Is(err, errDeposed) {
+				deposed = append(deposed, t.part)
+			} else if err != nil {
+				return nil, nil, err
+			} else {
+				held[t.part] = true
+			}
+		case !ok: // busy, or no row
 		case e > t.epoch:
 			deposed = append(deposed, t.part)
 		case e < t.epoch:
@@ -573,6 +578,29 @@ func (s store) fenceFree(ctx context.Context, tx *sql.Tx, terms []term, holder s
 		return nil, deposed, errDeposed
 	}
 	return held, nil, nil
+}
+
+// lockFences locks the fence rows of parts, in partition order (option "SKIP LOCKED": only
+// those no other transaction holds), and adds their epochs to found.
+func (s store) lockFences(ctx context.Context, tx *sql.Tx, parts []int32, option string, found map[int]int64) error {
+	rows, err := tx.QueryContext(ctx, `SELECT part, epoch FROM partition_fence WHERE part = ANY($1)
+		ORDER BY part FOR UPDATE `+option, parts)
+	if err != nil {
+		return storeErr(err, "fence %d partitions", len(parts))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p int
+		var e int64
+		if err := rows.Scan(&p, &e); err != nil {
+			return storeErr(err, "fence %d partitions", len(parts))
+		}
+		found[p] = e
+	}
+	if err := rows.Err(); err != nil {
+		return storeErr(err, "fence %d partitions", len(parts))
+	}
+	return nil
 }
 
 // term is one partition's leadership: the partition and the epoch that fences its writes.
