@@ -333,21 +333,9 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 	ctx := t.Context()
 	// Two partitions; this replica leads partition 0 only (the rig's engine).
 	r.s.count.Store(2)
-	var even, odd int64
-	for even == 0 || odd == 0 {
-		id := r.job(t, schedule.FixRate, "1m")
-		if id%2 == 0 {
-			even = id
-		} else {
-			odd = id
-		}
-	}
+	even, odd := r.evenAndOddJobs(t)
 	fireMs := r.clk.Now().UnixMilli()
-	failed := func(job int64, cursor int64) *logsv1.Completion {
-		return &logsv1.Completion{Cursor: cursor, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
-			Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
-			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
-	}
+	failed := func(job int64, cursor int64) *logsv1.Completion { return failedCompletion(job, fireMs, cursor) }
 	if err := applyCompletions(ctx, r.s, []*logsv1.Completion{failed(even, 10), failed(odd, 11)}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,23 +345,7 @@ func TestCompletionsActOnlyForLedPartitions(t *testing.T) {
 	if _, ok := r.pendingDue(t, odd, fireMs, 1); ok {
 		t.Error("partition 1's failed fire got a retry from a replica that does not lead it")
 	}
-	cursors := func() map[int]int64 {
-		rows, err := storeDB(r.s).QueryContext(ctx, `SELECT part, cursor FROM partition_cursor`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		out := map[int]int64{}
-		for rows.Next() {
-			var p int
-			var c int64
-			if err := rows.Scan(&p, &c); err != nil {
-				t.Fatal(err)
-			}
-			out[p] = c
-		}
-		return out
-	}
+	cursors := func() map[int]int64 { return storedCursors(t, r.s) }
 	if got := cursors(); len(got) != 1 || got[0] != 11 {
 		t.Errorf("cursors %v, want partition 0 at 11 only", got)
 	}
@@ -409,21 +381,9 @@ func TestBusyFenceHoldsBackOnlyItsPartition(t *testing.T) {
 	if err := r.s.jobs.raiseFence(ctx, 1, 1, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	var evenJob, oddJob int64
-	for evenJob == 0 || oddJob == 0 {
-		id := r.job(t, schedule.FixRate, "1m")
-		if id%2 == 0 {
-			evenJob = id
-		} else {
-			oddJob = id
-		}
-	}
+	evenJob, oddJob := r.evenAndOddJobs(t)
 	fireMs := r.clk.Now().UnixMilli()
-	failed := func(job int64, cursor int64) *logsv1.Completion {
-		return &logsv1.Completion{Cursor: cursor, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
-			Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
-			TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
-	}
+	failed := func(job int64, cursor int64) *logsv1.Completion { return failedCompletion(job, fireMs, cursor) }
 	// Another transaction holds partition 1's fence, as a pre-read does while it runs.
 	busy, err := storeDB(r.s).BeginTx(ctx, nil)
 	if err != nil {
@@ -540,10 +500,7 @@ func TestEngineBehindTheStreamIsLeftOut(t *testing.T) {
 	job := r.job(t, schedule.FixRate, "1m")
 	fireMs := r.clk.Now().UnixMilli()
 	r.l.cursor.Store(5)
-	c := &logsv1.Completion{Cursor: 20, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
-		Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
-		TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
-	if carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{c}, 10, 20); err != nil || len(carry) != 0 {
+	if carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{failedCompletion(job, fireMs, 20)}, 10, 20); err != nil || len(carry) != 0 {
 		t.Fatalf("carried %v, %v", carry, err)
 	}
 	if _, ok := r.pendingDue(t, job, fireMs, 1); ok {
@@ -555,6 +512,28 @@ func TestEngineBehindTheStreamIsLeftOut(t *testing.T) {
 	if !r.s.behindStream(20) {
 		t.Error("behindStream(20) with an engine at 5: want true (the stream restarts for it)")
 	}
+}
+
+// evenAndOddJobs creates jobs (FIX_RATE, one retry) until it has one of an even id and one of
+// an odd id: with two partitions, one of each.
+func (r *completionRig) evenAndOddJobs(t *testing.T) (even, odd int64) {
+	t.Helper()
+	for even == 0 || odd == 0 {
+		id := r.job(t, schedule.FixRate, "1m")
+		if id%2 == 0 {
+			even = id
+		} else {
+			odd = id
+		}
+	}
+	return even, odd
+}
+
+// failedCompletion is the FAIL of job's CRON fire at fireMs, at cursor.
+func failedCompletion(job, fireMs, cursor int64) *logsv1.Completion {
+	return &logsv1.Completion{Cursor: cursor, TriggerId: TriggerID(job, fireMs, 0, 0), JobId: job,
+		Status: logsv1.RunStatus_RUN_STATUS_FAIL, ScheduledUnixMs: fireMs, EndUnixMs: fireMs + 50,
+		TriggerType: schedulerv1.TriggerType_TRIGGER_TYPE_CRON}
 }
 
 // storedCursors reads partition_cursor: each partition's saved completion cursor.

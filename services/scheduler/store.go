@@ -548,21 +548,12 @@ func (s store) fenceFree(ctx context.Context, tx *sql.Tx, terms []term, wait map
 	for _, t := range terms {
 		e, ok := found[t.part]
 		switch {
-		case !ok && wait[t.part]:
-			// No fence row (the takeover writes it first; not seen): written here.
-			if err := s.fence(ctx, tx, t.part, t.epoch, holder); errors.Is(err, errDeposed) {
-				deposed = append(deposed, t.part)
-			} else if err != nil {
-				return nil, nil, err
-			} else {
-				held[t.part] = true
-			}
-		case !ok: // busy, or no row
-		case e > t.epoch:
+		case !ok && !wait[t.part]: // busy, or no row
+		case ok && e > t.epoch:
 			deposed = append(deposed, t.part)
-		case e < t.epoch:
-			// Not raised to this term yet (not seen: the takeover raises it first); the row is
-			// locked, so raising it waits for no one.
+		case !ok || e < t.epoch:
+			// No row, or one not raised to this term yet (neither seen: the takeover raises
+			// the fence first): written here. A row found is locked, so this waits for no one.
 			if err := s.fence(ctx, tx, t.part, t.epoch, holder); errors.Is(err, errDeposed) {
 				deposed = append(deposed, t.part)
 			} else if err != nil {
