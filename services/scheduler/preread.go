@@ -39,7 +39,8 @@ func (l *engine) preReadLoop(ctx context.Context) error {
 
 // preRead arms every fire due inside the window, in one fenced transaction: read the due jobs,
 // compute each job's fires up to a window past it (misfire policy for fires that are too late), advance
-// next_fire, commit, then push the fires into the ring. It returns how many jobs it read.
+// next_fire, commit, then push the fires into the ring. Then it fires the due workflows, in a
+// transaction of their own (preReadWorkflows). It returns how many jobs it read.
 func (l *engine) preRead(ctx context.Context) (int, error) {
 	s := l.s
 	now := s.clk.Now()
@@ -142,10 +143,6 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
 		return 0, err
 	}
-	wfArm, err := l.fireWorkflows(ctx, tx, now, horizon)
-	if err != nil {
-		return 0, err
-	}
 	if err := s.jobs.commit(tx); err != nil {
 		return 0, fmt.Errorf("pre-read: %w", err)
 	}
@@ -165,13 +162,37 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 			"fires", len(pending), "read_ago", age)
 	}
 	l.armMisfires(ctx, misfires, nowMs)
-	for _, arm := range wfArm {
-		arm()
-	}
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "partition", l.part, "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
-	return len(due), nil
+	return len(due), l.preReadWorkflows(ctx, now, horizon)
+}
+
+// preReadWorkflows fires the partition's workflows due up to horizon (Unix ms) in a fenced
+// transaction of its own (fireWorkflows), after the jobs' scan: the partition's completions wait
+// for one part of the scan at a time (a completion batch passes over a busy fence, and its
+// completions of the partition wait for it), and for none when no workflow is due.
+func (l *engine) preReadWorkflows(ctx context.Context, now time.Time, horizon int64) error {
+	s := l.s
+	tx, err := s.jobs.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pre-read workflows: %w", err)
+	}
+	defer tx.Rollback()
+	if err := s.jobs.indexPlans(ctx, tx); err != nil {
+		return err
+	}
+	arm, err := l.fireWorkflows(ctx, tx, now, horizon)
+	if err != nil || len(arm) == 0 {
+		return err
+	}
+	if err := s.jobs.commit(tx); err != nil {
+		return fmt.Errorf("pre-read workflows: %w", err)
+	}
+	for _, f := range arm {
+		f()
+	}
+	return nil
 }
 
 // refreshArmed applies API changes made on any replica to the fires already armed: a deleted

@@ -29,9 +29,11 @@ import (
 // maxWorkflowsPerScan bounds the workflows one pre-read fires.
 const maxWorkflowsPerScan = 1000
 
-// fireWorkflows creates, inside the pre-read's fenced tx, the instances of partition l's
-// workflows due up to horizon (Unix ms), advances their next fires and returns what arms the
-// root nodes' fires after the commit. A fire later than the misfire threshold follows the
+// fireWorkflows creates, inside tx, the instances of partition l's workflows due up to horizon
+// (Unix ms), advances their next fires and returns what arms the root nodes' fires after the
+// commit; nothing when none is due. It raises the partition's fence once it has found due
+// workflows: their read takes no locks, and the advance moves a workflow's next fire only if
+// it is still the one read, so an API change committed in between wins. A fire later than the misfire threshold follows the
 // workflow's misfire strategy: FIRE_ONCE_NOW starts it now (trigger type MISFIRE), DO_NOTHING
 // records it as a SKIPPED instance. The whole scan costs a few statements, whatever number of
 // instances it creates.
@@ -40,6 +42,9 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 	st := s.wfStore()
 	due, err := st.dueWorkflows(ctx, tx, l.part, horizon, maxWorkflowsPerScan)
 	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return nil, err
 	}
 	nowMs := now.UnixMilli()
