@@ -331,8 +331,8 @@ func (s *Service) streamFrom(start int64, known bool) {
 
 // behindStream reports whether an engine ready for completions, and not ending, has a cursor
 // (or completions held back, streamPos) below at, the stream's position: it was not in the
-// batches up to at, and the stream must restart from its cursor. (An ending engine's cursor stays where it stopped; its partition's
-// next leader reads the stored one.)
+// batches up to at, and the stream must restart from its cursor. (An ending engine's cursor
+// stays where it stopped; its partition's next leader reads the stored one.)
 func (s *Service) behindStream(at int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -369,9 +369,9 @@ func gatherCompletions(cs []*logsv1.Completion, msgs <-chan []*logsv1.Completion
 }
 
 // handleCompletions applies one batch, the stream's completions after cursor at through upTo
-// (and those carried from earlier batches), for the partitions this replica leads, in one transaction fenced by each of them: schedule changes,
-// the retries and child fires it decides on (as pending fires) and the partitions' cursors.
-// After the commit it arms those fires; if this replica loses a partition first, its next
+// (and those carried from earlier batches), for the partitions this replica leads, in one
+// transaction fenced by each of them: schedule changes, the retries and child fires it decides
+// on (as pending fires) and the partitions' cursors. After the commit it arms those fires; if this replica loses a partition first, its next
 // leader finds them in pending_fires. A partition whose fence a newer leader holds is deposed,
 // and the batch applied again without it. A batch that lost a race with another transaction
 // (errRetryable) is applied again, up to maxCompletionRetries times, rather than restart the

@@ -182,8 +182,10 @@ func (l *engine) preReadWorkflows(ctx context.Context, now time.Time, horizon in
 	if err := s.jobs.indexPlans(ctx, tx); err != nil {
 		return err
 	}
+	// A scan that arms nothing may still have written (skipped instances, advanced or stopped
+	// workflows): it commits whatever it found.
 	arm, err := l.fireWorkflows(ctx, tx, now, horizon)
-	if err != nil || len(arm) == 0 {
+	if err != nil {
 		return err
 	}
 	if err := s.jobs.commit(tx); err != nil {

@@ -31,9 +31,9 @@ const maxWorkflowsPerScan = 1000
 
 // fireWorkflows creates, inside tx, the instances of partition l's workflows due up to horizon
 // (Unix ms), advances their next fires and returns what arms the root nodes' fires after the
-// commit; nothing when none is due. It raises the partition's fence once it has found due
-// workflows: their read takes no locks, and the advance moves a workflow's next fire only if
-// it is still the one read, so an API change committed in between wins. A fire later than the misfire threshold follows the
+// commit. It raises the partition's fence once it has found due workflows: their read takes no
+// locks, and the advance moves a workflow's next fire only if it is still the one read, so an
+// API change committed in between wins. A fire later than the misfire threshold follows the
 // workflow's misfire strategy: FIRE_ONCE_NOW starts it now (trigger type MISFIRE), DO_NOTHING
 // records it as a SKIPPED instance. The whole scan costs a few statements, whatever number of
 // instances it creates.

@@ -502,6 +502,45 @@ func TestWorkflowSchedule(t *testing.T) {
 	}
 }
 
+// TestWorkflowScanThatOnlySkipsIsStored: a pre-read whose only workflow fire is skipped (its
+// instance over max_concurrent_instances) arms nothing, and still stores the SKIPPED instance
+// and the workflow's next fire.
+func TestWorkflowScanThatOnlySkipsIsStored(t *testing.T) {
+	t.Parallel()
+	r, w, first := newScheduledWfRig(t)
+	if _, err := r.l.preRead(t.Context()); err != nil { // first runs, first+2s is skipped
+		t.Fatal(err)
+	}
+	r.clk.Advance(2 * time.Second) // first+4s comes into the window; first still runs
+	if _, err := r.l.preRead(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	list, err := r.s.ListWorkflowInstances(t.Context(), &schedulerv1.ListWorkflowInstancesRequest{WorkflowId: w.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "w" + itoa(w.GetId()) + "-" + itoa(first+4000)
+	var found bool
+	for _, in := range list.GetInstances() {
+		if in.GetId() == id {
+			found = true
+			if in.GetStatus() != schedulerv1.WorkflowInstanceStatus_WORKFLOW_INSTANCE_STATUS_SKIPPED {
+				t.Errorf("instance %s is %v; want SKIPPED", id, in.GetStatus())
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no instance %s after a scan that only skipped it (%d instances)", id, len(list.GetInstances()))
+	}
+	got, err := r.s.GetWorkflow(t.Context(), &schedulerv1.GetWorkflowRequest{Id: w.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next := got.GetWorkflow().GetNextFireTime().AsTime().UnixMilli(); next != first+6000 {
+		t.Errorf("next fire %d; want %d, past the skipped one", next, first+6000)
+	}
+}
+
 func (r *wfRig) pendingDueNode(t *testing.T, id string) (int64, bool) {
 	wf, ms, _ := parseInstanceID(id)
 	d := storeDB(r.s)
