@@ -412,13 +412,17 @@ func (e deposedError) Unwrap() error { return errDeposed }
 
 func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Completion, at, upTo int64) ([]*logsv1.Completion, error) {
 	// The engines this batch concerns: ready (the takeover read their cursor), as far as the
-	// stream before the batch, and behind its end.
+	// stream before the batch, and behind its end. While where the stream started is unknown
+	// (at < 0: a logsvc that does not say), only those that never followed completions are: one
+	// with a cursor restarts the stream from it.
 	s.mu.Lock()
 	byPart := make(map[int]*engine, len(s.engines))
 	from := make(map[int]int64, len(s.engines))
 	var terms []term
 	for p, l := range s.engines {
-		if c := l.cursor.Load(); c >= 0 && c < upTo && l.streamPos() >= at && !l.ending() {
+		c := l.cursor.Load()
+		asFar := l.streamPos() >= at && (at >= 0 || c == 0)
+		if c >= 0 && c < upTo && asFar && !l.ending() {
 			byPart[p], from[p] = l, c
 			terms = append(terms, l.term())
 		}

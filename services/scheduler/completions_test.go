@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -512,6 +513,23 @@ func TestEngineBehindTheStreamIsLeftOut(t *testing.T) {
 	if !r.s.behindStream(20) {
 		t.Error("behindStream(20) with an engine at 5: want true (the stream restarts for it)")
 	}
+
+	// A stream whose start logsvc did not say (at -1) is followed only by engines that never
+	// followed completions: one with a cursor restarts it from there.
+	if carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{failedCompletion(job, fireMs, 20)}, -1, 20); err != nil || len(carry) != 0 {
+		t.Fatalf("carried %v, %v", carry, err)
+	}
+	if got := r.l.cursor.Load(); got != 5 {
+		t.Errorf("cursor %d after a batch of a stream that started somewhere unknown; want 5", got)
+	}
+	r.l.cursor.Store(0)
+	if carry, err := r.s.handleCompletions(ctx, []*logsv1.Completion{failedCompletion(job, fireMs, 20)}, -1, 20); err != nil || len(carry) != 0 {
+		t.Fatalf("carried %v, %v", carry, err)
+	}
+	if _, ok := r.pendingDue(t, job, fireMs, 1); !ok || r.l.cursor.Load() != 20 {
+		t.Errorf("an engine that never followed completions, on a stream from logsvc's newest: retry stored %v, cursor %d; want true, 20",
+			ok, r.l.cursor.Load())
+	}
 }
 
 // evenAndOddJobs creates jobs (FIX_RATE, one retry) until it has one of an even id and one of
@@ -748,7 +766,10 @@ func TestGatherCompletionsTakesWhatArrived(t *testing.T) {
 // (A partition held back for maxCarry waits for its fence, so this ends.)
 func applyCompletions(ctx context.Context, s *Service, cs []*logsv1.Completion) error {
 	at, upTo := int64(0), cs[len(cs)-1].GetCursor()
-	for len(cs) > 0 {
+	for round := 0; len(cs) > 0; round++ {
+		if round == 1000 {
+			return fmt.Errorf("completions still held back after %d batches: %d", round, len(cs))
+		}
 		carry, err := s.handleCompletions(ctx, cs, at, upTo)
 		if err != nil {
 			return err

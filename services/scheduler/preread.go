@@ -165,15 +165,16 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "partition", l.part, "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
-	return len(due), l.preReadWorkflows(ctx, now, horizon)
+	return len(due), l.preReadWorkflows(ctx, horizon)
 }
 
 // preReadWorkflows fires the partition's workflows due up to horizon (Unix ms) in a fenced
 // transaction of its own (fireWorkflows), after the jobs' scan: the partition's completions wait
 // for one part of the scan at a time (a completion batch passes over a busy fence, and its
 // completions of the partition wait for it), and for none when no workflow is due.
-func (l *engine) preReadWorkflows(ctx context.Context, now time.Time, horizon int64) error {
+func (l *engine) preReadWorkflows(ctx context.Context, horizon int64) error {
 	s := l.s
+	now := s.clk.Now() // after the jobs' scan: lateness is judged now
 	tx, err := s.jobs.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pre-read workflows: %w", err)

@@ -751,6 +751,8 @@ const (
 // armedFromMs is the earliest fire owed.
 type advance struct {
 	id, readMs, lastMs, nextMs, armedFromMs int64
+	// version is a workflow's version as read (workflows only): an edit committed since wins.
+	version int64
 }
 
 // advanceAll writes every due job's new fire times in one statement, inside the fenced tx, for

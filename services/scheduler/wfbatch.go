@@ -342,8 +342,9 @@ func (s store) insertInstances(ctx context.Context, tx *sql.Tx, ins []*instanceR
 }
 
 // advanceWorkflows moves, inside the fenced tx, workflows' next fires from readMs to nextMs (0:
-// none), in one statement on Postgres, and returns the ids it moved: one the API moved after
-// the scan read it is left out (its fires are then not this scan's).
+// none), in one statement on Postgres, and returns the ids it moved: one the API moved or edited
+// (a new version) after the scan read it is left out (its fires are then not this scan's; the
+// next scan fires the new version).
 func (s store) advanceWorkflows(ctx context.Context, tx *sql.Tx, as []advance) (map[int64]bool, error) {
 	done := make(map[int64]bool, len(as))
 	if len(as) == 0 {
@@ -351,7 +352,7 @@ func (s store) advanceWorkflows(ctx context.Context, tx *sql.Tx, as []advance) (
 	}
 	if s.db.Dialect() != db.Postgres {
 		for _, a := range as {
-			ok, err := s.advanceWorkflow(ctx, tx, a.id, a.readMs, a.nextMs)
+			ok, err := s.advanceWorkflow(ctx, tx, a.id, a.readMs, a.nextMs, a.version)
 			if err != nil {
 				return nil, err
 			}
@@ -359,13 +360,15 @@ func (s store) advanceWorkflows(ctx context.Context, tx *sql.Tx, as []advance) (
 		}
 		return done, nil
 	}
-	ids, reads, nexts := make([]int64, len(as)), make([]int64, len(as)), make([]int64, len(as))
+	n := len(as)
+	ids, reads, nexts, versions := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, a := range as {
-		ids[i], reads[i], nexts[i] = a.id, a.readMs, a.nextMs
+		ids[i], reads[i], nexts[i], versions[i] = a.id, a.readMs, a.nextMs, a.version
 	}
 	rows, err := tx.QueryContext(ctx, `UPDATE workflows SET next_fire_ms = NULLIF(u.next, 0)
-		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS u(id, read, next)
-		WHERE workflows.id = u.id AND workflows.next_fire_ms = u.read RETURNING workflows.id`, ids, reads, nexts)
+		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, read, next, version)
+		WHERE workflows.id = u.id AND workflows.next_fire_ms = u.read AND workflows.version = u.version
+		RETURNING workflows.id`, ids, reads, nexts, versions)
 	if err != nil {
 		return nil, storeErr(err, "advance %d workflows", len(as))
 	}

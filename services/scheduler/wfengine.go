@@ -65,7 +65,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 		sch, err := schedule.Parse(w.ScheduleType, w.ScheduleExpr, w.TimeZone)
 		if err != nil {
 			s.log.Error("workflow not fired: its schedule does not parse", "workflow_id", w.ID, "error", err)
-			advances = append(advances, advance{id: w.ID, readMs: w.NextFireMs})
+			advances = append(advances, advance{id: w.ID, readMs: w.NextFireMs, version: w.Version})
 			continue
 		}
 		t := w.NextFireMs
@@ -82,7 +82,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 			fires = append(fires, wfFireAt{w: w, ms: t, due: t, tt: triggerCron})
 			t = nextAfter(sch, time.UnixMilli(t))
 		}
-		advances = append(advances, advance{id: w.ID, readMs: w.NextFireMs, nextMs: t})
+		advances = append(advances, advance{id: w.ID, readMs: w.NextFireMs, nextMs: t, version: w.Version})
 	}
 	advanced, err := st.advanceWorkflows(ctx, tx, advances)
 	if err != nil {

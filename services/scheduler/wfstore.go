@@ -306,10 +306,11 @@ func (s store) dueWorkflows(ctx context.Context, tx *sql.Tx, part int, horizonMs
 }
 
 // advanceWorkflow moves, inside the fenced tx, a workflow's next fire from readMs to nextMs (0:
-// none); false when the API moved it meanwhile (its fires are then not this scan's).
-func (s store) advanceWorkflow(ctx context.Context, tx *sql.Tx, id, readMs, nextMs int64) (bool, error) {
-	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workflows SET next_fire_ms = $3 WHERE id = $1 AND next_fire_ms = $2`),
-		id, readMs, nullMs(nextMs))
+// none) if it is still at version; false when the API moved or edited it meanwhile (its fires
+// are then not this scan's).
+func (s store) advanceWorkflow(ctx context.Context, tx *sql.Tx, id, readMs, nextMs, version int64) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workflows SET next_fire_ms = $3 WHERE id = $1 AND next_fire_ms = $2 AND version = $4`),
+		id, readMs, nullMs(nextMs), version)
 	if err != nil {
 		return false, storeErr(err, "advance workflow %d", id)
 	}

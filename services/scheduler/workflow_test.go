@@ -541,6 +541,29 @@ func TestWorkflowScanThatOnlySkipsIsStored(t *testing.T) {
 	}
 }
 
+// TestWorkflowEditedDuringAScanIsNotAdvanced: a workflow edited (a new version) after a scan
+// read it, its next fire unchanged, is left for the next scan, which fires the new version.
+func TestWorkflowEditedDuringAScanIsNotAdvanced(t *testing.T) {
+	t.Parallel()
+	r, w, first := newScheduledWfRig(t)
+	st := r.s.wfStore()
+	tx, err := st.begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	stale := advance{id: w.GetId(), readMs: first, nextMs: first + 2000, version: w.GetVersion() - 1}
+	current := stale
+	current.version = w.GetVersion()
+	done, err := st.advanceWorkflows(t.Context(), tx, []advance{stale})
+	if err != nil || done[w.GetId()] {
+		t.Fatalf("advance at an older version: %v, %v; want not advanced", done, err)
+	}
+	if done, err = st.advanceWorkflows(t.Context(), tx, []advance{current}); err != nil || !done[w.GetId()] {
+		t.Fatalf("advance at the version read: %v, %v; want advanced", done, err)
+	}
+}
+
 func (r *wfRig) pendingDueNode(t *testing.T, id string) (int64, bool) {
 	wf, ms, _ := parseInstanceID(id)
 	d := storeDB(r.s)
