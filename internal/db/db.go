@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -67,8 +68,8 @@ type Config struct {
 	DataDir string
 	// Schema is the service's schema (Postgres) or file name (SQLite): [a-z_]+.
 	Schema string
-	// MaxConns caps the pool; 0 means 10 for Postgres. SQLite always uses one connection so
-	// writers never meet SQLITE_BUSY.
+	// MaxConns caps the pool; 0 means the URL's pool_max_conns parameter, else 10, for
+	// Postgres. SQLite always uses one connection so writers never meet SQLITE_BUSY.
 	MaxConns int
 }
 
@@ -100,6 +101,10 @@ func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("db: database url: %w", err)
 	}
+	n, err := poolSize(cfg.MaxConns, pc.RuntimeParams)
+	if err != nil {
+		return nil, err
+	}
 	// Create the schema with a plain connection first: search_path must name an existing schema.
 	boot, err := pgx.ConnectConfig(ctx, pc)
 	if err != nil {
@@ -118,10 +123,6 @@ func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
 		pc.RuntimeParams["max_parallel_workers_per_gather"] = "0"
 	}
 	sdb := stdlib.OpenDB(*pc)
-	n := cfg.MaxConns
-	if n <= 0 {
-		n = 10
-	}
 	sdb.SetMaxOpenConns(n)
 	sdb.SetMaxIdleConns(n)
 	if err := sdb.PingContext(ctx); err != nil {
@@ -129,6 +130,29 @@ func openPostgres(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, fmt.Errorf("db: ping postgres: %w", err)
 	}
 	return withPoolMetrics(&DB{DB: sdb, dialect: Postgres, schema: cfg.Schema, conn: pc.Copy()}), nil
+}
+
+// poolURLParam is the database URL parameter that sizes a service's pool (the name pgxpool gives
+// it), so that an operator sharing one Postgres between many processes can give each fewer
+// connections than the default 10 (or more) without a flag per service.
+const poolURLParam = "pool_max_conns"
+
+// poolSize is the pool's size: maxConns when set, else the URL's pool_max_conns, else 10. The
+// parameter is taken out of params: it is not a Postgres setting.
+func poolSize(maxConns int, params map[string]string) (int, error) {
+	v, ok := params[poolURLParam]
+	delete(params, poolURLParam)
+	switch {
+	case maxConns > 0:
+		return maxConns, nil
+	case !ok:
+		return 10, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("db: database url: %s=%q: want a whole number of connections, at least 1", poolURLParam, v)
+	}
+	return n, nil
 }
 
 func openSQLite(ctx context.Context, cfg Config) (*DB, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -95,5 +96,34 @@ func TestWarmOpensThePool(t *testing.T) {
 	}
 	if st := d.Stats(); st.OpenConnections != 4 || st.Idle != 4 {
 		t.Errorf("after Warm: %d open, %d idle; want 4 and 4", st.OpenConnections, st.Idle)
+	}
+}
+
+// TestPoolSizeFromTheURL: the database URL's pool_max_conns sizes the pool (and is not sent to
+// Postgres as a setting); Config.MaxConns wins over it; a bad value is refused by name.
+func TestPoolSizeFromTheURL(t *testing.T) {
+	t.Parallel()
+	migrations := fstest.MapFS{"postgres/00001_init.sql": {Data: []byte("-- +goose Up\nCREATE TABLE t (id BIGINT PRIMARY KEY);\n")}}
+	url := dbtest.NewPostgres(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	d := dbtest.Open(t, db.Config{URL: url + sep + "pool_max_conns=3"}, "sized", migrations)
+	if err := d.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.MaxOpenConnections != 3 || st.OpenConnections != 3 {
+		t.Errorf("pool_max_conns=3: max %d, %d open after Warm; want 3 and 3", st.MaxOpenConnections, st.OpenConnections)
+	}
+	byConfig := dbtest.Open(t, db.Config{URL: url + sep + "pool_max_conns=3", MaxConns: 2}, "sized", migrations)
+	if n := byConfig.Stats().MaxOpenConnections; n != 2 {
+		t.Errorf("MaxConns 2 with pool_max_conns=3: max %d; want 2", n)
+	}
+	for _, bad := range []string{"0", "-1", "many"} {
+		_, err := db.Open(t.Context(), db.Config{URL: url + sep + "pool_max_conns=" + bad, Schema: "sized"})
+		if err == nil || !strings.Contains(err.Error(), "pool_max_conns") {
+			t.Errorf("pool_max_conns=%s: err %v; want one naming pool_max_conns", bad, err)
+		}
 	}
 }

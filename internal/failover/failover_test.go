@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -354,7 +355,7 @@ func newHarness(t testing.TB) *harness {
 	t.Cleanup(h.st.Stop)
 	st := h.st
 	h.c = &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, tls: st.TLS, args: append([]string{
-		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", dbURL,
+		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", replicaPool(t, dbURL),
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
 		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr, "--partitions", strconv.Itoa(partitions),
 	}, tlsArgs(st)...)}
@@ -366,6 +367,21 @@ func newHarness(t testing.TB) *harness {
 	})
 	h.startXxlExecutors()
 	return h
+}
+
+// replicaPool is dbURL with the replicas' pool size. The two replica-kill tests run side by side
+// with three replicas each, every replica warming its whole pool, and a killed replica's backends
+// linger a moment after its replacement connects: at the default 10 connections a replica they
+// came within a few connections of Postgres' default max_connections (100).
+func replicaPool(t testing.TB, dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "6")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // xxlLogPrefix marks an execution recorded by an XXL-JOB test executor under its log id, until
