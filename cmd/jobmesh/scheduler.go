@@ -204,7 +204,9 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	log.Info("scheduler replica up", "grpc_addr", ln.Addr().String(), "advertise_addr", advertise, "replica_id", cfg.ReplicaID)
 
 	err = wait(ctx, failed)
-	// Stop accepting calls, then resign and drain; the deferred closes follow.
+	// Tell the others this is a stop, not a crash; stop accepting calls; then resign and drain;
+	// the deferred closes follow.
+	sched.StopAdvertising()
 	grpcserver.Stop(g, grpcserver.StopGrace, log)
 	sched.Stop()
 	log.Info("scheduler replica stopped")

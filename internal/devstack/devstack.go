@@ -447,7 +447,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		undo = append(undo, sched.Stop)
 		serve("scheduler", schedLn, sched.Register)
-		stopSched = sched.Stop
+		// Undone before the server stops: the replica withdraws its address first.
+		undo = append(undo, sched.StopAdvertising)
+		stopSched = func() { sched.StopAdvertising(); sched.Stop() }
 	}
 
 	// Every service serves before the local agent joins.

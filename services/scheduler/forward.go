@@ -58,6 +58,15 @@ func newPeers(opts []grpc.DialOption, connectTimeout time.Duration) *peers {
 
 // jobs returns a JobService client of the replica at addr, over its kept-open connection.
 func (p *peers) jobs(addr string) (schedulerv1.JobServiceClient, error) {
+	cc, err := p.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return schedulerv1.NewJobServiceClient(cc), nil
+}
+
+// conn returns the kept-open connection to the replica at addr.
+func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -71,7 +80,7 @@ func (p *peers) jobs(addr string) (schedulerv1.JobServiceClient, error) {
 		}
 		p.conns[addr] = cc
 	}
-	return schedulerv1.NewJobServiceClient(cc), nil
+	return cc, nil
 }
 
 // close closes every connection; jobs fails from then on.

@@ -321,8 +321,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.PeerDialOptions != nil {
 		s.peers = newPeers(cfg.PeerDialOptions, cfg.DispatchTimeout)
 	}
+	var peerStopped func(context.Context, string) error
+	if s.peers != nil {
+		peerStopped = s.peerStopped
+	}
 	parts, err := partition.New(partition.Config{Etcd: deps.Etcd, ReplicaID: cfg.ReplicaID, Address: cfg.AdvertiseAddr, Count: cfg.Partitions,
-		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger, Lead: s.lead})
+		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger, Lead: s.lead, PeerStopped: peerStopped})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
@@ -401,6 +405,19 @@ func (s *Service) Start(ctx context.Context) error {
 // warmTimeout bounds the opening of the store's connections before a replica joins: a store
 // that does not answer is met by the takeovers, which say so.
 const warmTimeout = 2 * time.Second
+
+// StopAdvertising tells the other replicas that this one is stopping: it withdraws its address
+// from its member key, so that they stop forwarding manual triggers to it and do not take the
+// end of its server for a crash (which would have them revoke its session and take its
+// partitions before it has handed them over). Call it before the replica's gRPC server stops,
+// and Stop after.
+func (s *Service) StopAdvertising() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.parts.StopAdvertising(ctx); err != nil {
+		s.log.Warn("withdrawing the replica's address failed: the others may take its stop for a crash and its partitions before it hands them over (fenced)", "error", err)
+	}
+}
 
 // Stop hands its partitions over, stops firing, drains the trigger pools, flushes trigger records and
 // closes executor and peer connections. It is idempotent.

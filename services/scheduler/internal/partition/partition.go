@@ -87,6 +87,14 @@ type Config struct {
 	// For a given p at most one Lead runs at a time in a replica. A Lead that returns before its
 	// ctx ends gives p up (the replica may take it again later, under a new epoch).
 	Lead func(ctx context.Context, p int, epoch int64)
+	// PeerStopped, when set, watches another replica that advertises addr: it returns nil once
+	// that replica is seen to have stopped (its process is gone: a connection to it, once up,
+	// dropped and addr now refuses connections), or ctx's error. The manager then revokes that
+	// replica's etcd session unless its member key changed meanwhile, so its partitions are
+	// taken over at once rather than when its lease expires (SessionTTL, plus up to etcd's
+	// 500 ms expiry tick). A replica stopping on purpose first withdraws its address
+	// (StopAdvertising) and is not watched. Nil leaves dead replicas to their leases' expiry.
+	PeerStopped func(ctx context.Context, addr string) error
 }
 
 func (c *Config) setDefaults() {
@@ -153,6 +161,8 @@ type Status struct {
 	Handovers int64
 	// Acquired counts the partitions this replica acquired.
 	Acquired int64
+	// Revoked counts the sessions of stopped replicas this replica revoked (Config.PeerStopped).
+	Revoked int64
 }
 
 // Manager joins the scheduler replicas in etcd and runs Config.Lead for the partitions this
@@ -172,14 +182,23 @@ type Manager struct {
 	countC    chan struct{} // closed once count is set
 	running   atomic.Bool
 
+	// advMu guards this replica's member key: the address it gives (Config.Address until
+	// StopAdvertising) and the lease it is under (0 between sessions). It is held while the key
+	// is written, so that StopAdvertising and a join do not pass each other.
+	advMu     sync.Mutex
+	advertise string
+	lease     clientv3.LeaseID
+
 	// mu guards the fields below; only the Run goroutine writes them.
 	mu        sync.Mutex
 	live      map[string]string // replica id (its member key exists) → its address, "" if none
+	leases    map[string]int64  // replica id → the lease of its member key
 	owners    []slot            // by partition
 	leads     map[int]*lead     // Leads running here, ending or not
 	cooldown  map[int]time.Time
 	handovers int64
 	acquired  int64
+	revoked   int64
 }
 
 // slot is a partition key as watched.
@@ -230,6 +249,8 @@ func New(cfg Config) (*Manager, error) {
 		rangeEnd:   cfg.Prefix + "/partitions0", // '0' follows '/': the range ends after partitions/
 		countC:     make(chan struct{}),
 		live:       map[string]string{},
+		leases:     map[string]int64{},
+		advertise:  cfg.Address,
 		leads:      map[int]*lead{},
 		cooldown:   map[int]time.Time{},
 	}
@@ -268,6 +289,7 @@ func (m *Manager) Status() Status {
 		Led:       make(map[int]int64, len(m.leads)),
 		Handovers: m.handovers,
 		Acquired:  m.acquired,
+		Revoked:   m.revoked,
 	}
 	for id, addr := range m.live {
 		if addr != "" {
@@ -391,9 +413,20 @@ func (m *Manager) session(ctx context.Context) (joined bool, err error) {
 	if err := m.loadCount(lctx); err != nil {
 		return false, err
 	}
-	if _, err := m.cfg.Etcd.Put(lctx, m.members+m.cfg.ReplicaID, memberValue(m.cfg.ReplicaID, m.cfg.Address), clientv3.WithLease(sess.Lease())); err != nil {
+	m.advMu.Lock()
+	_, err = m.cfg.Etcd.Put(lctx, m.members+m.cfg.ReplicaID, memberValue(m.cfg.ReplicaID, m.advertise), clientv3.WithLease(sess.Lease()))
+	if err == nil {
+		m.lease = sess.Lease()
+	}
+	m.advMu.Unlock()
+	if err != nil {
 		return false, fmt.Errorf("join: put member key: %w", err)
 	}
+	defer func() {
+		m.advMu.Lock()
+		m.lease = 0
+		m.advMu.Unlock()
+	}()
 	s := &membership{m: m, sess: sess, lctx: lctx, done: make(chan leadDone)}
 	if err := s.resync(); err != nil {
 		return false, err
@@ -447,6 +480,7 @@ type membership struct {
 	wch        clientv3.WatchChan // nil while the view needs a resync
 	wcancel    context.CancelFunc
 	needResync bool
+	probes     probes // the peers watched with Config.PeerStopped
 }
 
 // loop follows etcd and re-plans until lctx ends, then ends every Lead and waits for them.
@@ -458,10 +492,12 @@ func (s *membership) loop() error {
 	for {
 		select {
 		case <-s.lctx.Done():
+			s.stopProbes()
 			return s.leave()
 		case wr, ok := <-s.wch:
 			if !ok || wr.Err() != nil {
 				if s.lctx.Err() != nil {
+					s.stopProbes()
 					return s.leave()
 				}
 				m.log.Warn("partition watch ended; listing again", "error", wr.Err())
@@ -481,6 +517,7 @@ func (s *membership) loop() error {
 			}
 		}
 		s.reconcile()
+		s.probePeers()
 	}
 }
 
@@ -539,6 +576,7 @@ func (s *membership) resync() error {
 	rev := resp.Header.Revision
 	m.mu.Lock()
 	clear(m.live)
+	clear(m.leases)
 	for p := range m.owners {
 		m.owners[p] = slot{rev: rev}
 	}
@@ -546,6 +584,7 @@ func (s *membership) resync() error {
 		key := string(kv.Key)
 		if id, ok := strings.CutPrefix(key, m.members); ok {
 			m.live[id] = addrOf(id, kv.Value)
+			m.leases[id] = kv.Lease
 		} else if p, ok := m.partitionOf(key); ok {
 			m.owners[p] = slot{leader: string(kv.Value), epoch: kv.CreateRevision, rev: rev}
 		}
@@ -574,8 +613,10 @@ func (s *membership) apply(evs []*clientv3.Event) {
 		if id, ok := strings.CutPrefix(key, m.members); ok {
 			if ev.Type == mvccpb.DELETE {
 				delete(m.live, id)
+				delete(m.leases, id)
 			} else {
 				m.live[id] = addrOf(id, ev.Kv.Value)
+				m.leases[id] = ev.Kv.Lease
 			}
 			continue
 		}

@@ -79,10 +79,20 @@ type replica struct {
 // start runs a Manager with its own etcd client under prefix.
 func start(t *testing.T, tr *tracker, prefix, id string, count int) *replica {
 	t.Helper()
+	return startWith(t, tr, prefix, id, count, nil)
+}
+
+// startWith is start with the Config changed by with (when not nil) before the Manager is made.
+func startWith(t *testing.T, tr *tracker, prefix, id string, count int, with func(*partition.Config)) *replica {
+	t.Helper()
 	cli := etcdtest.Client(t)
-	m, err := partition.New(partition.Config{
+	cfg := partition.Config{
 		Etcd: cli, ReplicaID: id, Count: count, SessionTTL: time.Second, Prefix: prefix, Lead: tr.lead(id),
-	})
+	}
+	if with != nil {
+		with(&cfg)
+	}
+	m, err := partition.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
