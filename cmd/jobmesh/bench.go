@@ -107,6 +107,7 @@ func runBenchScenario(ctx context.Context, scenario string, args []string, stdou
 	f.str(&cfg.PreReadMetric, "preread-metric", "", "scale: `name` of the schedulers' Prometheus histogram of pre-read scan seconds")
 	f.integer(&cfg.Kills, "kills", 0, "failover: `count` of SIGKILLs of random scheduler replicas (default 20)")
 	f.dur(&cfg.KillEvery, "kill-every", 0, "failover: mean time between kills, uniformly half to one and a half of it (default 2s)")
+	f.dur(&cfg.RestartAfter, "restart-after", 0, "failover: how long a killed replica stays down before it starts again (default 0: at once)")
 	f.integer(&seed, "seed", 0, "failover: kill schedule `seed`; 0 picks one (reported)")
 	f.float(&cfg.StartRate, "start-rate", 0, "ramp: first `rate` (default 1000)")
 	f.float(&cfg.StepRate, "step-rate", 0, "ramp: `rate` added per step (default 1000)")

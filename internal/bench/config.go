@@ -107,6 +107,10 @@ type Config struct {
 	// KillEvery is the mean time from every partition being led to the next kill: uniformly
 	// KillEvery/2 to 3·KillEvery/2. Default 2s.
 	KillEvery time.Duration
+	// RestartAfter is how long a killed replica stays down before it starts again (on the same
+	// address): 0 restarts it at once, as a supervisor does; longer, the replica's partitions
+	// are taken over while it is down. Default 0.
+	RestartAfter time.Duration
 	// Seed seeds the kill schedule; 0 picks one (reported).
 	Seed uint64
 
@@ -311,6 +315,9 @@ func (c Config) validate() error {
 	}
 	if c.KillEvery < 200*time.Millisecond {
 		bad("kill-every", "%v: want at least 200ms", c.KillEvery)
+	}
+	if c.RestartAfter < 0 {
+		bad("restart-after", "%v: must not be negative", c.RestartAfter)
 	}
 	if c.StartRate <= 0 || c.StepRate <= 0 || c.MaxRate < c.StartRate {
 		bad("start-rate", "%v, --step-rate %v, --max-rate %v: want positive rates with max ≥ start", c.StartRate, c.StepRate, c.MaxRate)

@@ -197,7 +197,7 @@ func runFailover(ctx context.Context, t *topology, l *load, rep *Report) error {
 			return err
 		}
 		kill.N, kill.Lead = k+1, cfg.dispatchLead()
-		if kill.At, err = t.killAndRestart(ctx, victim); err != nil {
+		if kill.At, err = t.killAndRestart(ctx, victim, cfg.RestartAfter); err != nil {
 			return err
 		}
 		kills = append(kills, kill)

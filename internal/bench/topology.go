@@ -469,10 +469,13 @@ func (t *topology) leader(ctx context.Context, timeout time.Duration) (*replica,
 	}
 }
 
-// killAndRestart SIGKILLs the replica and starts it again on the same address; it returns when
-// the signal was sent.
-func (t *topology) killAndRestart(ctx context.Context, r *replica) (time.Time, error) {
+// killAndRestart SIGKILLs the replica and, after down, starts it again on the same address; it
+// returns the time the signal was sent.
+func (t *topology) killAndRestart(ctx context.Context, r *replica, down time.Duration) (time.Time, error) {
 	at := r.cur.proc.Kill()
+	if err := sleep(ctx, down); err != nil {
+		return at, err
+	}
 	return at, t.startReplica(ctx, r)
 }
 
