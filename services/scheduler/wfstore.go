@@ -387,6 +387,23 @@ func scanInstance(r scanner) (*instanceRow, error) {
 	return &in, nil
 }
 
+// lockWorkflow locks a workflow's row until tx ends (SQLite's one writer needs no lock);
+// apierr.ErrNotFound when there is none.
+func (s store) lockWorkflow(ctx context.Context, tx *sql.Tx, id int64) error {
+	if s.db.Dialect() != db.Postgres {
+		return nil
+	}
+	var got int64
+	err := tx.QueryRowContext(ctx, `SELECT id FROM workflows WHERE id = $1 FOR UPDATE`, id).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("workflow %d: %w", id, apierr.ErrNotFound)
+	}
+	if err != nil {
+		return storeErr(err, "lock workflow %d", id)
+	}
+	return nil
+}
+
 // lockInstance reads an instance inside tx and locks its row until tx ends (SQLite's one
 // writer needs no lock); apierr.ErrNotFound when there is none.
 func (s store) lockInstance(ctx context.Context, tx *sql.Tx, id string) (*instanceRow, error) {

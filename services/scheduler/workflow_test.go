@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
@@ -679,4 +681,50 @@ func TestWorkflowScheduledFireOnATakenTime(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("instances %v; want %v", got, want)
 	}
+}
+
+// TestWorkflowConcurrentTriggersKeepTheLimit: triggers of one workflow at the same moment start
+// no more instances than its max_concurrent_instances (1); the others are SKIPPED.
+func TestWorkflowConcurrentTriggersKeepTheLimit(t *testing.T) {
+	t.Parallel()
+	r := newWfRig(t)
+	w := r.create(t, r.graph(t, "A B", "A>B"))
+	// Each trigger at its own millisecond, as callers at nearly the same moment are: their
+	// instances' ids differ, so nothing but the limit serialises them.
+	r.s.clk = tickingClock{r.clk}
+	const n = 8
+	got := make([]schedulerv1.WorkflowInstanceStatus, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, err := r.s.TriggerWorkflow(t.Context(), &schedulerv1.TriggerWorkflowRequest{Id: w.GetId()})
+			got[i], errs[i] = resp.GetInstance().GetStatus(), err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, st := range got {
+		switch st {
+		case schedulerv1.WorkflowInstanceStatus_WORKFLOW_INSTANCE_STATUS_RUNNING:
+			running++
+		case schedulerv1.WorkflowInstanceStatus_WORKFLOW_INSTANCE_STATUS_SKIPPED:
+		default:
+			t.Errorf("an instance is %v; want RUNNING or SKIPPED", st)
+		}
+	}
+	if running != 1 {
+		t.Errorf("%d instances running after %d triggers at once (%v); want 1, the workflow's max_concurrent_instances", running, n, got)
+	}
+}
+
+// tickingClock is a fake clock that moves on a millisecond at every reading.
+type tickingClock struct{ *clock.Fake }
+
+func (c tickingClock) Now() time.Time {
+	c.Advance(time.Millisecond)
+	return c.Fake.Now()
 }
