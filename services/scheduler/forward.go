@@ -43,7 +43,38 @@ type peers struct {
 	opts   []grpc.DialOption
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
+	unused map[string]bool // addresses no live replica advertised at the last prune
 	closed bool
+}
+
+// prune closes the connections to addresses that no live replica (live) has advertised at two
+// prunes in a row (a call forwarded just before a replica left may still be on its way), and
+// returns how many it closed: replicas that come and go at new addresses leave none behind.
+func (p *peers) prune(live map[string]string) int {
+	advertised := make(map[string]bool, len(live))
+	for _, addr := range live {
+		advertised[addr] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	closed := 0
+	for addr, cc := range p.conns {
+		switch {
+		case advertised[addr]:
+			delete(p.unused, addr)
+		case p.unused[addr]:
+			cc.Close()
+			delete(p.conns, addr)
+			delete(p.unused, addr)
+			closed++
+		default:
+			if p.unused == nil {
+				p.unused = map[string]bool{}
+			}
+			p.unused[addr] = true
+		}
+	}
+	return closed
 }
 
 // newPeers returns the peer connections, dialed with opts; a connection attempt is given up after
@@ -51,8 +82,11 @@ type peers struct {
 // black-holed) is dispatched here after that long rather than gRPC's default 20 s.
 func newPeers(opts []grpc.DialOption, connectTimeout time.Duration) *peers {
 	// The forwarded call carries the trigger's trace context, as the executors' Run calls do.
+	// The connections stay up while idle: their drop is how a peer's death is noticed
+	// (peerstop.go).
 	opts = append(opts[:len(opts):len(opts)], grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}),
+		grpc.WithIdleTimeout(0))
 	return &peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 

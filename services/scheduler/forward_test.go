@@ -48,6 +48,10 @@ type servedReplica struct {
 	// loseAnswers makes its server handle each call and answer Unavailable instead: a connection
 	// cut after the call was taken.
 	loseAnswers atomic.Bool
+	// unreachable makes its server answer every call but GetStatus Unavailable without handling
+	// it: a replica that cannot be reached while it is alive (a stopped server would be taken
+	// for a dead replica by the others, which would revoke its session).
+	unreachable atomic.Bool
 }
 
 // servedReplica starts a replica of a 2-partition cluster that advertises its gRPC server and
@@ -64,6 +68,9 @@ func (c *cluster) servedReplica(t *testing.T, id string) *servedReplica {
 		FromReplica:         fromReplica,
 		ExecutorDialOptions: r.runs.dialOptions()})
 	r.g = grpcserver.New(nil, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r.unreachable.Load() && info.FullMethod != schedulerv1.SchedulerService_GetStatus_FullMethodName {
+			return nil, status.Error(codes.Unavailable, "connection refused")
+		}
 		resp, err := handler(ctx, req)
 		if r.loseAnswers.Load() {
 			return nil, status.Error(codes.Unavailable, "the connection was cut before the answer went out")
@@ -215,8 +222,8 @@ func TestManualTriggerGoesToThePartitionLeader(t *testing.T) {
 		t.Errorf("after refused forwarded calls: Run calls by a, b = %d, %d; want 0, 2", gotA, gotB)
 	}
 
-	// b still leads, but its server is down: a dispatches the trigger itself.
-	b.g.Stop()
+	// b still leads, but cannot be reached: a dispatches the trigger itself.
+	b.unreachable.Store(true)
 	trigger("b unreachable", func() (*schedulerv1.TriggerJobResponse, error) {
 		return a.TriggerJob(t.Context(), &schedulerv1.TriggerJobRequest{Id: jobID, Params: "unreachable"})
 	}, 1, 2)

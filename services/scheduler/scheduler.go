@@ -321,7 +321,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.PeerDialOptions != nil {
 		s.peers = newPeers(cfg.PeerDialOptions, cfg.DispatchTimeout)
 	}
-	var peerStopped func(context.Context, string) error
+	var peerStopped func(ctx context.Context, id, addr string) error
 	if s.peers != nil {
 		peerStopped = s.peerStopped
 	}
@@ -399,6 +399,10 @@ func (s *Service) Start(ctx context.Context) error {
 	}()
 	go func() { defer s.wg.Done(); s.followCompletions(ctx) }()
 	go func() { defer s.wg.Done(); s.execs.pruneLoop(ctx, s.log) }()
+	if s.peers != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.prunePeersLoop(ctx) }()
+	}
 	return nil
 }
 

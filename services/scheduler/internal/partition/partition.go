@@ -87,14 +87,16 @@ type Config struct {
 	// For a given p at most one Lead runs at a time in a replica. A Lead that returns before its
 	// ctx ends gives p up (the replica may take it again later, under a new epoch).
 	Lead func(ctx context.Context, p int, epoch int64)
-	// PeerStopped, when set, watches another replica that advertises addr: it returns nil once
-	// that replica is seen to have stopped (its process is gone: a connection to it, once up,
-	// dropped and addr now refuses connections), or ctx's error. The manager then revokes that
-	// replica's etcd session unless its member key changed meanwhile, so its partitions are
-	// taken over at once rather than when its lease expires (SessionTTL, plus up to etcd's
-	// 500 ms expiry tick). A replica stopping on purpose first withdraws its address
-	// (StopAdvertising) and is not watched. Nil leaves dead replicas to their leases' expiry.
-	PeerStopped func(ctx context.Context, addr string) error
+	// PeerStopped, when set, watches replica id, which advertises addr: it returns nil once
+	// that replica is seen to have stopped (its process is gone: a connection to it, once up and
+	// serving id, dropped and addr now refuses connections), or an error; ctx's when ctx ends.
+	// The manager then revokes that replica's etcd session unless its member key changed
+	// meanwhile, so its partitions are taken over at once rather than when its lease expires
+	// (SessionTTL, plus up to etcd's 500 ms expiry tick); after an error it watches again later.
+	// A replica stopping on purpose first withdraws its address (StopAdvertising), and is not
+	// watched; nor is a replica that advertises this one's own address. Nil leaves dead replicas
+	// to their leases' expiry.
+	PeerStopped func(ctx context.Context, id, addr string) error
 }
 
 func (c *Config) setDefaults() {
@@ -188,6 +190,9 @@ type Manager struct {
 	advMu     sync.Mutex
 	advertise string
 	lease     clientv3.LeaseID
+	// stopping is set by StopAdvertising: the replica is on its way out and watches no peer
+	// (its own server's stop would look like theirs).
+	stopping atomic.Bool
 
 	// mu guards the fields below; only the Run goroutine writes them.
 	mu        sync.Mutex
@@ -414,7 +419,9 @@ func (m *Manager) session(ctx context.Context) (joined bool, err error) {
 		return false, err
 	}
 	m.advMu.Lock()
-	_, err = m.cfg.Etcd.Put(lctx, m.members+m.cfg.ReplicaID, memberValue(m.cfg.ReplicaID, m.advertise), clientv3.WithLease(sess.Lease()))
+	pctx, pcancel := context.WithTimeout(lctx, opTimeout) // StopAdvertising waits for advMu
+	_, err = m.cfg.Etcd.Put(pctx, m.members+m.cfg.ReplicaID, memberValue(m.cfg.ReplicaID, m.advertise), clientv3.WithLease(sess.Lease()))
+	pcancel()
 	if err == nil {
 		m.lease = sess.Lease()
 	}

@@ -3,7 +3,10 @@ package partition
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,12 +20,14 @@ import (
 // replica's session (the lease of its member key): its member and partition keys vanish, and the
 // replicas plan and take its partitions over as they do when a lease expires, under new epochs.
 //
-// A revocation is safe when it is wrong: the replica's leads end on the lost session, and its
-// writes under the old epochs fail (fencing). It is not wrong for a graceful stop: a replica
-// stopping on purpose withdraws its address (StopAdvertising) before its server stops
-// listening, and the revocation happens only while the member key still advertises the address
-// that refused and is under the lease that was watched. A host that vanishes refuses nothing;
-// its replicas are left to their leases' expiry.
+// A wrong revocation costs the replica its session: its leads end and its writes under the old
+// epochs fail (fencing), and its partitions go through a takeover. So the watch is kept from
+// mistakes: a replica stopping on purpose withdraws its address (StopAdvertising) before its
+// server stops listening, and stops its own watches; the revocation happens only while the
+// member key still advertises the address that refused and is under the lease that was
+// watched; a peer that advertises this replica's own address is not watched, and PeerStopped
+// checks who serves at an address. A host that vanishes refuses nothing; its replicas are left
+// to their leases' expiry.
 
 // probe is one peer replica watched with Config.PeerStopped.
 type probe struct {
@@ -38,21 +43,24 @@ type probes struct {
 	wg   sync.WaitGroup
 }
 
-// probePeers starts watching every other live replica that advertises an address, and stops
-// watching those that left or whose address or lease changed.
+// probePeers starts watching every other live replica that advertises an address (not this
+// replica's own), and stops watching those that left or whose address or lease changed, and
+// every one once this replica is stopping.
 func (s *membership) probePeers() {
 	m := s.m
 	if m.cfg.PeerStopped == nil {
 		return
 	}
 	want := map[string]probe{}
-	m.mu.Lock()
-	for id, addr := range m.live {
-		if lease := m.leases[id]; id != m.cfg.ReplicaID && addr != "" && lease != 0 {
-			want[id] = probe{addr: addr, lease: lease}
+	if !m.stopping.Load() {
+		m.mu.Lock()
+		for id, addr := range m.live {
+			if lease := m.leases[id]; id != m.cfg.ReplicaID && addr != "" && addr != m.cfg.Address && lease != 0 {
+				want[id] = probe{addr: addr, lease: lease}
+			}
 		}
+		m.mu.Unlock()
 	}
-	m.mu.Unlock()
 	if s.probes.byID == nil {
 		s.probes.byID = map[string]*probe{}
 	}
@@ -82,50 +90,85 @@ func (s *membership) stopProbes() {
 	s.probes.wg.Wait()
 }
 
+// probeRetry paces the watches of a peer after one failed (probeRetryMax at most).
+const (
+	probeRetry    = time.Second
+	probeRetryMax = 30 * time.Second
+)
+
 // watchPeer waits for replica id, watched as p, to stop, and then revokes its session unless
-// its member key has changed: it withdrew its address (a graceful stop), left, or joined again.
+// its member key has changed (revokeStopped). A watch or a revocation that fails is tried again
+// after a pause, until ctx ends.
 func (s *membership) watchPeer(ctx context.Context, id string, p *probe) {
 	m := s.m
-	if err := m.cfg.PeerStopped(ctx, p.addr); err != nil {
-		if ctx.Err() == nil {
-			m.log.Warn("watching a peer replica failed; a crash of it is noticed when its session expires",
-				"peer", id, "addr", p.addr, "error", err)
+	pause := probeRetry
+	for failures := 0; ; failures++ {
+		err := m.cfg.PeerStopped(ctx, id, p.addr)
+		if err == nil {
+			err = m.revokeStopped(ctx, id, p)
+			if err == nil {
+				return
+			}
 		}
-		return
-	}
-	key := m.members + id
-	resp, err := m.cfg.Etcd.Get(ctx, key)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.log.Warn("reading a stopped peer's member key failed; its session expires on its own", "peer", id, "error", err)
-		}
-		return
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != p.lease || addrOf(id, resp.Kvs[0].Value) != p.addr {
-		return // it left, withdrew its address to stop, or joined again: nothing to do
-	}
-	if _, err := m.cfg.Etcd.Revoke(ctx, clientv3.LeaseID(p.lease)); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			m.log.Debug("a stopped peer's session is gone already (another replica revoked it)", "peer", id)
+		if ctx.Err() != nil {
 			return
 		}
-		if ctx.Err() == nil {
-			m.log.Warn("revoking a stopped peer's session failed; it expires on its own", "peer", id, "error", err)
+		lvl := slog.LevelDebug
+		if failures == 0 {
+			lvl = slog.LevelWarn
 		}
-		return
+		m.log.Log(ctx, lvl, "watching a peer replica failed; trying again (until then a crash of it is noticed when its session expires)",
+			"peer", id, "addr", p.addr, "error", err, "retry_in", pause)
+		t := m.cfg.Clock.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		pause = min(2*pause, probeRetryMax)
+	}
+}
+
+// revokeStopped revokes the session of replica id, seen stopped while watched as p, unless this
+// replica is stopping or id's member key has changed since: it is gone (id left), no longer
+// advertises p's address (a graceful stop), or is under another lease (id joined again).
+func (m *Manager) revokeStopped(ctx context.Context, id string, p *probe) error {
+	if m.stopping.Load() {
+		return nil
+	}
+	resp, err := m.cfg.Etcd.Get(ctx, m.members+id)
+	if err != nil {
+		return fmt.Errorf("read the stopped peer's member key: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != p.lease || addrOf(id, resp.Kvs[0].Value) != p.addr {
+		return nil
+	}
+	// The revocation's own watch events may end ctx before its answer comes: it has its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	if _, err := m.cfg.Etcd.Revoke(rctx, clientv3.LeaseID(p.lease)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			m.log.Debug("a stopped peer's session is gone already (another replica revoked it)", "peer", id)
+			return nil
+		}
+		return fmt.Errorf("revoke the stopped peer's session: %w", err)
 	}
 	m.log.Warn("a peer replica stopped (its address refuses connections): revoked its session, its partitions are taken over now",
 		"peer", id, "addr", p.addr, "lease", p.lease)
 	m.mu.Lock()
 	m.revoked++
 	m.mu.Unlock()
+	return nil
 }
 
 // StopAdvertising withdraws this replica's address from its member key, for the rest of its
-// life: the other replicas stop forwarding calls to it and stop watching it (Config.PeerStopped).
-// A replica calls it before its server stops listening at shutdown, so that its stop is not
-// taken for a crash. Between sessions it only keeps the next session from advertising.
+// life, and stops its watches of the others: they stop forwarding calls to it and stop watching
+// it (Config.PeerStopped). A replica calls it before its server stops listening at shutdown, so
+// that its stop is not taken for a crash (nor the others' for one, through its own server's
+// stop). Between sessions it only keeps the next session from advertising.
 func (m *Manager) StopAdvertising(ctx context.Context) error {
+	m.stopping.Store(true)
 	m.advMu.Lock()
 	defer m.advMu.Unlock()
 	m.advertise = ""

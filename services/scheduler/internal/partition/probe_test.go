@@ -33,7 +33,7 @@ func (s *stopper) ch(addr string) chan struct{} {
 	return s.stopped[addr]
 }
 
-func (s *stopper) watch(ctx context.Context, addr string) error {
+func (s *stopper) watch(ctx context.Context, _, addr string) error {
 	ch := s.ch(addr)
 	s.mu.Lock()
 	s.watching[addr]++
@@ -68,6 +68,8 @@ func TestStoppedPeerIsRevoked(t *testing.T) {
 	prefix := "/test/" + t.Name()
 	st := newStopper()
 	a := startWith(t, tr, prefix, "a", 4, func(c *partition.Config) { c.Address, c.PeerStopped = "a:1", st.watch })
+	// a first, so that b (whose leads are young for two of its TTLs) gets its share from a.
+	eventually(t, 10*time.Second, "a leads all", balanced(tr, 4, 4, 4, a))
 	b := startWith(t, tr, prefix, "b", 4, func(c *partition.Config) { c.Address, c.SessionTTL = "b:1", time.Minute })
 	eventually(t, 10*time.Second, "a and b share", balanced(tr, 4, 2, 2, a, b))
 	eventually(t, 10*time.Second, "a watches b", func() string {
@@ -153,4 +155,42 @@ func TestStoppingPeerIsNotRevoked(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != `{"id":"a"}` {
 		t.Fatalf("a's member key after StopAdvertising: %v, %v; want {\"id\":\"a\"}", resp, err)
 	}
+}
+
+// TestOwnAddressAndStoppingAreNotWatched: a replica does not watch a peer that advertises its
+// own address (its own server's stop would look like the peer's), and stops watching every
+// peer once it stops advertising.
+func TestOwnAddressAndStoppingAreNotWatched(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(t)
+	prefix := "/test/" + t.Name()
+	st := newStopper()
+	a := startWith(t, tr, prefix, "a", 6, func(c *partition.Config) { c.Address, c.PeerStopped = "x:1", st.watch })
+	startWith(t, tr, prefix, "b", 6, func(c *partition.Config) { c.Address = "x:1" })
+	eventually(t, 10*time.Second, "a sees b", func() string {
+		if addr := a.m.Status().Addresses["b"]; addr != "x:1" {
+			return fmt.Sprintf("b at %q", addr)
+		}
+		return ""
+	})
+	// c joins after b: when a watches c, it has planned its watches knowing b's address.
+	startWith(t, tr, prefix, "c", 6, func(c *partition.Config) { c.Address = "c:1" })
+	eventually(t, 10*time.Second, "a watches c", func() string {
+		if n := st.watches("c:1"); n != 1 {
+			return fmt.Sprintf("%d watches of c:1", n)
+		}
+		return ""
+	})
+	if n := st.watches("x:1"); n != 0 {
+		t.Errorf("%d watches of x:1, a's own address (b advertises it too); want none", n)
+	}
+	if err := a.m.StopAdvertising(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a watches nobody", func() string {
+		if n := st.watches("c:1"); n != 0 {
+			return fmt.Sprintf("%d watches of c:1", n)
+		}
+		return ""
+	})
 }
