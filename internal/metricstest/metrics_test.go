@@ -113,6 +113,7 @@ func TestMetricsEndpointsMove(t *testing.T) {
 	d2.want(t, "partitions led (all of them, in one process)", series{"jobmesh_scheduler_partitions_led", nil}, equal(64))
 	d2.want(t, "partition 0's epoch", series{"jobmesh_scheduler_partition_epoch", map[string]string{"jobmesh_partition": "0"}}, atLeast(1))
 	d2.want(t, "partition hand-overs", series{"jobmesh_scheduler_partition_handovers_total", nil}, atLeast(0))
+	d2.want(t, "peer sessions revoked (one replica: none)", series{"jobmesh_scheduler_peer_revocations_total", nil}, equal(0))
 	d2.want(t, "ring size (a 1 s job keeps the 5 s window armed)", series{"jobmesh_scheduler_ring_size", nil}, atLeast(1))
 	d2.want(t, "fast pool queue", series{"jobmesh_scheduler_pool_queue_size", map[string]string{"jobmesh_pool_name": "fast"}}, atLeast(0))
 	d2.want(t, "fires awaiting their executors' answers", series{"jobmesh_scheduler_dispatch_inflight", nil}, atLeast(0))

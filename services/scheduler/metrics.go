@@ -127,6 +127,8 @@ func (mt *metrics) observe(s *Service) {
 		metric.WithDescription("Epoch (etcd revision that elected this replica) of each partition it leads, by jobmesh.partition."))
 	handovers, _ := m.Int64ObservableCounter("jobmesh.scheduler.partition.handovers", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions this replica stopped leading: handed over to balance the replicas, at shutdown, or lost."))
+	revoked, _ := m.Int64ObservableCounter("jobmesh.scheduler.peer.revocations", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions of stopped peer replicas (their address refused connections) this replica revoked, so that their partitions were taken over before their leases expired."))
 	replica := metric.WithAttributeSet(attribute.NewSet(mt.replica))
 	pools := []*pool{s.fast, s.slow}
 	mt.reg, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -143,13 +145,15 @@ func (mt *metrics) observe(s *Service) {
 		o.ObserveInt64(waiting, int64(s.waits.waiting()), replica)
 		o.ObserveInt64(leader, min(n, 1), replica)
 		o.ObserveInt64(led, n, replica)
-		o.ObserveInt64(handovers, s.parts.Status().Handovers, replica)
+		st := s.parts.Status()
+		o.ObserveInt64(handovers, st.Handovers, replica)
+		o.ObserveInt64(revoked, st.Revoked, replica)
 		for _, p := range pools {
 			o.ObserveInt64(queue, int64(len(p.queue)), mt.byPool[p.name])
 			o.ObserveInt64(queueCap, int64(cap(p.queue)), mt.byPool[p.name])
 		}
 		return nil
-	}, ringSize, queue, queueCap, inflight, waiting, leader, led, epoch, handovers)
+	}, ringSize, queue, queueCap, inflight, waiting, leader, led, epoch, handovers, revoked)
 }
 
 // stop unregisters the callback.
