@@ -94,7 +94,7 @@ func TestReplicaKill(t *testing.T) {
 	t.Logf("failover: %d jobs (%d of them on XXL-JOB executors), %d kills, %d graceful restarts, %d partitions, seed %d (rerun with -args -seed=%d)",
 		nJobs, nXxl, kills, restarts, partitions, seed, seed)
 
-	h := newHarness(t)
+	h := newHarness(t, sideBySideConns)
 	c := h.c
 	ctx := t.Context() // and every call has a deadline: boundCalls
 	// One at a time, so the first replica migrates the schema alone.
@@ -267,7 +267,7 @@ func TestBalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a stack and three scheduler processes; CI runs it (without -short)")
 	}
-	h := newHarness(t)
+	h := newHarness(t, sideBySideConns)
 	c := h.c
 	for i := range nReplicas {
 		c.start(fmt.Sprintf("r%d", i+1))
@@ -313,8 +313,9 @@ type harness struct {
 	dbURL    string
 }
 
-// newHarness starts the stack; the replicas it will start share partitions partitions.
-func newHarness(t testing.TB) *harness {
+// newHarness starts the stack; the replicas it will start share partitions partitions, each
+// with a pool of replicaConns Postgres connections (0: the scheduler's default).
+func newHarness(t testing.TB, replicaConns int) *harness {
 	t.Helper()
 	bin := buildJobmesh(t)
 	logDir := t.TempDir()
@@ -355,7 +356,7 @@ func newHarness(t testing.TB) *harness {
 	t.Cleanup(h.st.Stop)
 	st := h.st
 	h.c = &replicaSet{t: t, bin: bin, logDir: logDir, token: st.InternalToken, tls: st.TLS, args: append([]string{
-		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", replicaPool(t, dbURL),
+		"scheduler", "--grpc-addr", any0, "--etcd-endpoints", st.EtcdEndpoint, "--database-url", withPool(t, dbURL, replicaConns),
 		"--registry-addr", st.RegistryAddr, "--logs-addr", st.LogsAddr, "--session-ttl", sessionTTL, "--log-level", "info",
 		"--internal-token", st.InternalToken, "--auth-addr", st.AuthAddr, "--partitions", strconv.Itoa(partitions),
 	}, tlsArgs(st)...)}
@@ -369,17 +370,24 @@ func newHarness(t testing.TB) *harness {
 	return h
 }
 
-// replicaPool is dbURL with the replicas' pool size. The two replica-kill tests run side by side
-// with three replicas each, every replica warming its whole pool, and a killed replica's backends
-// linger a moment after its replacement connects: at the default 10 connections a replica they
-// came within a few connections of Postgres' default max_connections (100).
-func replicaPool(t testing.TB, dbURL string) string {
+// sideBySideConns is the pool size of the replicas of the tests that run side by side: two
+// replica-kill tests with three replicas each, every replica warming its whole pool, and a
+// killed replica's backends lingering a moment after its replacement connects, came within a few
+// connections of Postgres' default max_connections (100) at the default 10 a replica.
+const sideBySideConns = 6
+
+// withPool is dbURL with a pool of conns connections (pool_max_conns); dbURL itself when conns
+// is 0.
+func withPool(t testing.TB, dbURL string, conns int) string {
+	if conns == 0 {
+		return dbURL
+	}
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("pool_max_conns", "6")
+	q.Set("pool_max_conns", strconv.Itoa(conns))
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -51,7 +51,7 @@ const latWarmup = 5 * time.Second
 func BenchmarkWorkflowNodeLatency(b *testing.B) {
 	nodes, run, replicas := *latNodesFlag, *latRunFlag, max(*latReplicasFlag, 1)
 	chains := max(nodes/2, 1)
-	h := newHarness(b)
+	h := newHarness(b, 0) // alone: the replicas' pools as in production
 	c := h.c
 	ctx := b.Context()
 	pprofAddrs := map[string]string{}

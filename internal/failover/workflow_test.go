@@ -66,7 +66,7 @@ func TestReplicaKillWorkflows(t *testing.T) {
 	t.Logf("workflow failover: %d diamond workflows every %v, %d kills, %d graceful restarts, %d partitions, seed %d (rerun with -args -seed=%d)",
 		nWf, wfPeriod, kills, restarts, partitions, seed, seed)
 
-	h := newHarness(t)
+	h := newHarness(t, sideBySideConns)
 	c := h.c
 	ctx := t.Context()
 	for i := range nReplicas {
