@@ -339,7 +339,11 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		Batch: func(id uint64, items []*logsv1.TriggerRecord) *logsv1.IngestTriggerRecordsRequest {
 			return &logsv1.IngestTriggerRecordsRequest{BatchId: id, Records: items}
 		},
-		Acked:      func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
+		Acked: func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
+		// Up to four batches unacknowledged, as the agents' results: a fire's record must not
+		// wait out logsvc's commit of the previous batch, or its result, which comes on the
+		// agent's stream, waits for it in logsvc (and a workflow node's next node with it).
+		Window:     4,
 		MaxPending: cfg.RecordQueue,
 		Logger:     cfg.Logger,
 		OnAck:      s.rowAcks.acked,
