@@ -110,13 +110,13 @@ func (p *peers) stopped(ctx context.Context, id, addr string, up func()) error {
 			wait, cancel = context.WithTimeout(ctx, pause)
 			pause = min(2*pause, stopProbeMax)
 		}
-		cc.WaitForStateChange(wait, st)
+		changed := cc.WaitForStateChange(wait, st)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if st == connectivity.Ready && cc.GetState() != connectivity.Ready {
-			checked = false // whoever serves there after the drop is asked again
+		if st == connectivity.Ready && changed {
+			checked = false // it left Ready: whoever serves there after the drop is asked again
 		}
 	}
 }

@@ -97,16 +97,20 @@ const (
 )
 
 // watchPeer waits for replica id, watched as p, to stop, and then revokes its session unless
-// its member key has changed (revokeStopped). A watch or a revocation that fails is tried again
-// after a pause, until ctx ends.
+// its member key has changed (revokeStopped). A watch that fails is tried again after a pause,
+// and so is a revocation (not the watch: a dead peer is never up again), until ctx ends.
 func (s *membership) watchPeer(ctx context.Context, id string, p *probe) {
 	m := s.m
 	pause := probeRetry
+	stopped := false
 	for failures := 0; ; failures++ {
-		err := m.cfg.PeerStopped(ctx, id, p.addr)
-		if err == nil {
-			err = m.revokeStopped(ctx, id, p)
-			if err == nil {
+		var err error
+		if !stopped {
+			err = m.cfg.PeerStopped(ctx, id, p.addr)
+			stopped = err == nil
+		}
+		if stopped {
+			if err = m.revokeStopped(ctx, id, p); err == nil {
 				return
 			}
 		}
