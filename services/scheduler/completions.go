@@ -368,16 +368,16 @@ func gatherCompletions(cs []*logsv1.Completion, msgs <-chan []*logsv1.Completion
 	return cs
 }
 
-// handleCompletions applies one batch, the stream's completions after cursor at through upTo
-// (and those carried from earlier batches), for the partitions this replica leads, in one
-// transaction fenced by each of them: schedule changes, the retries and child fires it decides
-// on (as pending fires) and the partitions' cursors. After the commit it arms those fires; if this replica loses a partition first, its next
-// leader finds them in pending_fires. A partition whose fence a newer leader holds is deposed,
-// and the batch applied again without it. A batch that lost a race with another transaction
-// (errRetryable) is applied again, up to maxCompletionRetries times, rather than restart the
-// completion stream. It returns carry: the completions of partitions whose fences another
-// transaction held (a pre-read), which wait for a later batch rather than hold this one back;
-// those partitions' cursors stay before them. An engine that is not as far as at (it became
+// handleCompletions applies one batch, the stream's completions after cursor at through upTo (and
+// those carried from earlier batches), for the partitions this replica leads, in one transaction
+// fenced by each of them: schedule changes, the retries and child fires it decides on (as pending
+// fires) and the partitions' cursors. After the commit it arms those fires; if this replica loses
+// a partition first, its next leader finds them in pending_fires. A partition whose fence a newer
+// leader holds is deposed, and the batch applied again without it. A batch that lost a race with
+// another transaction (errRetryable) is applied again, up to maxCompletionRetries times, rather
+// than restart the completion stream. It returns carry: the completions of partitions whose fences
+// another transaction held (a pre-read), which wait for a later batch rather than hold this one
+// back; those partitions' cursors stay before them. An engine that is not as far as at (it became
 // ready while the stream was past its cursor) is left out: the stream restarts for it
 // (behindStream).
 func (s *Service) handleCompletions(ctx context.Context, cs []*logsv1.Completion, at, upTo int64) (carry []*logsv1.Completion, err error) {

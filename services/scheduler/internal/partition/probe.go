@@ -180,7 +180,8 @@ func (m *Manager) StopAdvertising(ctx context.Context) error {
 		return nil
 	}
 	key := m.members + m.cfg.ReplicaID
-	// Only while the key is this session's: after a leave it is gone and stays so.
+	// Written only while the key is under this session's lease: a key deleted at leave stays
+	// deleted.
 	_, err := m.cfg.Etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.LeaseValue(key), "=", m.lease)).
 		Then(clientv3.OpPut(key, memberValue(m.cfg.ReplicaID, ""), clientv3.WithLease(m.lease))).
