@@ -449,12 +449,21 @@ func (s *Service) GetWorkflowInstance(ctx context.Context, req *schedulerv1.GetW
 // instanceOp runs op on instance id, locked, in a transaction of its own, saves the instance
 // and commits; after the commit it arms the fires op decided. op returns an error to change
 // nothing.
+//
+// The instance's workflow row is locked first, as startInstance locks it before it creates an
+// instance: an op that makes the instance run again counts the workflow's running instances
+// (roomToRun) one at a time with triggers, the pre-read and other ops, and no transaction takes
+// the two rows in the other order. A deleted workflow has no row to lock.
 func (s *Service) instanceOp(ctx context.Context, id string, op func(tx *txn, in *instanceRow, g *workflow.Graph) error) (*schedulerv1.WorkflowInstance, error) {
 	if err := checkInstanceID(id); err != nil {
 		return nil, err
 	}
+	wf, _, _ := parseInstanceID(id)
 	var g *workflow.Graph
 	after, in, err := s.inInstanceTx(ctx, func(tx *txn) (*instanceRow, error) {
+		if err := s.wfStore().lockWorkflow(ctx, tx.Tx, wf); err != nil && !errors.Is(err, apierr.ErrNotFound) {
+			return nil, err
+		}
 		in, err := s.wfStore().lockInstance(ctx, tx.Tx, id)
 		if err != nil {
 			return nil, err
@@ -513,6 +522,30 @@ func (s *Service) workflowGroup(ctx context.Context, tx *txn, wf int64) (int64, 
 	return w.GroupID, nil
 }
 
+// roomToRun refuses to make instance in run again while its workflow runs
+// max_concurrent_instances already, as a fire would be SKIPPED then; the instance is left as it
+// is. The caller holds the workflow's row (instanceOp), so that a trigger or another retry
+// counts after it commits. A deleted workflow keeps no limit.
+func (s *Service) roomToRun(ctx context.Context, tx *txn, in *instanceRow) error {
+	limit, err := s.wfStore().maxConcurrentIn(ctx, tx.Tx, in.WorkflowID)
+	switch {
+	case errors.Is(err, apierr.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	running, err := s.wfStore().countRunningOf(ctx, tx.Tx, []int64{in.WorkflowID})
+	if err != nil {
+		return err
+	}
+	if n := running[in.WorkflowID]; int32(n) >= limit {
+		return apierr.Statusf(codes.FailedPrecondition, apierr.CodeReason(codes.FailedPrecondition),
+			"workflow instance %s stays %s: workflow %d is at its max_concurrent_instances (%d running, limit %d); "+
+				"retry once one has ended", in.ID, schedulerv1.WorkflowInstanceStatus(in.Status), in.WorkflowID, n, limit)
+	}
+	return nil
+}
+
 // notRunning refuses an operation on an instance in the wrong state.
 func notRunning(in *instanceRow, op string) error {
 	return apierr.Statusf(codes.FailedPrecondition, apierr.CodeReason(codes.FailedPrecondition),
@@ -564,11 +597,15 @@ func (s *Service) KillWorkflowInstance(ctx context.Context, req *schedulerv1.Kil
 
 // RetryWorkflowInstance implements WorkflowService: the failed and killed nodes run again (a
 // new attempt, with the node's retry count afresh), the nodes skipped after them wait again,
-// and the successful ones keep their results.
+// and the successful ones keep their results. While the workflow runs max_concurrent_instances
+// already, the retry is refused (FailedPrecondition) and the instance stays as it is.
 func (s *Service) RetryWorkflowInstance(ctx context.Context, req *schedulerv1.RetryWorkflowInstanceRequest) (*schedulerv1.RetryWorkflowInstanceResponse, error) {
 	in, err := s.instanceOp(ctx, req.GetId(), func(tx *txn, in *instanceRow, g *workflow.Graph) error {
 		if in.Status != instFailed && in.Status != instKilled {
 			return notRunning(in, "only a FAILED or KILLED instance can be retried")
+		}
+		if err := s.roomToRun(ctx, tx, in); err != nil {
+			return err
 		}
 		for i := range in.Nodes {
 			ns := &in.Nodes[i]

@@ -206,8 +206,9 @@ func (s *Service) startInstance(ctx context.Context, t *txn, w *workflowRow, ms,
 	extra map[string]string) (*instanceRow, error) {
 	st := s.wfStore()
 	// Instances start one at a time per workflow, so that each counts the ones before it: two
-	// triggers at once (or a trigger and the pre-read, which holds the row from its advance on)
-	// would each count the same running instances and start over max_concurrent_instances.
+	// triggers at once (or a trigger and the pre-read, which holds the row from its advance on,
+	// or a retry, instanceOp) would each count the same running instances and start over
+	// max_concurrent_instances.
 	if err := st.lockWorkflow(ctx, t.Tx, w.ID); err != nil {
 		return nil, err
 	}

@@ -404,6 +404,20 @@ func (s store) lockWorkflow(ctx context.Context, tx *sql.Tx, id int64) error {
 	return nil
 }
 
+// maxConcurrentIn reads a workflow's max_concurrent_instances inside q (1 for a stored 0);
+// apierr.ErrNotFound when there is no workflow.
+func (s store) maxConcurrentIn(ctx context.Context, q queryer, id int64) (int32, error) {
+	var n int32
+	err := q.QueryRowContext(ctx, s.db.Q(`SELECT max_concurrent FROM workflows WHERE id = $1`), id).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("workflow %d: %w", id, apierr.ErrNotFound)
+	}
+	if err != nil {
+		return 0, storeErr(err, "read workflow %d", id)
+	}
+	return max(n, 1), nil
+}
+
 // lockInstance reads an instance inside tx and locks its row until tx ends (SQLite's one
 // writer needs no lock); apierr.ErrNotFound when there is none.
 func (s store) lockInstance(ctx context.Context, tx *sql.Tx, id string) (*instanceRow, error) {

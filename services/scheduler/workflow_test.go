@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
@@ -718,6 +719,191 @@ func TestWorkflowConcurrentTriggersKeepTheLimit(t *testing.T) {
 	}
 	if running != 1 {
 		t.Errorf("%d instances running after %d triggers at once (%v); want 1, the workflow's max_concurrent_instances", running, n, got)
+	}
+}
+
+// TestWorkflowRetryKeepsTheLimit: retrying a failed instance while its workflow runs
+// max_concurrent_instances (2) already is refused with FailedPrecondition naming the limit and
+// the count, and the instance stays as it was, nodes and fires; once a running instance has
+// ended the same retry runs it, and it counts against the limit as a new instance does.
+func TestWorkflowRetryKeepsTheLimit(t *testing.T) {
+	t.Parallel()
+	r := newWfRig(t)
+	w := r.graph(t, "A B", "A>B")
+	w.MaxConcurrentInstances = 2
+	w = r.create(t, w)
+	failed := r.trigger(t, w.GetId(), nil)
+	r.run(t, failed, "A", stSuccess, nil)
+	r.run(t, failed, "B", stFail, nil)
+	r.want(t, failed, "FAILED", "A=SUCCESS B=FAILED")
+	first, second := r.trigger(t, w.GetId(), nil), r.trigger(t, w.GetId(), nil)
+	r.want(t, second, "RUNNING", "A=RUNNING B=WAITING")
+
+	get := func() *schedulerv1.WorkflowInstance {
+		t.Helper()
+		resp, err := r.s.GetWorkflowInstance(t.Context(), &schedulerv1.GetWorkflowInstanceRequest{Id: failed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetInstance()
+	}
+	before := get()
+	_, err := r.s.RetryWorkflowInstance(t.Context(), &schedulerv1.RetryWorkflowInstanceRequest{Id: failed})
+	if status.Code(err) != codes.FailedPrecondition || apierr.Info(err).GetReason() != "FAILED_PRECONDITION" ||
+		!strings.Contains(status.Convert(err).Message(), "max_concurrent_instances (2 running, limit 2)") {
+		t.Fatalf("retry with 2 instances running: %v; want FailedPrecondition naming the 2 running and the limit 2", err)
+	}
+	if after := get(); !proto.Equal(after, before) {
+		t.Fatalf("the refused retry changed the instance:\n%v\nwant\n%v", after, before)
+	}
+	r.wantPending(t, failed)
+
+	r.run(t, first, "A", stFail, nil)
+	r.want(t, first, "FAILED", "A=FAILED B=SKIPPED")
+	if _, err := r.s.RetryWorkflowInstance(t.Context(), &schedulerv1.RetryWorkflowInstanceRequest{Id: failed}); err != nil {
+		t.Fatal(err)
+	}
+	r.want(t, failed, "RUNNING", "A=SUCCESS B=RUNNING")
+	if got := mustParse(t, r.pending(t, failed)["B"].id).Attempt; got != 1 {
+		t.Errorf("B re-runs as attempt %d; want 1", got)
+	}
+	skipped := r.trigger(t, w.GetId(), nil)
+	r.want(t, skipped, "SKIPPED", "A=WAITING B=WAITING")
+}
+
+// TestWorkflowRetryWaitsForAStartingInstance: a retry while a trigger of the same workflow is
+// between its count and its commit waits for the trigger (the workflow's row), then counts the
+// instance it started and is refused; without the wait it would count the running instances
+// without it and run one over max_concurrent_instances (1).
+func TestWorkflowRetryWaitsForAStartingInstance(t *testing.T) {
+	t.Parallel()
+	r := newWfRig(t)
+	w := r.create(t, r.graph(t, "A"))
+	failed := r.trigger(t, w.GetId(), nil)
+	r.run(t, failed, "A", stFail, nil)
+
+	// A trigger stopped before its commit: what TriggerWorkflow runs in inInstanceTx.
+	ctx := t.Context()
+	tx, err := r.s.jobs.begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	row, err := r.s.wfStore().getWorkflow(ctx, w.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trig := newTxn(tx)
+	ms := r.clk.Now().UnixMilli() + 1 // the failed instance's trigger took the millisecond now
+	started, err := r.s.startInstance(ctx, trig, row, ms, ms, triggerAPI, nil)
+	if err != nil || started.Status != instRunning {
+		t.Fatalf("start an instance: %v, %v; want it running", started, err)
+	}
+	after, err := trig.flush(ctx, r.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	retried := make(chan error, 1)
+	go func() {
+		_, err := r.s.RetryWorkflowInstance(ctx, &schedulerv1.RetryWorkflowInstanceRequest{Id: failed})
+		retried <- err
+	}()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for waiting := 0; waiting == 0; {
+		select {
+		case err := <-retried:
+			t.Fatalf("the retry ended (%v) while a trigger of its workflow was starting an instance; want it to wait", err)
+		case <-ctx.Done():
+			t.Fatal("the retry neither waits for a lock nor ends")
+		case <-tick.C:
+		}
+		if err := storeDB(r.s).QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.s.jobs.commit(tx); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range after {
+		f()
+	}
+	err = <-retried
+	if status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(status.Convert(err).Message(), "max_concurrent_instances (1 running, limit 1)") {
+		t.Fatalf("retry while an instance was starting: %v; want FailedPrecondition naming the 1 running and the limit 1", err)
+	}
+	r.want(t, failed, "FAILED", "A=FAILED")
+	r.want(t, started.ID, "RUNNING", "A=RUNNING")
+}
+
+// TestWorkflowConcurrentRetriesKeepTheLimit: retries of failed instances and triggers of their
+// workflow at the same moment leave no more instances running than its
+// max_concurrent_instances (1): the retries that lose are refused, the triggers that lose are
+// SKIPPED.
+func TestWorkflowConcurrentRetriesKeepTheLimit(t *testing.T) {
+	t.Parallel()
+	r := newWfRig(t)
+	w := r.create(t, r.graph(t, "A"))
+	const n = 6
+	var failed []string
+	for range n {
+		id := r.trigger(t, w.GetId(), nil)
+		r.run(t, id, "A", stFail, nil)
+		failed = append(failed, id)
+	}
+	r.s.clk = tickingClock{r.clk} // each trigger at its own millisecond, so only the limit serialises them
+	retried := make([]error, n)
+	triggered := make([]schedulerv1.WorkflowInstanceStatus, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, retried[i] = r.s.RetryWorkflowInstance(t.Context(), &schedulerv1.RetryWorkflowInstanceRequest{Id: failed[i]})
+		})
+		wg.Go(func() {
+			resp, err := r.s.TriggerWorkflow(t.Context(), &schedulerv1.TriggerWorkflowRequest{Id: w.GetId()})
+			triggered[i], errs[i] = resp.GetInstance().GetStatus(), err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for i, err := range retried {
+		switch status.Code(err) {
+		case codes.OK:
+			running++
+		case codes.FailedPrecondition:
+		default:
+			t.Errorf("retry of %s: %v; want success or FailedPrecondition", failed[i], err)
+		}
+	}
+	for _, st := range triggered {
+		switch st {
+		case schedulerv1.WorkflowInstanceStatus_WORKFLOW_INSTANCE_STATUS_RUNNING:
+			running++
+		case schedulerv1.WorkflowInstanceStatus_WORKFLOW_INSTANCE_STATUS_SKIPPED:
+		default:
+			t.Errorf("a triggered instance is %v; want RUNNING or SKIPPED", st)
+		}
+	}
+	list, err := r.s.ListWorkflowInstances(t.Context(), &schedulerv1.ListWorkflowInstancesRequest{WorkflowId: w.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := 0
+	for _, in := range list.GetInstances() {
+		if in.GetStatus() == schedulerv1.WorkflowInstanceStatus_WORKFLOW_INSTANCE_STATUS_RUNNING {
+			stored++
+		}
+	}
+	if running != 1 || stored != 1 {
+		t.Errorf("%d retries and triggers passed, %d instances stored RUNNING, after %d retries and %d triggers at once; want 1, "+
+			"the workflow's max_concurrent_instances", running, stored, n, n)
 	}
 }
 
