@@ -76,12 +76,7 @@ func TestStoredFiresKeepTheirKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tx, err := r.s.jobs.begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	got, _, err := r.s.jobs.duePending(t.Context(), tx, 0, 10, 100)
+	got, _, err := r.s.jobs.duePending(t.Context(), 0, 10, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

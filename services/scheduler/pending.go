@@ -147,9 +147,20 @@ const pendingColumns = `p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_
 		LEFT JOIN job_state ON job_state.job_id = jobs.id`
 
 // duePending reads partition part's pending fires due at or before horizonMs with their jobs,
-// oldest first, inside q (a transaction or the store).
-func (s store) duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
-	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
+// oldest first, in a read-only transaction of its own that probes indexes (indexPlans: the
+// join would otherwise be planned as scans of all of jobs and job_state). It takes no fence, so
+// the partition's completion batches do not wait for it: what is armed from it is claimed
+// (claims), which keeps a fire from being armed twice.
+func (s store) duePending(ctx context.Context, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback() // a read only
+	if err := s.indexPlans(ctx, tx); err != nil {
+		return nil, nil, err
+	}
+	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
 		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 	if err != nil {
 		return nil, nil, storeErr(err, "read pending fires")
@@ -373,12 +384,7 @@ func (l *engine) disarmEntry(e ringEntry) {
 // takeover tried again) are its own.
 func (l *engine) takeOverPending(ctx context.Context) error {
 	s := l.s
-	tx, err := s.jobs.begin(ctx)
-	if err != nil {
-		return err
-	}
-	fires, _, err := s.jobs.duePending(ctx, tx, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
-	tx.Rollback() // a read only
+	fires, _, err := s.jobs.duePending(ctx, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
 	if err != nil {
 		return err
 	}
