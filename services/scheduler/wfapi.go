@@ -666,7 +666,8 @@ func (s *Service) MarkWorkflowNodeDone(ctx context.Context, req *schedulerv1.Mar
 				dn.Status, dn.EndMs, dn.Msg = workflow.Waiting, 0, ""
 			}
 		}
-		if in.Status != instRunning {
+		ended := in.Status != instRunning
+		if ended {
 			// Its other failed or killed nodes stay as they are; the instance ends again once
 			// what this lets start has ended.
 			in.Status, in.EndMs = instRunning, 0
@@ -675,7 +676,15 @@ func (s *Service) MarkWorkflowNodeDone(ctx context.Context, req *schedulerv1.Mar
 		if err != nil {
 			return err
 		}
-		return s.advanceInstance(ctx, tx, gid, g, in, nowMs)
+		if err := s.advanceInstance(ctx, tx, gid, g, in, nowMs); err != nil {
+			return err
+		}
+		if ended && in.Status == instRunning {
+			// An ended instance that runs again counts against max_concurrent_instances, as a
+			// retry does; one that the mark only ends again runs nothing.
+			return s.roomToRun(ctx, tx, in)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -771,6 +771,52 @@ func TestWorkflowRetryKeepsTheLimit(t *testing.T) {
 	r.want(t, skipped, "SKIPPED", "A=WAITING B=WAITING")
 }
 
+// TestWorkflowMarkDoneKeepsTheLimit: marking a node of an ended instance done is refused while
+// the workflow runs max_concurrent_instances when the mark would make the instance run again,
+// and taken when it only ends the instance again.
+func TestWorkflowMarkDoneKeepsTheLimit(t *testing.T) {
+	t.Parallel()
+	r := newWfRig(t)
+	w := r.create(t, r.graph(t, "A B C", "A>B", "B>C"))
+	failed := r.trigger(t, w.GetId(), nil)
+	r.run(t, failed, "A", stSuccess, nil)
+	r.run(t, failed, "B", stFail, nil)
+	r.want(t, failed, "FAILED", "A=SUCCESS B=FAILED C=SKIPPED")
+	running := r.trigger(t, w.GetId(), nil)
+	r.want(t, running, "RUNNING", "A=RUNNING B=WAITING C=WAITING")
+
+	mark := func(id, node string) error {
+		_, err := r.s.MarkWorkflowNodeDone(t.Context(), &schedulerv1.MarkWorkflowNodeDoneRequest{Id: id, NodeId: node})
+		return err
+	}
+	err := mark(failed, "B")
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "max_concurrent_instances (1 running, limit 1)") {
+		t.Fatalf("mark B done, which starts C, with 1 instance running: %v; want FailedPrecondition naming the limit", err)
+	}
+	r.want(t, failed, "FAILED", "A=SUCCESS B=FAILED C=SKIPPED")
+	r.wantPending(t, failed)
+
+	// A mark that starts nothing ends the instance again: no limit to keep.
+	r.run(t, running, "A", stSuccess, nil)
+	r.run(t, running, "B", stSuccess, nil)
+	r.run(t, running, "C", stFail, nil)
+	r.want(t, running, "FAILED", "A=SUCCESS B=SUCCESS C=FAILED")
+	again := r.trigger(t, w.GetId(), nil)
+	r.want(t, again, "RUNNING", "A=RUNNING B=WAITING C=WAITING")
+	if err := mark(running, "C"); err != nil {
+		t.Fatalf("mark C done, which ends the instance: %v", err)
+	}
+	r.want(t, running, "SUCCESS", "A=SUCCESS B=SUCCESS C=SUCCESS")
+
+	// Once nothing else runs, the refused mark is taken and C runs.
+	r.run(t, again, "A", stFail, nil)
+	r.want(t, again, "FAILED", "A=FAILED B=SKIPPED C=SKIPPED")
+	if err := mark(failed, "B"); err != nil {
+		t.Fatal(err)
+	}
+	r.want(t, failed, "RUNNING", "A=SUCCESS B=SUCCESS C=RUNNING")
+}
+
 // TestWorkflowRetryWaitsForAStartingInstance: a retry while a trigger of the same workflow is
 // between its count and its commit waits for the trigger (the workflow's row), then counts the
 // instance it started and is refused; without the wait it would count the running instances
