@@ -233,7 +233,7 @@ func (s *Service) giveUp(sh *shardSend, why string) {
 		failure += "; " + why
 	}
 	rec.TriggerMessage = sh.routeMsg + "\n" + failure
-	s.log.WarnContext(sh.ctx, "trigger given up", "job_id", sh.f.job.ID, "trigger_id", sh.id, "reason", failure)
+	s.gaveUpLog.Log(sh.ctx, "job_id", sh.f.job.ID, "trigger_id", sh.id, "reason", failure)
 	s.metrics.gaveUp(outcome)
 	endDispatch(sh.span, answer, true, failure)
 	s.deliver(sh.ctx, sh.f, rec)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/db/dbtest"
+	"github.com/jobmesh/jobmesh/internal/logtest"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk"
 	"github.com/jobmesh/jobmesh/services/executor-agent/sdk/sdktest"
 
@@ -35,7 +37,10 @@ const bpWait = 30 * time.Second
 func recordingService(t *testing.T, cfg Config) (*Service, *sdktest.Ingest, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(time.Now())
-	cfg.ReplicaID, cfg.Clock, cfg.Logger = "t", clk, slog.New(slog.DiscardHandler)
+	cfg.ReplicaID, cfg.Clock = "t", clk
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	ingest := sdktest.NewIngest()
 	conn, err := grpc.NewClient(ingest.Serve(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -442,5 +447,49 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, bpWait)
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// TestFireWarningsAreBounded: fires failing by the hundred write "trigger failed" for at most
+// firesLoggedPerSecond of them a second and count the others in a line at the second's end,
+// while every fire's record keeps its reason.
+func TestFireWarningsAreBounded(t *testing.T) {
+	t.Parallel()
+	logs := logtest.New()
+	s, ingest, clk := recordingService(t, Config{DispatchTimeout: bpWait, Logger: logs.Logger()})
+	const group, fires = 1, 200
+	manualGroup(s, group) // no executor: each fire fails at routing
+	ids := make([]string, 0, fires)
+	for i := range int64(fires) {
+		f := fireOf(clk, 100+i, group, route.First)
+		s.dispatch(f, trace.Link{}, nil)
+		ids = append(ids, TriggerID(f.job.ID, f.fireMs, 0, 0))
+	}
+	for id, r := range waitRecords(t, ingest, ids) {
+		if r.GetTriggerOutcome() != logsv1.TriggerOutcome_TRIGGER_OUTCOME_FAILED || !strings.Contains(r.GetTriggerMessage(), "route") {
+			t.Errorf("fire %s: recorded %v: %q; want FAILED, its routing failure", id, r.GetTriggerOutcome(), r.GetTriggerMessage())
+		}
+	}
+	// Each line written one by one or counted: all the fires, once the last count is written.
+	lines := func() (written, held int) {
+		for _, l := range logs.Lines() {
+			switch {
+			case strings.HasPrefix(l, "WARN trigger failed (more, not written one by one) "):
+				_, n, _ := strings.Cut(l, "held_back=")
+				n, _, _ = strings.Cut(n, " ")
+				c, err := strconv.Atoi(n)
+				if err != nil {
+					t.Fatalf("count line %q: %v", l, err)
+				}
+				held += c
+			case strings.HasPrefix(l, "WARN trigger failed "):
+				written++
+			}
+		}
+		return written, held
+	}
+	waitFor(t, "every fire's warning written or counted", func() bool { w, h := lines(); return w+h == fires })
+	if w, h := lines(); w >= fires/2 {
+		t.Fatalf("%d fires failed: %d warnings written one by one, %d counted; want most counted", fires, w, h)
 	}
 }

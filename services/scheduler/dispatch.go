@@ -528,7 +528,7 @@ func (s *Service) recordFailure(ctx context.Context, f *fire, shard, total int32
 	rec.TriggerMessage = msg
 	traceID, tc := traceOf(ctx)
 	rec.TraceId, rec.Traceparent = traceID, tc["traceparent"]
-	s.log.WarnContext(ctx, "trigger failed", "job_id", f.job.ID, "trigger_id", id, "reason", msg)
+	s.failedLog.Log(ctx, "job_id", f.job.ID, "trigger_id", id, "reason", msg)
 	s.deliver(ctx, f, rec)
 	return id
 }

@@ -28,6 +28,7 @@ import (
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
 	"github.com/jobmesh/jobmesh/internal/clock"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/lograte"
 	"github.com/jobmesh/jobmesh/internal/seal"
 	"github.com/jobmesh/jobmesh/services/executor-agent/ackstream"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
@@ -247,6 +248,10 @@ type Service struct {
 	router   *route.Router
 	delivery *seal.Key // seals fires' delivery tokens; nil without Config.DeliverySecret
 	execs    *executorPool
+	// gaveUpLog and failedLog write the per-fire warnings "trigger given up" and "trigger
+	// failed" at most firesLoggedPerSecond times a second each: an overloaded scheduler gives
+	// fires up by the thousand a second, and each one's record in logsvc keeps its reason.
+	gaveUpLog, failedLog *lograte.Limiter
 	// xxl drives the XXL-JOB executors (xxl.go) and follows their runs' output.
 	xxl      *xxlDriver
 	fast     *pool
@@ -302,6 +307,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		groups: newRouteView(deps.Registry, cfg.Logger, credentialKey(cfg.DeliverySecret)),
 		execs:  newExecutorPool(cfg.ExecutorDialOptions), metrics: newMetrics(cfg.ReplicaID),
 	}
+	s.gaveUpLog = lograte.New(cfg.Logger, slog.LevelWarn, "trigger given up", firesLoggedPerSecond, time.Second)
+	s.failedLog = lograte.New(cfg.Logger, slog.LevelWarn, "trigger failed", firesLoggedPerSecond, time.Second)
 	if cfg.DeliverySecret != "" {
 		s.delivery = seal.New(cfg.DeliverySecret, seal.Delivery)
 	}
@@ -413,6 +420,10 @@ func (s *Service) Start(ctx context.Context) error {
 // warmTimeout bounds the opening of the store's connections before a replica joins: a store
 // that does not answer is met by the takeovers, which say so.
 const warmTimeout = 2 * time.Second
+
+// firesLoggedPerSecond bounds each per-fire warning ("trigger failed", "trigger given up") to so
+// many lines a second; the lines past it are counted in one line at the second's end.
+const firesLoggedPerSecond = 20
 
 // StopAdvertising tells the other replicas that this one is stopping: it withdraws its address
 // from its member key, so that they stop forwarding manual triggers to it and do not take the
