@@ -416,7 +416,7 @@ func (s *Service) alarm(ctx context.Context, id string) (st int32, ok bool) {
 	a := Alarm{Run: r}
 	if s.cfg.Jobs != nil {
 		if a.Job, err = s.cfg.Jobs.Job(ctx, r.GetJobId()); err != nil {
-			s.log.WarnContext(ctx, "alarm: cannot read the job; sending without its name and emails", "job_id", r.GetJobId(), "error", err)
+			s.noJobLog.Log(ctx, "job_id", r.GetJobId(), "error", err)
 		}
 	}
 	sentAny, err := s.deliver(ctx, a)

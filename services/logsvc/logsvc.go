@@ -20,6 +20,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/internal/db"
+	"github.com/jobmesh/jobmesh/internal/lograte"
 	"github.com/jobmesh/jobmesh/internal/seal"
 )
 
@@ -156,6 +157,10 @@ type Service struct {
 	killer Killer
 	now    func() time.Time
 	hub    *hub
+	// noJobLog and sweepJobLog write the per-run warnings that a job could not be read (for an
+	// alarm, for the lost-run sweeps) at most 20 times a second each: a scheduler too busy to
+	// answer fails every such read at once.
+	noJobLog, sweepJobLog *lograte.Limiter
 	// queue holds the ingest batches waiting for their write cycle (commit.go).
 	queue *queue
 	// beforeCommit, when set (tests only), runs between a transaction's last write and its
@@ -188,7 +193,9 @@ func New(cfg Config, store *db.DB, killer Killer) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, log: log, store: store, killer: killer, now: time.Now, hub: newHub(),
-		queue: newQueue(), metrics: newMetrics()}
+		queue: newQueue(), metrics: newMetrics(),
+		noJobLog:    lograte.New(log, slog.LevelWarn, "alarm: cannot read the job; sending without its name and emails", 20, time.Second),
+		sweepJobLog: lograte.New(log, slog.LevelWarn, "cannot read a job for the lost-run and missing-record sweeps; going on without its timeout and group", 20, time.Second)}
 	if cfg.DeliverySecret != "" {
 		s.delivery = seal.New(cfg.DeliverySecret, seal.Delivery)
 	}

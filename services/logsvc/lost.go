@@ -193,8 +193,7 @@ func (l *jobLookups) job(ctx context.Context, id int64) (JobInfo, bool) {
 	cancel()
 	if err != nil {
 		l.bad[id] = true
-		l.s.log.WarnContext(ctx, "cannot read a job for the lost-run and missing-record sweeps; going on without its timeout and group",
-			"job_id", id, "error", err)
+		l.s.sweepJobLog.Log(ctx, "job_id", id, "error", err)
 		return JobInfo{}, false
 	}
 	l.known[id] = j
