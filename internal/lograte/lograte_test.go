@@ -57,6 +57,16 @@ func TestLimiterHoldsBackAndCounts(t *testing.T) {
 	if last := lastLine(buf.String()); last != `level=WARN msg="trigger given up" n=10` {
 		t.Fatalf("the next window's first line %q, want it written", last)
 	}
+	for i := range 4 { // a window after a count holds back and counts again
+		l.Log(ctx, "n", 11+i)
+	}
+	if len(due) != 2 {
+		t.Fatalf("counts scheduled %d; want a second one for the second window", len(due))
+	}
+	due[1]()
+	if last := lastLine(buf.String()); !strings.Contains(last, "held_back=2 ") {
+		t.Fatalf("second count line %q, want held_back=2", last)
+	}
 }
 
 // TestLimiterOffWhenTheLevelIs: a level the logger does not write costs nothing and counts nothing.

@@ -788,21 +788,17 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 }
 
 // disarmPending takes a pending fire out of this leadership's ring, if it is armed there.
-// deleted says its row is gone: it is not armed again from a read of pending_fires that began
-// before the delete (claims.done).
+// deleted says its row is gone, else it is held back: either way it is not armed again from a
+// read of pending_fires that began before (claims.done, claims.hold).
 func (l *engine) disarmPending(k pendingKey, deleted bool) {
-	for _, e := range l.ring.RemoveJob(k.job) {
-		if e.Value.kind.stored() && e.Value.key() == k {
-			if !deleted {
-				l.disarmEntry(e)
-			}
-			continue
-		}
-		l.ring.Add(e)
-	}
+	// The key is marked first, its claim ended with it: an arm racing this finds its claim gone
+	// after its add and takes its entry out (armPendingRead).
 	if deleted {
 		l.claims.done(k)
+	} else {
+		l.claims.hold(k)
 	}
+	l.takeOut(k.job, func(e ringEntry) bool { return e.Value.kind.stored() && e.Value.key() == k })
 }
 
 // retryWait is how long the retry after the given (failed) attempt waits: the job's backoff.

@@ -252,7 +252,7 @@ func (l *engine) handoffLoop(ctx context.Context) {
 			continue
 		}
 		for i, f := range fires {
-			l.armPending(f, dues[i])
+			l.armPendingRead(f, dues[i], start)
 		}
 	}
 }

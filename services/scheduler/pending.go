@@ -51,12 +51,18 @@ func (f *fire) key() pendingKey {
 
 // claims is the set of pending fires a leadership has armed and not settled.
 type claims struct {
-	mu  sync.Mutex
-	set map[pendingKey]struct{}
+	mu sync.Mutex
+	// set are the claimed keys, each with its claim's number (last numbers them).
+	set  map[pendingKey]uint64
+	last uint64
 	// gone are the keys whose rows were deleted (done), with when: a read of pending_fires that
 	// began before a delete may still return the row, and must not arm it again. They are kept
 	// claimGone; a read older than claimGone/2 is not acted on.
-	gone     map[pendingKey]time.Time
+	gone map[pendingKey]time.Time
+	// heldBack are the keys whose rows a correction held back (their due time set to never), with
+	// when: a read that began before the hold may still return the row due, and must not arm it
+	// (claimRead). Reads that begin later do not return it until it is released.
+	heldBack map[pendingKey]time.Time
 	prunedAt time.Time
 }
 
@@ -65,19 +71,52 @@ const claimGone = time.Minute
 
 // claim reports whether k was not claimed yet (nor deleted lately), and claims it.
 func (c *claims) claim(k pendingKey) bool {
+	_, ok := c.claimRead(k, time.Time{})
+	return ok
+}
+
+// claimRead is claim for a row returned by a read of pending_fires that began at readAt (zero:
+// not read back): a row held back since is not claimed either. It returns the claim's number
+// (ours).
+func (c *claims) claimRead(k pendingKey, readAt time.Time) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.set == nil {
-		c.set = map[pendingKey]struct{}{}
-	}
 	if _, ok := c.set[k]; ok {
-		return false
+		return 0, false
 	}
 	if _, ok := c.gone[k]; ok {
-		return false
+		return 0, false
 	}
-	c.set[k] = struct{}{}
-	return true
+	if at, ok := c.heldBack[k]; ok && !readAt.IsZero() && !readAt.After(at) {
+		return 0, false
+	}
+	if c.set == nil {
+		c.set = map[pendingKey]uint64{}
+	}
+	c.last++
+	c.set[k] = c.last
+	return c.last, true
+}
+
+// ours reports whether claim n of k still stands.
+func (c *claims) ours(k pendingKey, n uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.set[k] == n
+}
+
+// hold ends the claim of a fire whose row a correction held back: a read that began before it
+// does not claim it again (claimRead).
+func (c *claims) hold(k pendingKey) {
+	now := time.Now() // a measurement of age, not scheduling: the wall clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.set, k)
+	if c.heldBack == nil {
+		c.heldBack = map[pendingKey]time.Time{}
+	}
+	c.heldBack[k] = now
+	c.pruneLocked(now)
 }
 
 // release forgets a claim, so the row may be armed again.
@@ -97,11 +136,20 @@ func (c *claims) done(k pendingKey) {
 		c.gone = map[pendingKey]time.Time{}
 	}
 	c.gone[k] = now
-	if now.Sub(c.prunedAt) >= time.Second {
-		c.prunedAt = now
-		for g, at := range c.gone {
+	c.pruneLocked(now)
+}
+
+// pruneLocked forgets, at most once a second, the deleted and held keys older than claimGone:
+// a read older than claimGone/2 is not acted on.
+func (c *claims) pruneLocked(now time.Time) {
+	if now.Sub(c.prunedAt) < time.Second {
+		return
+	}
+	c.prunedAt = now
+	for _, m := range []map[pendingKey]time.Time{c.gone, c.heldBack} {
+		for k, at := range m {
 			if now.Sub(at) >= claimGone {
-				delete(c.gone, g)
+				delete(m, k)
 			}
 		}
 	}
@@ -147,7 +195,7 @@ const pendingColumns = `p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_
 		LEFT JOIN job_state ON job_state.job_id = jobs.id`
 
 // duePending reads partition part's pending fires due at or before horizonMs with their jobs,
-// oldest first, in a read-only transaction of its own that probes indexes (indexPlans: the
+// oldest first, in a transaction of its own that only reads and probes indexes (indexPlans: the
 // join would otherwise be planned as scans of all of jobs and job_state). It takes no fence, so
 // the partition's completion batches do not wait for it: what is armed from it is claimed
 // (claims), which keeps a fire from being armed twice.
@@ -329,13 +377,36 @@ func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int
 
 // armPending arms a pending fire at dueMs unless this leadership already has.
 func (l *engine) armPending(f *fire, dueMs int64) {
+	l.armPendingRead(f, dueMs, time.Time{})
+}
+
+// armPendingRead is armPending for a fire read from pending_fires by a read that began at readAt
+// (zero: not read back, decided here), which a hold since keeps from arming (claims.claimRead).
+func (l *engine) armPendingRead(f *fire, dueMs int64, readAt time.Time) {
 	f.lead = l
 	k := f.key()
-	if !l.claims.claim(k) {
+	n, ok := l.claims.claimRead(k, readAt)
+	if !ok {
 		return
 	}
-	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Tag: l.tags.Add(1), Value: f}) {
+	tag := l.tags.Add(1)
+	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Tag: tag, Value: f}) {
 		l.claims.release(k) // leadership ended: the row waits for the next leader
+		return
+	}
+	// A delete or a hold between the claim and the add ended the claim, and disarmPending,
+	// which marks the key before it empties the ring of it, may have looked before the add.
+	if !l.claims.ours(k, n) {
+		l.takeOut(f.job.ID, func(e ringEntry) bool { return e.Tag == tag })
+	}
+}
+
+// takeOut removes from the ring the entries of job that match.
+func (l *engine) takeOut(job int64, match func(ringEntry) bool) {
+	for _, e := range l.ring.RemoveJob(job) {
+		if !match(e) {
+			l.ring.Add(e)
+		}
 	}
 }
 

@@ -176,7 +176,7 @@ func (l *engine) armDuePending(ctx context.Context, horizon int64) {
 			"fires", len(pending), "read_ago", age)
 	default:
 		for i, f := range pending {
-			l.armPending(f, due[i])
+			l.armPendingRead(f, due[i], start)
 		}
 	}
 }

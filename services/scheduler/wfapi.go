@@ -524,9 +524,10 @@ func (s *Service) workflowGroup(ctx context.Context, tx *txn, wf int64) (int64, 
 
 // roomToRun refuses to make instance in run again while its workflow runs
 // max_concurrent_instances already, as a fire would be SKIPPED then; the instance is left as it
-// is. The caller holds the workflow's row (instanceOp), so that a trigger or another retry
-// counts after it commits. A deleted workflow keeps no limit.
-func (s *Service) roomToRun(ctx context.Context, tx *txn, in *instanceRow) error {
+// was (status was), and the message says to do again, once one has ended. The caller holds the
+// workflow's row (instanceOp), so that a trigger or another retry counts after it commits. A
+// deleted workflow keeps no limit.
+func (s *Service) roomToRun(ctx context.Context, tx *txn, in *instanceRow, was instStatus, again string) error {
 	limit, err := s.wfStore().maxConcurrentIn(ctx, tx.Tx, in.WorkflowID)
 	switch {
 	case errors.Is(err, apierr.ErrNotFound):
@@ -541,7 +542,7 @@ func (s *Service) roomToRun(ctx context.Context, tx *txn, in *instanceRow) error
 	if n := running[in.WorkflowID]; int32(n) >= limit {
 		return apierr.Statusf(codes.FailedPrecondition, apierr.CodeReason(codes.FailedPrecondition),
 			"workflow instance %s stays %s: workflow %d is at its max_concurrent_instances (%d running, limit %d); "+
-				"retry once one has ended", in.ID, schedulerv1.WorkflowInstanceStatus(in.Status), in.WorkflowID, n, limit)
+				"%s once one has ended", in.ID, schedulerv1.WorkflowInstanceStatus(was), in.WorkflowID, n, limit, again)
 	}
 	return nil
 }
@@ -604,7 +605,7 @@ func (s *Service) RetryWorkflowInstance(ctx context.Context, req *schedulerv1.Re
 		if in.Status != instFailed && in.Status != instKilled {
 			return notRunning(in, "only a FAILED or KILLED instance can be retried")
 		}
-		if err := s.roomToRun(ctx, tx, in); err != nil {
+		if err := s.roomToRun(ctx, tx, in, in.Status, "retry it"); err != nil {
 			return err
 		}
 		for i := range in.Nodes {
@@ -666,7 +667,8 @@ func (s *Service) MarkWorkflowNodeDone(ctx context.Context, req *schedulerv1.Mar
 				dn.Status, dn.EndMs, dn.Msg = workflow.Waiting, 0, ""
 			}
 		}
-		ended := in.Status != instRunning
+		was := in.Status
+		ended := was != instRunning
 		if ended {
 			// Its other failed or killed nodes stay as they are; the instance ends again once
 			// what this lets start has ended.
@@ -682,7 +684,7 @@ func (s *Service) MarkWorkflowNodeDone(ctx context.Context, req *schedulerv1.Mar
 		if ended && in.Status == instRunning {
 			// An ended instance that runs again counts against max_concurrent_instances, as a
 			// retry does; one that the mark only ends again runs nothing.
-			return s.roomToRun(ctx, tx, in)
+			return s.roomToRun(ctx, tx, in, was, "mark the node done")
 		}
 		return nil
 	})

@@ -750,7 +750,7 @@ func TestWorkflowRetryKeepsTheLimit(t *testing.T) {
 	before := get()
 	_, err := r.s.RetryWorkflowInstance(t.Context(), &schedulerv1.RetryWorkflowInstanceRequest{Id: failed})
 	if status.Code(err) != codes.FailedPrecondition || apierr.Info(err).GetReason() != "FAILED_PRECONDITION" ||
-		!strings.Contains(status.Convert(err).Message(), "max_concurrent_instances (2 running, limit 2)") {
+		!strings.Contains(status.Convert(err).Message(), "stays WORKFLOW_INSTANCE_STATUS_FAILED: workflow "+strconv.FormatInt(w.GetId(), 10)+" is at its max_concurrent_instances (2 running, limit 2); retry it once one has ended") {
 		t.Fatalf("retry with 2 instances running: %v; want FailedPrecondition naming the 2 running and the limit 2", err)
 	}
 	if after := get(); !proto.Equal(after, before) {
@@ -790,7 +790,8 @@ func TestWorkflowMarkDoneKeepsTheLimit(t *testing.T) {
 		return err
 	}
 	err := mark(failed, "B")
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "max_concurrent_instances (1 running, limit 1)") {
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(),
+		"stays WORKFLOW_INSTANCE_STATUS_FAILED: workflow "+strconv.FormatInt(w.GetId(), 10)+" is at its max_concurrent_instances (1 running, limit 1); mark the node done once one has ended") {
 		t.Fatalf("mark B done, which starts C, with 1 instance running: %v; want FailedPrecondition naming the limit", err)
 	}
 	r.want(t, failed, "FAILED", "A=SUCCESS B=FAILED C=SKIPPED")

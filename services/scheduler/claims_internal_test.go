@@ -1,0 +1,75 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jobmesh/jobmesh/internal/clock"
+	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
+)
+
+// TestHeldBackRetryIsNotArmedFromAnEarlierRead: a retry that a correction held back (its row's
+// due time set to never) is not armed from a read of pending_fires that began before the hold,
+// which may still return it due; the release, which arms it itself, does.
+func TestHeldBackRetryIsNotArmedFromAnEarlierRead(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	l := &engine{ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}
+	retry := func() *fire { return &fire{job: &jobRow{ID: 7}, fireMs: 1000, attempt: 1, kind: kindRetry} }
+	k := retry().key()
+	armed := func() int {
+		es := l.ring.RemoveJob(7)
+		for _, e := range es {
+			l.ring.Add(e)
+		}
+		return len(es)
+	}
+
+	readAt := time.Now()
+	l.armPendingRead(retry(), 5000, readAt)
+	if armed() != 1 {
+		t.Fatal("a read's due retry was not armed")
+	}
+	l.disarmPending(k, false) // the correction holds it back
+	if armed() != 0 || l.claims.held(k) {
+		t.Fatal("the held-back retry is still armed or claimed")
+	}
+	l.armPendingRead(retry(), 5000, readAt) // a read that began before the hold returns it
+	if armed() != 0 {
+		t.Fatal("a read older than the hold armed the held-back retry")
+	}
+	l.armPending(retry(), 6000) // the release arms it
+	if armed() != 1 {
+		t.Fatal("the released retry was not armed")
+	}
+	l.armPendingRead(retry(), 6000, time.Now()) // a later read finds it claimed
+	if armed() != 1 {
+		t.Fatal("a later read armed the retry a second time")
+	}
+}
+
+// TestArmRacingADeleteTakesItselfOut: what armPendingRead relies on when a delete comes between
+// its claim and its add (disarmPending emptied the ring of the key before the add): the claim
+// no longer stands, and taking the entry out by its tag leaves the job's other entries.
+func TestArmRacingADeleteTakesItselfOut(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	l := &engine{ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}
+	other := &fire{job: &jobRow{ID: 7}, fireMs: 2000, kind: kindChild, parent: 3}
+	l.armPending(other, 2000)
+	f := &fire{job: &jobRow{ID: 7}, fireMs: 1000, attempt: 1, kind: kindRetry}
+	k := f.key()
+	n, ok := l.claims.claimRead(k, time.Time{})
+	if !ok {
+		t.Fatal("not claimed")
+	}
+	l.disarmPending(k, true) // the delete, between the claim and the add
+	tag := l.tags.Add(1)
+	l.ring.Add(ringEntry{JobID: 7, FireAt: 1000, Tag: tag, Value: f})
+	if l.claims.ours(k, n) {
+		t.Fatal("the delete left the claim standing")
+	}
+	l.takeOut(7, func(e ringEntry) bool { return e.Tag == tag }) // what armPendingRead does then
+	es := l.ring.RemoveJob(7)
+	if len(es) != 1 || es[0].Value != other {
+		t.Fatalf("the ring holds %d entries of the job after the take-out; want only the other fire", len(es))
+	}
+}
