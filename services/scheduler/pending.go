@@ -107,17 +107,7 @@ func (c *claims) ours(k pendingKey, n uint64) bool {
 
 // hold ends the claim of a fire whose row a correction held back: a read that began before it
 // does not claim it again (claimRead).
-func (c *claims) hold(k pendingKey) {
-	now := time.Now() // a measurement of age, not scheduling: the wall clock
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.set, k)
-	if c.heldBack == nil {
-		c.heldBack = map[pendingKey]time.Time{}
-	}
-	c.heldBack[k] = now
-	c.pruneLocked(now)
-}
+func (c *claims) hold(k pendingKey) { c.endMarked(k, &c.heldBack) }
 
 // release forgets a claim, so the row may be armed again.
 func (c *claims) release(k pendingKey) {
@@ -127,15 +117,18 @@ func (c *claims) release(k pendingKey) {
 }
 
 // done ends the claim of a fire whose row is deleted: it is not claimed again (claimGone).
-func (c *claims) done(k pendingKey) {
+func (c *claims) done(k pendingKey) { c.endMarked(k, &c.gone) }
+
+// endMarked ends k's claim and marks k in *marks with the time.
+func (c *claims) endMarked(k pendingKey, marks *map[pendingKey]time.Time) {
 	now := time.Now() // a measurement of age, not scheduling: the wall clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.set, k)
-	if c.gone == nil {
-		c.gone = map[pendingKey]time.Time{}
+	if *marks == nil {
+		*marks = map[pendingKey]time.Time{}
 	}
-	c.gone[k] = now
+	(*marks)[k] = now
 	c.pruneLocked(now)
 }
 
