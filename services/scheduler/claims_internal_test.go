@@ -73,3 +73,25 @@ func TestArmRacingADeleteTakesItselfOut(t *testing.T) {
 		t.Fatalf("the ring holds %d entries of the job after the take-out; want only the other fire", len(es))
 	}
 }
+
+// TestHeldBackRetryOnItsWayIsNotArmedAgain: a retry already taken from the ring (on its way to
+// its executor) when a correction holds it back keeps its claim, so the release, which arms the
+// retry, does not send it a second time.
+func TestHeldBackRetryOnItsWayIsNotArmedAgain(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	l := &engine{ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}
+	f := &fire{job: &jobRow{ID: 7}, fireMs: 1000, attempt: 1, kind: kindRetry}
+	k := f.key()
+	l.armPending(f, 5000)
+	if len(l.ring.RemoveJob(7)) != 1 { // dispatched: out of the ring, still claimed
+		t.Fatal("the retry was not armed")
+	}
+	l.disarmPending(k, false)
+	if !l.claims.held(k) {
+		t.Fatal("the hold ended the claim of a fire on its way")
+	}
+	l.armPending(&fire{job: f.job, fireMs: 1000, attempt: 1, kind: kindRetry}, 6000) // the release
+	if n := len(l.ring.RemoveJob(7)); n != 0 {
+		t.Fatalf("the release armed the retry on its way again (%d entries)", n)
+	}
+}

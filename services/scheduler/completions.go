@@ -791,14 +791,23 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 // deleted says its row is gone, else it is held back: either way it is not armed again from a
 // read of pending_fires that began before (claims.done, claims.hold).
 func (l *engine) disarmPending(k pendingKey, deleted bool) {
-	// The key is marked first, its claim ended with it: an arm racing this finds its claim gone
-	// after its add and takes its entry out (armPendingRead).
+	// The key is marked first: an arm racing this finds the mark after its add and takes its
+	// entry out (armPendingRead). A held fire's claim ends with its entry: one already on its
+	// way keeps it.
 	if deleted {
 		l.claims.done(k)
 	} else {
 		l.claims.hold(k)
 	}
-	l.takeOut(k.job, func(e ringEntry) bool { return e.Value.kind.stored() && e.Value.key() == k })
+	l.takeOut(k.job, func(e ringEntry) bool {
+		if !e.Value.kind.stored() || e.Value.key() != k {
+			return false
+		}
+		if !deleted {
+			l.disarmEntry(e)
+		}
+		return true
+	})
 }
 
 // retryWait is how long the retry after the given (failed) attempt waits: the job's backoff.

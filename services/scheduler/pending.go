@@ -105,9 +105,18 @@ func (c *claims) ours(k pendingKey, n uint64) bool {
 	return c.set[k] == n
 }
 
-// hold ends the claim of a fire whose row a correction held back: a read that began before it
-// does not claim it again (claimRead).
-func (c *claims) hold(k pendingKey) { c.endMarked(k, &c.heldBack) }
+// hold marks k as held back by a correction: a read that began before does not claim it again
+// (claimRead). The claim itself ends when the armed fire is taken out of the ring
+// (disarmPending); a fire already on its way keeps it, so the release does not arm it again.
+func (c *claims) hold(k pendingKey) { c.mark(k, &c.heldBack, false) }
+
+// heldSince reports whether k was held back at or after t.
+func (c *claims) heldSince(k pendingKey, t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.heldBack[k]
+	return ok && !at.Before(t)
+}
 
 // release forgets a claim, so the row may be armed again.
 func (c *claims) release(k pendingKey) {
@@ -117,14 +126,16 @@ func (c *claims) release(k pendingKey) {
 }
 
 // done ends the claim of a fire whose row is deleted: it is not claimed again (claimGone).
-func (c *claims) done(k pendingKey) { c.endMarked(k, &c.gone) }
+func (c *claims) done(k pendingKey) { c.mark(k, &c.gone, true) }
 
-// endMarked ends k's claim and marks k in *marks with the time.
-func (c *claims) endMarked(k pendingKey, marks *map[pendingKey]time.Time) {
+// mark marks k in *marks with the time, and ends its claim when end is set.
+func (c *claims) mark(k pendingKey, marks *map[pendingKey]time.Time, end bool) {
 	now := time.Now() // a measurement of age, not scheduling: the wall clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.set, k)
+	if end {
+		delete(c.set, k)
+	}
 	if *marks == nil {
 		*marks = map[pendingKey]time.Time{}
 	}
@@ -378,6 +389,7 @@ func (l *engine) armPending(f *fire, dueMs int64) {
 func (l *engine) armPendingRead(f *fire, dueMs int64, readAt time.Time) {
 	f.lead = l
 	k := f.key()
+	claimedAt := time.Now() // compared with a hold's time, of the same clock
 	n, ok := l.claims.claimRead(k, readAt)
 	if !ok {
 		return
@@ -387,10 +399,13 @@ func (l *engine) armPendingRead(f *fire, dueMs int64, readAt time.Time) {
 		l.claims.release(k) // leadership ended: the row waits for the next leader
 		return
 	}
-	// A delete or a hold between the claim and the add ended the claim, and disarmPending,
+	// A delete (which ends the claim) or a hold between the claim and the add: disarmPending,
 	// which marks the key before it empties the ring of it, may have looked before the add.
-	if !l.claims.ours(k, n) {
+	if mine := l.claims.ours(k, n); !mine || l.claims.heldSince(k, claimedAt) {
 		l.takeOut(f.job.ID, func(e ringEntry) bool { return e.Tag == tag })
+		if mine {
+			l.claims.release(k)
+		}
 	}
 }
 
