@@ -47,30 +47,52 @@ func TestHeldBackRetryIsNotArmedFromAnEarlierRead(t *testing.T) {
 	}
 }
 
-// TestArmRacingADeleteTakesItselfOut: what armPendingRead relies on when a delete comes between
-// its claim and its add (disarmPending emptied the ring of the key before the add): the claim
-// no longer stands, and taking the entry out by its tag leaves the job's other entries.
-func TestArmRacingADeleteTakesItselfOut(t *testing.T) {
+// TestArmRacingADeleteOrAHold: an arm whose claim a delete ended, or whose key a hold marked,
+// between its claim and its add (disarmPending looked before the add) takes its own entry out
+// and leaves the job's others; one the ring fired meanwhile keeps its claim.
+func TestArmRacingADeleteOrAHold(t *testing.T) {
 	clk := clock.NewFake(time.Now())
-	l := &engine{ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}
-	other := &fire{job: &jobRow{ID: 7}, fireMs: 2000, kind: kindChild, parent: 3}
-	l.armPending(other, 2000)
-	f := &fire{job: &jobRow{ID: 7}, fireMs: 1000, attempt: 1, kind: kindRetry}
-	k := f.key()
-	n, ok := l.claims.claimRead(k, time.Time{})
-	if !ok {
-		t.Fatal("not claimed")
-	}
-	l.disarmPending(k, true) // the delete, between the claim and the add
-	tag := l.tags.Add(1)
-	l.ring.Add(ringEntry{JobID: 7, FireAt: 1000, Tag: tag, Value: f})
-	if l.claims.ours(k, n) {
-		t.Fatal("the delete left the claim standing")
-	}
-	l.takeOut(7, func(e ringEntry) bool { return e.Tag == tag }) // what armPendingRead does then
-	es := l.ring.RemoveJob(7)
-	if len(es) != 1 || es[0].Value != other {
-		t.Fatalf("the ring holds %d entries of the job after the take-out; want only the other fire", len(es))
+	for _, tc := range []struct {
+		name      string
+		deleted   bool
+		fired     bool // the ring fired the entry before the check
+		wantEntry bool
+		wantClaim bool
+	}{
+		{"delete", true, false, false, false},
+		{"hold", false, false, false, false},
+		{"hold of a fire on its way", false, true, false, true},
+		{"nothing", false, false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &engine{ring: ring.New(clk, func([]ringEntry) {}), owed: newOwed()}
+			other := &fire{job: &jobRow{ID: 7}, fireMs: 2000, kind: kindChild, parent: 3}
+			l.armPending(other, 2000)
+			f := &fire{job: &jobRow{ID: 7}, fireMs: 1000, attempt: 1, kind: kindRetry}
+			k := f.key()
+			// armPendingRead's steps, with the race between them.
+			n, ok := l.claims.claimRead(k, time.Now())
+			if !ok {
+				t.Fatal("not claimed")
+			}
+			if tc.name != "nothing" {
+				l.disarmPending(k, tc.deleted) // finds nothing armed yet
+			}
+			tag := l.tags.Add(1)
+			l.ring.Add(ringEntry{JobID: 7, FireAt: 1000, Tag: tag, Value: f})
+			if tc.fired {
+				l.ring.RemoveIf(7, func(e ringEntry) bool { return e.Tag == tag })
+			}
+			l.keepArmed(k, n, 7, tag)
+			es := l.ring.RemoveJob(7)
+			armed := len(es) == 2
+			if len(es) < 1 || es[len(es)-1].Value != other {
+				t.Fatalf("the job's other fire is gone: %d entries", len(es))
+			}
+			if armed != tc.wantEntry || l.claims.held(k) != tc.wantClaim {
+				t.Fatalf("entry armed %v, claim held %v; want %v, %v", armed, l.claims.held(k), tc.wantEntry, tc.wantClaim)
+			}
+		})
 	}
 }
 

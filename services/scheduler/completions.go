@@ -799,15 +799,12 @@ func (l *engine) disarmPending(k pendingKey, deleted bool) {
 	} else {
 		l.claims.hold(k)
 	}
-	l.takeOut(k.job, func(e ringEntry) bool {
-		if !e.Value.kind.stored() || e.Value.key() != k {
-			return false
-		}
-		if !deleted {
+	took := l.ring.RemoveIf(k.job, func(e ringEntry) bool { return e.Value.kind.stored() && e.Value.key() == k })
+	if !deleted {
+		for _, e := range took {
 			l.disarmEntry(e)
 		}
-		return true
-	})
+	}
 }
 
 // retryWait is how long the retry after the given (failed) attempt waits: the job's backoff.

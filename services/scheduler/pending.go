@@ -60,10 +60,17 @@ type claims struct {
 	// claimGone; a read older than claimGone/2 is not acted on.
 	gone map[pendingKey]time.Time
 	// heldBack are the keys whose rows a correction held back (their due time set to never), with
-	// when: a read that began before the hold may still return the row due, and must not arm it
-	// (claimRead). Reads that begin later do not return it until it is released.
-	heldBack map[pendingKey]time.Time
+	// when and the claim number then: a read that began before the hold may still return the row
+	// due, and must not arm it (claimRead), nor an arm claimed before it (heldSince). Reads that
+	// begin later do not return it until it is released.
+	heldBack map[pendingKey]holdMark
 	prunedAt time.Time
+}
+
+// holdMark is when a key was held back, and the last claim number then.
+type holdMark struct {
+	at  time.Time
+	seq uint64
 }
 
 // claimGone is how long a deleted pending fire's key stays unclaimable.
@@ -87,7 +94,7 @@ func (c *claims) claimRead(k pendingKey, readAt time.Time) (uint64, bool) {
 	if _, ok := c.gone[k]; ok {
 		return 0, false
 	}
-	if at, ok := c.heldBack[k]; ok && !readAt.IsZero() && !readAt.After(at) {
+	if h, ok := c.heldBack[k]; ok && !readAt.IsZero() && !readAt.After(h.at) {
 		return 0, false
 	}
 	if c.set == nil {
@@ -108,14 +115,23 @@ func (c *claims) ours(k pendingKey, n uint64) bool {
 // hold marks k as held back by a correction: a read that began before does not claim it again
 // (claimRead). The claim itself ends when the armed fire is taken out of the ring
 // (disarmPending); a fire already on its way keeps it, so the release does not arm it again.
-func (c *claims) hold(k pendingKey) { c.mark(k, &c.heldBack, false) }
-
-// heldSince reports whether k was held back at or after t.
-func (c *claims) heldSince(k pendingKey, t time.Time) bool {
+func (c *claims) hold(k pendingKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.heldBack[k]
-	return ok && !at.Before(t)
+	now := time.Now() // a read's age, not scheduling: the wall clock, read under the lock
+	if c.heldBack == nil {
+		c.heldBack = map[pendingKey]holdMark{}
+	}
+	c.heldBack[k] = holdMark{at: now, seq: c.last}
+	c.pruneLocked(now)
+}
+
+// heldSince reports whether k was held back after claim n was taken.
+func (c *claims) heldSince(k pendingKey, n uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.heldBack[k]
+	return ok && h.seq >= n
 }
 
 // release forgets a claim, so the row may be armed again.
@@ -126,20 +142,15 @@ func (c *claims) release(k pendingKey) {
 }
 
 // done ends the claim of a fire whose row is deleted: it is not claimed again (claimGone).
-func (c *claims) done(k pendingKey) { c.mark(k, &c.gone, true) }
-
-// mark marks k in *marks with the time, and ends its claim when end is set.
-func (c *claims) mark(k pendingKey, marks *map[pendingKey]time.Time, end bool) {
-	now := time.Now() // a measurement of age, not scheduling: the wall clock
+func (c *claims) done(k pendingKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if end {
-		delete(c.set, k)
+	now := time.Now() // a read's age, not scheduling: the wall clock, read under the lock
+	delete(c.set, k)
+	if c.gone == nil {
+		c.gone = map[pendingKey]time.Time{}
 	}
-	if *marks == nil {
-		*marks = map[pendingKey]time.Time{}
-	}
-	(*marks)[k] = now
+	c.gone[k] = now
 	c.pruneLocked(now)
 }
 
@@ -150,11 +161,14 @@ func (c *claims) pruneLocked(now time.Time) {
 		return
 	}
 	c.prunedAt = now
-	for _, m := range []map[pendingKey]time.Time{c.gone, c.heldBack} {
-		for k, at := range m {
-			if now.Sub(at) >= claimGone {
-				delete(m, k)
-			}
+	for k, at := range c.gone {
+		if now.Sub(at) >= claimGone {
+			delete(c.gone, k)
+		}
+	}
+	for k, h := range c.heldBack {
+		if now.Sub(h.at) >= claimGone {
+			delete(c.heldBack, k)
 		}
 	}
 }
@@ -389,7 +403,6 @@ func (l *engine) armPending(f *fire, dueMs int64) {
 func (l *engine) armPendingRead(f *fire, dueMs int64, readAt time.Time) {
 	f.lead = l
 	k := f.key()
-	claimedAt := time.Now() // compared with a hold's time, of the same clock
 	n, ok := l.claims.claimRead(k, readAt)
 	if !ok {
 		return
@@ -399,22 +412,20 @@ func (l *engine) armPendingRead(f *fire, dueMs int64, readAt time.Time) {
 		l.claims.release(k) // leadership ended: the row waits for the next leader
 		return
 	}
-	// A delete (which ends the claim) or a hold between the claim and the add: disarmPending,
-	// which marks the key before it empties the ring of it, may have looked before the add.
-	if mine := l.claims.ours(k, n); !mine || l.claims.heldSince(k, claimedAt) {
-		l.takeOut(f.job.ID, func(e ringEntry) bool { return e.Tag == tag })
-		if mine {
-			l.claims.release(k)
-		}
-	}
+	l.keepArmed(k, n, f.job.ID, tag)
 }
 
-// takeOut removes from the ring the entries of job that match.
-func (l *engine) takeOut(job int64, match func(ringEntry) bool) {
-	for _, e := range l.ring.RemoveJob(job) {
-		if !match(e) {
-			l.ring.Add(e)
-		}
+// keepArmed takes back the entry (job, tag) just armed under claim n of k when a delete (which
+// ends the claim) or a hold came between the claim and the add: disarmPending, which marks the
+// key before it takes the key's entries out, may have looked before the add. A held fire's
+// claim ends with its entry; one the ring fired meanwhile is on its way and keeps it.
+func (l *engine) keepArmed(k pendingKey, n uint64, job int64, tag int64) {
+	mine := l.claims.ours(k, n)
+	if mine && !l.claims.heldSince(k, n) {
+		return
+	}
+	if took := l.ring.RemoveIf(job, func(e ringEntry) bool { return e.Tag == tag }); len(took) > 0 && mine {
+		l.claims.release(k)
 	}
 }
 

@@ -677,3 +677,44 @@ func TestLeadFiresAheadInTicks(t *testing.T) {
 		t.Fatalf("fired %v, want %v", got, want)
 	}
 }
+
+// TestRemoveIf: only the matching entries of the job go, wherever they sit in its list; the
+// others, and other jobs', still fire.
+func TestRemoveIf(t *testing.T) {
+	t.Parallel()
+	r, fk, rec := newRing(t)
+	for _, ms := range []int{30, 10, 20, 40} {
+		mustAdd(t, r, entry{JobID: 1, FireAt: at(time.Duration(ms) * time.Millisecond), Value: ms})
+	}
+	mustAdd(t, r, entry{JobID: 2, FireAt: at(20 * time.Millisecond), Value: 2})
+	got := r.RemoveIf(1, func(e entry) bool { return e.Value == 20 || e.Value == 40 || e.Value == 10 })
+	want := []entry{
+		{JobID: 1, FireAt: at(10 * time.Millisecond), Value: 10},
+		{JobID: 1, FireAt: at(20 * time.Millisecond), Value: 20},
+		{JobID: 1, FireAt: at(40 * time.Millisecond), Value: 40},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("RemoveIf = %v, want %v", got, want)
+	}
+	if got := r.RemoveIf(1, func(e entry) bool { return e.Value == 20 }); got != nil {
+		t.Errorf("second RemoveIf = %v, want nil", got)
+	}
+	if got := r.RemoveIf(99, func(entry) bool { return true }); got != nil {
+		t.Errorf("RemoveIf(99) = %v, want nil", got)
+	}
+	if r.Len() != 2 || !r.HasJob(1) {
+		t.Fatalf("Len = %d, HasJob(1) = %v; want 2 entries left, job 1's 30 ms among them", r.Len(), r.HasJob(1))
+	}
+	fk.Advance(time.Second)
+	rec.waitFired(t, 2)
+	var values []int
+	for _, batch := range rec.snapshot() {
+		for _, e := range batch {
+			values = append(values, e.Value)
+		}
+	}
+	slices.Sort(values)
+	if !slices.Equal(values, []int{2, 30}) {
+		t.Fatalf("fired %v, want job 2's and job 1's 30 ms entries", values)
+	}
+}
