@@ -788,22 +788,20 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 }
 
 // disarmPending takes a pending fire out of this leadership's ring, if it is armed there.
-// deleted says its row is gone, else it is held back: either way it is not armed again from a
-// read of pending_fires that began before (claims.done, claims.hold).
+// deleted says its row is gone: it is not armed again from a read of pending_fires that began
+// before the delete (claims.done).
 func (l *engine) disarmPending(k pendingKey, deleted bool) {
-	// The key is marked first: an arm racing this finds the mark after its add and takes its
-	// entry out (armPendingRead). A held fire's claim ends with its entry: one already on its
-	// way keeps it.
+	for _, e := range l.ring.RemoveJob(k.job) {
+		if e.Value.kind.stored() && e.Value.key() == k {
+			if !deleted {
+				l.disarmEntry(e)
+			}
+			continue
+		}
+		l.ring.Add(e)
+	}
 	if deleted {
 		l.claims.done(k)
-	} else {
-		l.claims.hold(k)
-	}
-	took := l.ring.RemoveIf(k.job, func(e ringEntry) bool { return e.Value.kind.stored() && e.Value.key() == k })
-	if !deleted {
-		for _, e := range took {
-			l.disarmEntry(e)
-		}
 	}
 }
 

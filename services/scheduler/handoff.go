@@ -236,7 +236,7 @@ func (l *engine) handoffLoop(ctx context.Context) {
 			err   error
 		)
 		if all {
-			fires, dues, err = s.jobs.duePending(ctx, l.part, horizon, s.cfg.PreReadBatch)
+			fires, dues, err = s.jobs.duePending(ctx, s.wfStore().db, l.part, horizon, s.cfg.PreReadBatch)
 		} else {
 			fires, dues, err = s.jobs.duePendingOf(ctx, refs, horizon)
 		}
@@ -252,7 +252,7 @@ func (l *engine) handoffLoop(ctx context.Context) {
 			continue
 		}
 		for i, f := range fires {
-			l.armPendingRead(f, dues[i], start)
+			l.armPending(f, dues[i])
 		}
 	}
 }

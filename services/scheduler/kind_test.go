@@ -76,7 +76,12 @@ func TestStoredFiresKeepTheirKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, _, err := r.s.jobs.duePending(t.Context(), 0, 10, 100)
+	tx, err := r.s.jobs.begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	got, _, err := r.s.jobs.duePending(t.Context(), tx, 0, 10, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

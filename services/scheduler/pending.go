@@ -51,26 +51,13 @@ func (f *fire) key() pendingKey {
 
 // claims is the set of pending fires a leadership has armed and not settled.
 type claims struct {
-	mu sync.Mutex
-	// set are the claimed keys, each with its claim's number (last numbers them).
-	set  map[pendingKey]uint64
-	last uint64
+	mu  sync.Mutex
+	set map[pendingKey]struct{}
 	// gone are the keys whose rows were deleted (done), with when: a read of pending_fires that
 	// began before a delete may still return the row, and must not arm it again. They are kept
 	// claimGone; a read older than claimGone/2 is not acted on.
-	gone map[pendingKey]time.Time
-	// heldBack are the keys whose rows a correction held back (their due time set to never), with
-	// when and the claim number then: a read that began before the hold may still return the row
-	// due, and must not arm it (claimRead), nor an arm claimed before it (heldSince). Reads that
-	// begin later do not return it until it is released.
-	heldBack map[pendingKey]holdMark
+	gone     map[pendingKey]time.Time
 	prunedAt time.Time
-}
-
-// holdMark is when a key was held back, and the last claim number then.
-type holdMark struct {
-	at  time.Time
-	seq uint64
 }
 
 // claimGone is how long a deleted pending fire's key stays unclaimable.
@@ -78,60 +65,19 @@ const claimGone = time.Minute
 
 // claim reports whether k was not claimed yet (nor deleted lately), and claims it.
 func (c *claims) claim(k pendingKey) bool {
-	_, ok := c.claimRead(k, time.Time{})
-	return ok
-}
-
-// claimRead is claim for a row returned by a read of pending_fires that began at readAt (zero:
-// not read back): a row held back since is not claimed either. It returns the claim's number
-// (ours).
-func (c *claims) claimRead(k pendingKey, readAt time.Time) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.set == nil {
+		c.set = map[pendingKey]struct{}{}
+	}
 	if _, ok := c.set[k]; ok {
-		return 0, false
+		return false
 	}
 	if _, ok := c.gone[k]; ok {
-		return 0, false
+		return false
 	}
-	if h, ok := c.heldBack[k]; ok && !readAt.IsZero() && !readAt.After(h.at) {
-		return 0, false
-	}
-	if c.set == nil {
-		c.set = map[pendingKey]uint64{}
-	}
-	c.last++
-	c.set[k] = c.last
-	return c.last, true
-}
-
-// ours reports whether claim n of k still stands.
-func (c *claims) ours(k pendingKey, n uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.set[k] == n
-}
-
-// hold marks k as held back by a correction: a read that began before does not claim it again
-// (claimRead). The claim itself ends when the armed fire is taken out of the ring
-// (disarmPending); a fire already on its way keeps it, so the release does not arm it again.
-func (c *claims) hold(k pendingKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now() // a read's age, not scheduling: the wall clock, read under the lock
-	if c.heldBack == nil {
-		c.heldBack = map[pendingKey]holdMark{}
-	}
-	c.heldBack[k] = holdMark{at: now, seq: c.last}
-	c.pruneLocked(now)
-}
-
-// heldSince reports whether k was held back after claim n was taken.
-func (c *claims) heldSince(k pendingKey, n uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h, ok := c.heldBack[k]
-	return ok && h.seq >= n
+	c.set[k] = struct{}{}
+	return true
 }
 
 // release forgets a claim, so the row may be armed again.
@@ -143,32 +89,20 @@ func (c *claims) release(k pendingKey) {
 
 // done ends the claim of a fire whose row is deleted: it is not claimed again (claimGone).
 func (c *claims) done(k pendingKey) {
+	now := time.Now() // a measurement of age, not scheduling: the wall clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now() // a read's age, not scheduling: the wall clock, read under the lock
 	delete(c.set, k)
 	if c.gone == nil {
 		c.gone = map[pendingKey]time.Time{}
 	}
 	c.gone[k] = now
-	c.pruneLocked(now)
-}
-
-// pruneLocked forgets, at most once a second, the deleted and held keys older than claimGone:
-// a read older than claimGone/2 is not acted on.
-func (c *claims) pruneLocked(now time.Time) {
-	if now.Sub(c.prunedAt) < time.Second {
-		return
-	}
-	c.prunedAt = now
-	for k, at := range c.gone {
-		if now.Sub(at) >= claimGone {
-			delete(c.gone, k)
-		}
-	}
-	for k, h := range c.heldBack {
-		if now.Sub(h.at) >= claimGone {
-			delete(c.heldBack, k)
+	if now.Sub(c.prunedAt) >= time.Second {
+		c.prunedAt = now
+		for g, at := range c.gone {
+			if now.Sub(at) >= claimGone {
+				delete(c.gone, g)
+			}
 		}
 	}
 }
@@ -213,20 +147,9 @@ const pendingColumns = `p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_
 		LEFT JOIN job_state ON job_state.job_id = jobs.id`
 
 // duePending reads partition part's pending fires due at or before horizonMs with their jobs,
-// oldest first, in a transaction of its own that only reads and probes indexes (indexPlans: the
-// join would otherwise be planned as scans of all of jobs and job_state). It takes no fence, so
-// the partition's completion batches do not wait for it: what is armed from it is claimed
-// (claims), which keeps a fire from being armed twice.
-func (s store) duePending(ctx context.Context, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer tx.Rollback() // a read only
-	if err := s.indexPlans(ctx, tx); err != nil {
-		return nil, nil, err
-	}
-	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
+// oldest first, inside q (a transaction or the store).
+func (s store) duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
+	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
 		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 	if err != nil {
 		return nil, nil, storeErr(err, "read pending fires")
@@ -395,37 +318,13 @@ func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int
 
 // armPending arms a pending fire at dueMs unless this leadership already has.
 func (l *engine) armPending(f *fire, dueMs int64) {
-	l.armPendingRead(f, dueMs, time.Time{})
-}
-
-// armPendingRead is armPending for a fire read from pending_fires by a read that began at readAt
-// (zero: not read back, decided here), which a hold since keeps from arming (claims.claimRead).
-func (l *engine) armPendingRead(f *fire, dueMs int64, readAt time.Time) {
 	f.lead = l
 	k := f.key()
-	n, ok := l.claims.claimRead(k, readAt)
-	if !ok {
+	if !l.claims.claim(k) {
 		return
 	}
-	tag := l.tags.Add(1)
-	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Tag: tag, Value: f}) {
+	if !l.ring.Add(ringEntry{JobID: f.job.ID, FireAt: dueMs, Tag: l.tags.Add(1), Value: f}) {
 		l.claims.release(k) // leadership ended: the row waits for the next leader
-		return
-	}
-	l.keepArmed(k, n, f.job.ID, tag)
-}
-
-// keepArmed takes back the entry (job, tag) just armed under claim n of k when a delete (which
-// ends the claim) or a hold came between the claim and the add: disarmPending, which marks the
-// key before it takes the key's entries out, may have looked before the add. A held fire's
-// claim ends with its entry; one the ring fired meanwhile is on its way and keeps it.
-func (l *engine) keepArmed(k pendingKey, n uint64, job int64, tag int64) {
-	mine := l.claims.ours(k, n)
-	if mine && !l.claims.heldSince(k, n) {
-		return
-	}
-	if took := l.ring.RemoveIf(job, func(e ringEntry) bool { return e.Tag == tag }); len(took) > 0 && mine {
-		l.claims.release(k)
 	}
 }
 
@@ -474,7 +373,12 @@ func (l *engine) disarmEntry(e ringEntry) {
 // takeover tried again) are its own.
 func (l *engine) takeOverPending(ctx context.Context) error {
 	s := l.s
-	fires, _, err := s.jobs.duePending(ctx, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
+	tx, err := s.jobs.begin(ctx)
+	if err != nil {
+		return err
+	}
+	fires, _, err := s.jobs.duePending(ctx, tx, l.part, s.clk.Now().Add(time.Second).UnixMilli(), 100000)
+	tx.Rollback() // a read only
 	if err != nil {
 		return err
 	}

@@ -39,8 +39,7 @@ func (l *engine) preReadLoop(ctx context.Context) error {
 
 // preRead arms every fire due inside the window, in one fenced transaction: read the due jobs,
 // compute each job's fires up to a window past it (misfire policy for fires that are too late), advance
-// next_fire, commit, then push the fires into the ring and arm the stored pending fires not
-// armed yet (armDuePending, outside the fence). Then it fires the due workflows, in a
+// next_fire, commit, then push the fires into the ring. Then it fires the due workflows, in a
 // transaction of their own (preReadWorkflows). It returns how many jobs it read.
 func (l *engine) preRead(ctx context.Context) (int, error) {
 	s := l.s
@@ -67,6 +66,11 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	due, err := s.jobs.due(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
+	if err != nil {
+		return 0, err
+	}
+	pendingRead := time.Now() // a measurement: a read older than claimGone/2 is not armed
+	pending, pendingDue, err := s.jobs.duePending(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -149,36 +153,19 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		l.owed.arm(e.JobID, e.FireAt)
 		l.ring.Add(e)
 	}
+	if age := time.Since(pendingRead); age < claimGone/2 {
+		for i, f := range pending {
+			l.armPending(f, pendingDue[i])
+		}
+	} else if len(pending) > 0 {
+		s.log.Warn("pending fires read too long ago not armed; the next pre-read reads them again", "partition", l.part,
+			"fires", len(pending), "read_ago", age)
+	}
 	l.armMisfires(ctx, misfires, nowMs)
-	l.armDuePending(ctx, horizon)
 	if len(armed) > 0 {
 		s.log.Debug("pre-read armed fires", "partition", l.part, "jobs", len(due), "fires", len(armed), "epoch", l.epoch)
 	}
 	return len(due), l.preReadWorkflows(ctx, horizon)
-}
-
-// armDuePending arms the partition's pending fires due up to horizon (Unix ms) that are not
-// armed yet: those a previous leader or another replica's decision stored (a hand-off that did
-// not reach this replica), after the fenced part of the scan, so that the partition's
-// completion batches do not wait for the read. A read that fails is logged: the next scan reads
-// again.
-func (l *engine) armDuePending(ctx context.Context, horizon int64) {
-	s := l.s
-	start := time.Now() // a measurement: a read older than claimGone/2 is not armed
-	pending, due, err := s.jobs.duePending(ctx, l.part, horizon, s.cfg.PreReadBatch)
-	switch age := time.Since(start); {
-	case err != nil:
-		if ctx.Err() == nil {
-			s.log.Warn("pending fires not read; the next pre-read reads them", "partition", l.part, "error", err)
-		}
-	case age >= claimGone/2:
-		s.log.Warn("pending fires read too long ago not armed; the next pre-read reads them again", "partition", l.part,
-			"fires", len(pending), "read_ago", age)
-	default:
-		for i, f := range pending {
-			l.armPendingRead(f, due[i], start)
-		}
-	}
 }
 
 // preReadWorkflows fires the partition's workflows due up to horizon (Unix ms) in a fenced

@@ -147,7 +147,7 @@ type engineStore interface {
 	// Pending fires: retries, child fires, FIRE_ONCE_NOW runs, skipped fires, workflow nodes.
 	addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error
 	addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error
-	duePending(ctx context.Context, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
+	duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
 	duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error)
 	setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error)
 	dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool, error)

@@ -226,30 +226,6 @@ func (r *Ring[T]) RemoveJob(jobID int64) []Entry[T] {
 	return out
 }
 
-// RemoveIf disarms and returns the armed entries of a job that match, in FireAt order, in one
-// step under the ring's lock: a concurrent call never finds the job's other entries missing, as
-// it could between a RemoveJob and the Adds that put them back. match must not call the ring.
-func (r *Ring[T]) RemoveIf(jobID int64, match func(Entry[T]) bool) []Entry[T] {
-	r.mu.Lock()
-	var out []Entry[T]
-	n, ok := r.byJob[jobID]
-	for ok && n >= 0 {
-		nd := &r.nodes[n]
-		next := nd.next
-		if match(nd.e) {
-			out = append(out, nd.e)
-			delete(r.byKey, key{jobID, nd.e.FireAt, nd.e.Tag})
-			r.unlink(n)
-			r.removeAt(int(nd.pos))
-			r.release(n)
-		}
-		n = next
-	}
-	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b Entry[T]) int { return cmp.Compare(a.FireAt, b.FireAt) })
-	return out
-}
-
 // Drain stops firing and returns everything still armed, in FireAt order (then JobID): leadership
 // is lost and the scheduler rewinds these for the next leader. When it returns, fire is not
 // running and will not be called again, so every fire was either fired or returned, never both.
