@@ -461,7 +461,7 @@ func (s *Service) instanceOp(ctx context.Context, id string, op func(tx *txn, in
 	wf, _, _ := parseInstanceID(id)
 	var g *workflow.Graph
 	after, in, err := s.inInstanceTx(ctx, func(tx *txn) (*instanceRow, error) {
-		if err := s.wfStore().lockWorkflow(ctx, tx.Tx, wf); err != nil && !errors.Is(err, apierr.ErrNotFound) {
+		if _, err := s.wfStore().lockWorkflow(ctx, tx.Tx, wf); err != nil && !errors.Is(err, apierr.ErrNotFound) {
 			return nil, err
 		}
 		in, err := s.wfStore().lockInstance(ctx, tx.Tx, id)
@@ -528,7 +528,7 @@ func (s *Service) workflowGroup(ctx context.Context, tx *txn, wf int64) (int64, 
 // workflow's row (instanceOp), so that a trigger or another retry counts after it commits. A
 // deleted workflow keeps no limit.
 func (s *Service) roomToRun(ctx context.Context, tx *txn, in *instanceRow, was instStatus, again string) error {
-	limit, err := s.wfStore().maxConcurrentIn(ctx, tx.Tx, in.WorkflowID)
+	limit, err := s.wfStore().lockWorkflow(ctx, tx.Tx, in.WorkflowID) // held already: a read
 	switch {
 	case errors.Is(err, apierr.ErrNotFound):
 		return nil

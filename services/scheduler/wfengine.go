@@ -209,7 +209,7 @@ func (s *Service) startInstance(ctx context.Context, t *txn, w *workflowRow, ms,
 	// triggers at once (or a trigger and the pre-read, which holds the row from its advance on,
 	// or a retry, instanceOp) would each count the same running instances and start over
 	// max_concurrent_instances.
-	if err := st.lockWorkflow(ctx, t.Tx, w.ID); err != nil {
+	if _, err := st.lockWorkflow(ctx, t.Tx, w.ID); err != nil {
 		return nil, err
 	}
 	running, err := st.countRunningOf(ctx, t.Tx, []int64{w.ID})

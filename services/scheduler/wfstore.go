@@ -387,33 +387,21 @@ func scanInstance(r scanner) (*instanceRow, error) {
 	return &in, nil
 }
 
-// lockWorkflow locks a workflow's row until tx ends (SQLite's one writer needs no lock);
-// apierr.ErrNotFound when there is none.
-func (s store) lockWorkflow(ctx context.Context, tx *sql.Tx, id int64) error {
-	if s.db.Dialect() != db.Postgres {
-		return nil
+// lockWorkflow locks a workflow's row until tx ends (SQLite's one writer needs no lock) and
+// returns its max_concurrent_instances as locked (1 for a stored 0); apierr.ErrNotFound when
+// there is none. Locking a row tx holds already only reads it.
+func (s store) lockWorkflow(ctx context.Context, tx *sql.Tx, id int64) (int32, error) {
+	q := `SELECT max_concurrent FROM workflows WHERE id = $1`
+	if s.db.Dialect() == db.Postgres {
+		q += ` FOR UPDATE`
 	}
-	var got int64
-	err := tx.QueryRowContext(ctx, `SELECT id FROM workflows WHERE id = $1 FOR UPDATE`, id).Scan(&got)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("workflow %d: %w", id, apierr.ErrNotFound)
-	}
-	if err != nil {
-		return storeErr(err, "lock workflow %d", id)
-	}
-	return nil
-}
-
-// maxConcurrentIn reads a workflow's max_concurrent_instances inside q (1 for a stored 0);
-// apierr.ErrNotFound when there is no workflow.
-func (s store) maxConcurrentIn(ctx context.Context, q queryer, id int64) (int32, error) {
 	var n int32
-	err := q.QueryRowContext(ctx, s.db.Q(`SELECT max_concurrent FROM workflows WHERE id = $1`), id).Scan(&n)
+	err := tx.QueryRowContext(ctx, s.db.Q(q), id).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("workflow %d: %w", id, apierr.ErrNotFound)
 	}
 	if err != nil {
-		return 0, storeErr(err, "read workflow %d", id)
+		return 0, storeErr(err, "lock workflow %d", id)
 	}
 	return max(n, 1), nil
 }
