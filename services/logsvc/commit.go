@@ -212,14 +212,13 @@ func (s *Service) writeOps(ctx context.Context, tx *db.Tx, ops []op, lines []*lo
 	if err := s.insertRuns(ctx, tx, inserts); err != nil {
 		return plan, err
 	}
-	if err := s.updateRuns(ctx, tx, updates); err != nil {
-		return plan, err
-	}
-	if err := s.insertLines(ctx, tx, lines); err != nil {
-		return plan, err
-	}
+	// The cycle's other writes go to the store in one round trip with the completions' lock and
+	// counts (complete).
+	var b db.Batch
+	s.updateRuns(&b, updates)
+	s.insertLines(&b, lines)
 	plan.completed = len(done) > 0
-	return plan, s.complete(ctx, tx, done, rs.now)
+	return plan, s.complete(ctx, tx, &b, done, rs.now)
 }
 
 // mayWait returns the trigger ids whose ops may be parked, with until when (from their first
@@ -496,43 +495,40 @@ func (s *Service) insertRuns(ctx context.Context, tx *db.Tx, runs []*run) error 
 		}
 		return nil
 	}
-	return s.valuesRuns(ctx, tx, runs, "")
+	var b db.Batch
+	s.valuesRuns(&b, runs, "")
+	return tx.Send(ctx, &b)
 }
 
-// updateRuns writes runs the cycle changed (read and locked by readRuns, which set the
-// transaction's plans to probe the trigger id index).
-func (s *Service) updateRuns(ctx context.Context, tx *db.Tx, runs []*run) error {
+// updateRuns queues to b the writes of runs the cycle changed (read and locked by readRuns,
+// which set the transaction's plans to probe the trigger id index).
+func (s *Service) updateRuns(b *db.Batch, runs []*run) {
 	if len(runs) == 0 {
-		return nil
+		return
 	}
 	if s.store.Dialect() == db.Postgres {
-		if _, err := tx.ExecContext(ctx, updateRunsPG, runColumnar(runs)...); err != nil {
-			return fmt.Errorf("update runs: %w", err)
-		}
-		return nil
+		b.Queue(func(err error) error { return fmt.Errorf("update runs: %w", err) }, updateRunsPG, runColumnar(runs)...)
+		return
 	}
-	return s.valuesRuns(ctx, tx, runs, upsertRunsSQLite)
+	s.valuesRuns(b, runs, upsertRunsSQLite)
 }
 
-// valuesRuns writes runs with multi-row INSERTs followed by conflict (SQLite, one connection:
-// nobody stores a run between readRuns and here).
-func (s *Service) valuesRuns(ctx context.Context, tx *db.Tx, runs []*run, conflict string) error {
+// valuesRuns queues to b multi-row INSERTs of runs followed by conflict (SQLite, one
+// connection: nobody stores a run between readRuns and here).
+func (s *Service) valuesRuns(b *db.Batch, runs []*run, conflict string) {
 	for _, chunk := range chunks(runs, rowsPerStatement) {
 		args := make([]any, 0, len(chunk)*len(ingestTypes))
 		for _, r := range chunk {
 			args = append(args, runValues(r)...)
 		}
 		q := `INSERT INTO runs (` + ingestColumns + `) VALUES ` + s.values(len(chunk), len(ingestTypes), "") + conflict
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("write runs: %w", err)
-		}
+		b.Queue(func(err error) error { return fmt.Errorf("write runs: %w", err) }, q, args...)
 	}
-	return nil
 }
 
-// insertLines stores output lines; a line number already stored keeps its first text, and so
-// does the first of a line number sent twice.
-func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.LogLine) error {
+// insertLines queues to b the store of output lines; a line number already stored keeps its
+// first text, and so does the first of a line number sent twice.
+func (s *Service) insertLines(b *db.Batch, lines []*logsv1.LogLine) {
 	type key struct {
 		id string
 		no int64
@@ -550,8 +546,9 @@ func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.Lo
 		return cmp.Or(strings.Compare(a.GetTriggerId(), b.GetTriggerId()), cmp.Compare(a.GetLineNo(), b.GetLineNo()))
 	})
 	if len(uniq) == 0 {
-		return nil
+		return
 	}
+	linesErr := func(err error) error { return fmt.Errorf("insert log lines: %w", err) }
 	if s.store.Dialect() == db.Postgres {
 		n := len(uniq)
 		ids, nos, times, texts := make([]string, n), make([]int64, n), make([]int64, n), make([]string, n)
@@ -560,10 +557,8 @@ func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.Lo
 		}
 		q := `INSERT INTO run_lines (trigger_id, line_no, unix_ms, text) SELECT * FROM ` + unnest([]string{"text", "bigint", "bigint", "text"}) + `
 			ON CONFLICT (trigger_id, line_no) DO NOTHING`
-		if _, err := tx.ExecContext(ctx, q, ids, nos, times, texts); err != nil {
-			return fmt.Errorf("insert log lines: %w", err)
-		}
-		return nil
+		b.Queue(linesErr, q, ids, nos, times, texts)
+		return
 	}
 	for _, chunk := range chunks(uniq, rowsPerStatement) {
 		args := make([]any, 0, len(chunk)*4)
@@ -572,9 +567,6 @@ func (s *Service) insertLines(ctx context.Context, tx *db.Tx, lines []*logsv1.Lo
 		}
 		q := `INSERT INTO run_lines (trigger_id, line_no, unix_ms, text) VALUES ` + s.values(len(chunk), 4, "") + `
 			ON CONFLICT (trigger_id, line_no) DO NOTHING`
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("insert log lines: %w", err)
-		}
+		b.Queue(linesErr, q, args...)
 	}
-	return nil
 }

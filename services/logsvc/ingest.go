@@ -302,17 +302,31 @@ func checkLines(req *logsv1.IngestLogLinesRequest) (*ticket, error) {
 // it published (publish; a record that comes after the sweep of runs without one finds the
 // outcome set and publishes nothing; see migration 00005), so every completion passed is
 // inserted and counted.
-func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now int64) error {
+//
+// The statements b holds (nil: none), the lock of completions and the counts go to the store
+// in one round trip, then the completions.
+func (s *Service) complete(ctx context.Context, tx *db.Tx, b *db.Batch, cs []completion, now int64) error {
+	if b == nil {
+		b = &db.Batch{}
+	}
 	if len(cs) == 0 {
-		return nil
+		return tx.Send(ctx, b)
 	}
 	cs = slices.Clone(cs)
 	slices.SortFunc(cs, func(a, b completion) int { return strings.Compare(a.r.id, b.r.id) })
+	counts := newReportCounts(now)
+	for _, c := range cs {
+		counts.add(c.r.schedMs, c.r.group, c.r.status, c.replaces)
+	}
 	if s.store.Dialect() == db.Postgres {
 		// Held to commit: completion cursors are then committed in increasing order.
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, completionsLock); err != nil {
-			return fmt.Errorf("lock completions: %w", err)
-		}
+		b.Queue(func(err error) error { return fmt.Errorf("lock completions: %w", err) }, `SELECT pg_advisory_xact_lock($1)`, completionsLock)
+	}
+	s.bumpReports(b, counts)
+	if err := tx.Send(ctx, b); err != nil {
+		return err
+	}
+	if s.store.Dialect() == db.Postgres {
 		var rows db.CopyRows
 		size := 0
 		for _, c := range cs {
@@ -355,11 +369,7 @@ func (s *Service) complete(ctx context.Context, tx *db.Tx, cs []completion, now 
 			}
 		}
 	}
-	counts := newReportCounts(now)
-	for _, c := range cs {
-		counts.add(c.r.schedMs, c.r.group, c.r.status, c.replaces)
-	}
-	return s.bumpReports(ctx, tx, counts)
+	return nil
 }
 
 // completionColumns are the completions columns taken from a run, completionFields of them, in

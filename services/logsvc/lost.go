@@ -312,7 +312,7 @@ func (s *Service) sweepLost(ctx context.Context) (int, error) {
 					done = append(done, p)
 				}
 			}
-			return s.complete(ctx, tx, done, now.UnixMilli())
+			return s.complete(ctx, tx, nil, done, now.UnixMilli())
 		})
 		if err != nil {
 			return decided, err
@@ -493,7 +493,7 @@ func (s *Service) sweepUnrecorded(ctx context.Context) (int, error) {
 			if err := rows.Err(); err != nil {
 				return fmt.Errorf("complete runs without a record: %w", err)
 			}
-			return s.complete(ctx, tx, done, now.UnixMilli())
+			return s.complete(ctx, tx, nil, done, now.UnixMilli())
 		})
 		if err != nil {
 			return total, err

@@ -153,13 +153,11 @@ func (s *Service) countJobs(ctx context.Context) (int, error) {
 			if n == 0 {
 				return nil
 			}
-			if err := s.bumpReports(ctx, tx, counts); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, s.store.Q(`UPDATE cursors SET position = $1 WHERE name = $2`), to, jobCountCursor); err != nil {
-				return fmt.Errorf("move the per-job count cursor: %w", err)
-			}
-			return nil
+			var b db.Batch
+			s.bumpReports(&b, counts)
+			b.Queue(func(err error) error { return fmt.Errorf("move the per-job count cursor: %w", err) },
+				s.store.Q(`UPDATE cursors SET position = $1 WHERE name = $2`), to, jobCountCursor)
+			return tx.Send(ctx, &b)
 		})
 		if err != nil {
 			return total, err
@@ -195,13 +193,13 @@ var counterTables = [...]struct {
 		` ON CONFLICT (minute, group_id) DO UPDATE SET success = report_minutes.success + excluded.success, fail = report_minutes.fail + excluded.fail`},
 }
 
-// bumpReports adds counts to the report tables. Rows are written in key order, and each kind
+// bumpReports queues to b the addition of counts to the report tables. Rows are written in key order, and each kind
 // of counter has one kind of writer that serializes on a lock (complete(): the completions
 // lock; countJobs: its cursor row), so counter rows never deadlock. Postgres takes each table's
 // rows as arrays, in one statement whose text never changes (so it is prepared once).
-func (s *Service) bumpReports(ctx context.Context, tx *db.Tx, counts reportCounts) error {
+func (s *Service) bumpReports(b *db.Batch, counts reportCounts) {
 	if len(counts.rows) == 0 {
-		return nil
+		return
 	}
 	keys := slices.SortedFunc(maps.Keys(counts.rows), func(a, b reportKey) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.at, b.at), cmp.Compare(a.group, b.group), cmp.Compare(a.job, b.job))
@@ -220,6 +218,7 @@ func (s *Service) bumpReports(ctx context.Context, tx *db.Tx, counts reportCount
 			continue
 		}
 		insert := `INSERT INTO ` + t.table + ` (` + t.columns + `) `
+		countErr := func(err error) error { return fmt.Errorf("count runs in %s: %w", t.table, err) }
 		if s.store.Dialect() == db.Postgres {
 			cols := make([]any, t.cols)
 			types := make([]string, t.cols)
@@ -230,9 +229,7 @@ func (s *Service) bumpReports(ctx context.Context, tx *db.Tx, counts reportCount
 				}
 				cols[c], types[c] = col, "bigint"
 			}
-			if _, err := tx.ExecContext(ctx, insert+`SELECT * FROM `+unnest(types)+t.conflict, cols...); err != nil {
-				return fmt.Errorf("count runs in %s: %w", t.table, err)
-			}
+			b.Queue(countErr, insert+`SELECT * FROM `+unnest(types)+t.conflict, cols...)
 			continue
 		}
 		for _, chunk := range chunks(rows[kind], rowsPerStatement) {
@@ -242,12 +239,9 @@ func (s *Service) bumpReports(ctx context.Context, tx *db.Tx, counts reportCount
 					args = append(args, v)
 				}
 			}
-			if _, err := tx.ExecContext(ctx, insert+`VALUES `+s.values(len(chunk), t.cols, "")+t.conflict, args...); err != nil {
-				return fmt.Errorf("count runs in %s: %w", t.table, err)
-			}
+			b.Queue(countErr, insert+`VALUES `+s.values(len(chunk), t.cols, "")+t.conflict, args...)
 		}
 	}
-	return nil
 }
 
 // pruneMinutes deletes the per-minute counters older than minuteKeep.

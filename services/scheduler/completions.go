@@ -15,6 +15,7 @@ import (
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	schedulerv1 "github.com/jobmesh/jobmesh/gen/jobmesh/scheduler/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
@@ -457,7 +458,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 		ids = append(ids, c.GetJobId())
 	}
 	mine = jobOnly
-	acting, err := s.jobs.getActing(ctx, tx, ids)
+	acting, err := s.jobs.getActing(ctx, tx.Tx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +492,7 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 	}
 	var fenced map[int]bool
 	if len(terms) > 0 {
-		held, deposed, err := s.jobs.fenceFree(ctx, tx, terms, wait, s.cfg.ReplicaID)
+		held, deposed, err := s.jobs.fenceFree(ctx, tx.Tx, terms, wait, s.cfg.ReplicaID)
 		if err != nil {
 			if !errors.Is(err, errDeposed) {
 				return nil, err
@@ -526,19 +527,23 @@ func (s *Service) handleCompletionsOnce(ctx context.Context, cs []*logsv1.Comple
 		act = slices.DeleteFunc(act, unheld)
 		nodes = slices.DeleteFunc(nodes, unheld)
 	}
-	after, err := s.actOnCompletions(ctx, tx, byPart, act, acting)
+	// The batch's last writes (the nodes' decisions, notifications, the cursors) go to the
+	// store in one round trip.
+	var last db.Batch
+	after, err := s.actOnCompletions(ctx, tx.Tx, &last, byPart, act, acting)
 	if err != nil {
 		return nil, err
 	}
-	wfAfter, err := s.actOnNodeCompletions(ctx, tx, nodes)
+	if len(terms) > 0 {
+		s.jobs.saveCursors(&last, terms, upTo)
+	}
+	wfAfter, err := s.actOnNodeCompletions(ctx, tx, nodes, &last)
 	if err != nil {
 		return nil, err
 	}
 	after = append(after, wfAfter...)
-	if len(terms) > 0 {
-		if err := s.jobs.saveCursors(ctx, tx, terms, upTo); err != nil {
-			return nil, err
-		}
+	if err := tx.Send(ctx, &last); err != nil { // what the nodes' flush did not send
+		return nil, err
 	}
 	if err := s.jobs.commit(tx); err != nil {
 		return nil, fmt.Errorf("completions: %w", err)
@@ -580,8 +585,9 @@ const cursorSaveEvery = 5 * time.Second
 
 // actOnCompletions decides, inside the fenced tx, what each completion asks of the scheduler,
 // and returns what arms or disarms fires after the commit. byPart are the engines of the
-// completions' partitions, jobs the completions' jobs that act on completions.
-func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[int]*engine, cs []*logsv1.Completion,
+// completions' partitions, jobs the completions' jobs that act on completions; notifications
+// are queued to last, which the caller sends before the commit.
+func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, last *db.Batch, byPart map[int]*engine, cs []*logsv1.Completion,
 	jobs map[int64]*jobRow) ([]func(), error) {
 	if len(cs) == 0 {
 		return nil, nil
@@ -612,7 +618,7 @@ func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[i
 		}
 		l := byPart[partition.PartitionOf(j.ID, s.partCount())]
 		if c.GetReplacesStatus() != logsv1.RunStatus_RUN_STATUS_UNSPECIFIED {
-			then, err := s.correct(ctx, tx, l, j, c, jobs, children)
+			then, err := s.correct(ctx, tx, last, l, j, c, jobs, children)
 			if err != nil {
 				return nil, err
 			}
@@ -632,7 +638,7 @@ func (s *Service) actOnCompletions(ctx context.Context, tx *sql.Tx, byPart map[i
 			}
 			after = append(after, func() { l.armPending(f, due) })
 		case ok:
-			then, err := s.fireChildren(ctx, tx, l, j, c, jobs, children)
+			then, err := s.fireChildren(ctx, tx, last, l, j, c, jobs, children)
 			if err != nil {
 				return nil, err
 			}
@@ -676,8 +682,9 @@ func (s *Service) planFixDelay(ctx context.Context, tx *sql.Tx, j *jobRow, c *lo
 }
 
 // fireChildren stores the PARENT fires of j's child jobs for its successful completion c, and
-// returns what arms them after the commit. jobs and children are the batch's jobs read.
-func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow, c *logsv1.Completion,
+// returns what arms them after the commit (their notifications are queued to last). jobs and
+// children are the batch's jobs read.
+func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, last *db.Batch, l *engine, j *jobRow, c *logsv1.Completion,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	var (
 		after []func()
@@ -714,9 +721,7 @@ func (s *Service) fireChildren(ctx context.Context, tx *sql.Tx, l *engine, j *jo
 		after = append(after, func() { s.armOnLeader(f, due) })
 	}
 	// A child of a partition another replica leads is handed to it at once (handoff.go).
-	if err := s.notifyPending(ctx, tx, fired); err != nil {
-		return nil, err
-	}
+	s.notifyPending(last, fired)
 	return after, nil
 }
 
@@ -739,7 +744,7 @@ const heldDueMs = math.MaxInt64
 // calls for no retry: the FAIL when it had none to call for, else the retry's own completion,
 // or the correction that drops the retry. It returns what arms or disarms fires after the
 // commit.
-func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow, c *logsv1.Completion,
+func (s *Service) correct(ctx context.Context, tx *sql.Tx, last *db.Batch, l *engine, j *jobRow, c *logsv1.Completion,
 	jobs, children map[int64]*jobRow) ([]func(), error) {
 	retry := pendingRetry(j, c)
 	k := retry.key()
@@ -767,7 +772,7 @@ func (s *Service) correct(ctx context.Context, tx *sql.Tx, l *engine, j *jobRow,
 			}
 		}
 		if st == logsv1.RunStatus_RUN_STATUS_SUCCESS {
-			then, err := s.fireChildren(ctx, tx, l, j, c, jobs, children)
+			then, err := s.fireChildren(ctx, tx, last, l, j, c, jobs, children)
 			if err != nil {
 				return nil, err
 			}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
-
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/ring"
 )
 
@@ -282,24 +282,26 @@ func (l *engine) flushOwed() {
 		return
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.fence(ctx, tx.Tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		// A newer leader holds the fence: the armed_from_ms of the last pre-read covers them.
 		s.log.Warn("owed fires not handed over: fenced off; the last pre-read's marks stand", "error", err)
 		return
 	}
-	if err := s.jobs.indexPlans(ctx, tx); err != nil {
+	if err := s.jobs.indexPlans(ctx, tx.Tx); err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
 	}
 	dirty := l.owed.takeDirty()
-	if err := s.jobs.markArmed(ctx, tx, dirty); err != nil {
+	if err := s.jobs.markArmed(ctx, tx.Tx, dirty); err != nil {
 		s.log.Error("handing owed fires to the next leader failed", "error", err)
 		return
 	}
 	// The completions read since the cursor was last saved asked nothing of this partition
 	// (those that did were saved with it): the next leader need not read them again.
 	if c := l.cursor.Load(); c > 0 {
-		if err := s.jobs.saveCursors(ctx, tx, []term{l.term()}, c); err != nil {
+		var b db.Batch
+		s.jobs.saveCursors(&b, []term{l.term()}, c)
+		if err := tx.Send(ctx, &b); err != nil {
 			s.log.Error("handing owed fires to the next leader failed", "error", err)
 			return
 		}
@@ -371,10 +373,12 @@ func (l *engine) startFollowing(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.fence(ctx, tx.Tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return err
 	}
-	if err := s.jobs.saveCursors(ctx, tx, []term{l.term()}, c); err != nil {
+	var b db.Batch
+	s.jobs.saveCursors(&b, []term{l.term()}, c)
+	if err := tx.Send(ctx, &b); err != nil {
 		return err
 	}
 	return s.jobs.commit(tx)

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"database/sql"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,17 +33,18 @@ const handoffChannel = "pending"
 // partition whose fires do not fit is named alone, and its leader reads all its due fires.
 const maxHandoffPayload = 7000
 
-// notifyPending notifies, inside tx, the leaders of the partitions of fs's jobs that this
-// replica does not lead of the fires stored for them. A payload is
-// "<partition>:<job>.<scheduled ms>,…" or "<partition>:" for all of the partition's due fires.
-func (s *Service) notifyPending(ctx context.Context, tx *sql.Tx, fs []dueFire) error {
+// notifyPending queues to b, for the transaction that stores fs, a notification to the leader
+// of each partition of fs's jobs that this replica does not lead, naming the fires stored for
+// it. A payload is "<partition>:<job>.<scheduled ms>,…" or "<partition>:" for all of the
+// partition's due fires.
+func (s *Service) notifyPending(b *db.Batch, fs []dueFire) {
 	st := s.wfStore()
 	if st.db.Dialect() != db.Postgres || len(fs) == 0 {
-		return nil
+		return
 	}
 	n := s.partCount()
 	if n == 0 {
-		return nil
+		return
 	}
 	byPart := map[int][]fireRef{}
 	var parts []int
@@ -60,7 +60,7 @@ func (s *Service) notifyPending(ctx context.Context, tx *sql.Tx, fs []dueFire) e
 		byPart[p] = append(byPart[p], fireRef{job: id, fireMs: d.f.fireMs})
 	}
 	if len(parts) == 0 {
-		return nil
+		return
 	}
 	payloads := make([]string, 0, len(parts))
 	for _, p := range parts {
@@ -86,11 +86,10 @@ func (s *Service) notifyPending(ctx context.Context, tx *sql.Tx, fs []dueFire) e
 		}
 		payloads = append(payloads, pl)
 	}
-	if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x`,
-		st.db.Channel(handoffChannel), payloads); err != nil {
+	b.Queue(func(err error) error {
 		return storeErr(err, "notify %d partitions' leaders of pending fires", len(payloads))
-	}
-	return nil
+	},
+		`SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x`, st.db.Channel(handoffChannel), payloads)
 }
 
 // fireRef names a pending fire's rows: its job and scheduled time (its shards, attempts and

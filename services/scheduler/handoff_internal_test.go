@@ -62,7 +62,7 @@ func TestDeletePendingsDeletesExactlyItsKeys(t *testing.T) {
 		if k.wf != 0 {
 			f.wf = &wfFire{ID: k.wf, Node: k.node}
 		}
-		if err := st.addPending(t.Context(), tx, f, 1); err != nil {
+		if err := st.addPending(t.Context(), tx.Tx, f, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"testing"
 
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -64,12 +65,16 @@ func TestStoredFiresKeepTheirKind(t *testing.T) {
 			if batched {
 				f.fireMs += 100
 				batch = append(batch, dueFire{f: &f, due: 1})
-			} else if err := r.s.jobs.addPending(t.Context(), tx, &f, 1); err != nil {
+			} else if err := r.s.jobs.addPending(t.Context(), tx.Tx, &f, 1); err != nil {
 				t.Fatal(err)
 			}
 			want[f.fireMs] = &f
 		}
-		if err := r.s.jobs.addPendings(t.Context(), tx, batch); err != nil {
+		var b db.Batch
+		if err := r.s.jobs.addPendings(&b, batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Send(t.Context(), &b); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {

@@ -2,8 +2,9 @@ package scheduler
 
 import (
 	"context"
-	"database/sql"
 	"time"
+
+	"github.com/jobmesh/jobmesh/internal/db"
 )
 
 // misfireStrategy is what a job (or workflow) does with fires later than the misfire threshold,
@@ -130,7 +131,7 @@ func (m *misfired) add(onceNow *fire, skipped []skippedFire) {
 // with the job's advance, once, and a leader that dies before dispatching the run or delivering
 // a skipped fire's record leaves them to the next one (takeOverPending) instead of to the
 // takeover's walk of the schedule, which starts past them.
-func (m *misfired) store(ctx context.Context, st engineStore, tx *sql.Tx, advanced map[int64]bool, nowMs int64) error {
+func (m *misfired) store(ctx context.Context, st engineStore, tx *db.Tx, advanced map[int64]bool, nowMs int64) error {
 	var rows []dueFire
 	kept := m.onceNow[:0]
 	for _, f := range m.onceNow {
@@ -149,7 +150,11 @@ func (m *misfired) store(ctx context.Context, st engineStore, tx *sql.Tx, advanc
 		}
 	}
 	m.skipped = skipped
-	return st.addPendings(ctx, tx, rows)
+	var b db.Batch
+	if err := st.addPendings(&b, rows); err != nil {
+		return err
+	}
+	return tx.Send(ctx, &b)
 }
 
 // armMisfires acts on a committed pre-read's misfire decisions: it arms each run now and each

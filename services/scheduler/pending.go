@@ -118,12 +118,24 @@ func (c *claims) held(k pendingKey) bool {
 // addPending stores a pending fire inside the fenced completion transaction; a repeat of the same
 // completion (after a failover) changes nothing.
 func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error {
+	q, args, err := s.pendingInsert(f, dueMs)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return pendingErr(f, err)
+	}
+	return nil
+}
+
+// pendingInsert is the statement that stores the pending fire f due at dueMs (addPending).
+func (s store) pendingInsert(f *fire, dueMs int64) (string, []any, error) {
 	k := f.key()
 	var wf any
 	if f.wf != nil {
 		b, err := json.Marshal(f.wf)
 		if err != nil {
-			return fmt.Errorf("save pending fire %s: %w", k.triggerID(), err)
+			return "", nil, fmt.Errorf("save pending fire %s: %w", k.triggerID(), err)
 		}
 		wf = string(b)
 	}
@@ -131,14 +143,15 @@ func (s store) addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64)
 	if f.kind == kindSkipped {
 		skip = f.skipReason()
 	}
-	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
+	return s.db.Q(`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
 		trigger_type, fire_params, due_ms, parent_job_id, wf_id, wf_node, wf, skip_reason)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING`),
-		k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs, k.parent, k.wf, k.node, wf, skip)
-	if err != nil {
-		return storeErr(err, "save pending %s fire %s", f.trigType, k.triggerID())
-	}
-	return nil
+		[]any{k.job, k.fireMs, k.shard, f.shardTotal, k.attempt, f.trigType, f.params, dueMs, k.parent, k.wf, k.node, wf, skip}, nil
+}
+
+// pendingErr is the failure to store the pending fire f.
+func pendingErr(f *fire, err error) error {
+	return storeErr(err, "save pending %s fire %s", f.trigType, f.key().triggerID())
 }
 
 // pendingColumns are what scanPending reads of a pending fire and its job.

@@ -55,17 +55,17 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("pre-read: %w", err)
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.fence(ctx, tx.Tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return 0, err
 	}
 	// Every read and write of the scan goes by an index, whatever the table statistics say.
-	if err := s.jobs.indexPlans(ctx, tx); err != nil {
+	if err := s.jobs.indexPlans(ctx, tx.Tx); err != nil {
 		return 0, err
 	}
-	if err := l.refreshArmed(ctx, tx, nowMs); err != nil {
+	if err := l.refreshArmed(ctx, tx.Tx, nowMs); err != nil {
 		return 0, err
 	}
-	due, err := s.jobs.due(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
+	due, err := s.jobs.due(ctx, tx.Tx, l.part, horizon, s.cfg.PreReadBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -90,7 +90,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		if err != nil {
 			// Stored schedules were validated; one that no longer parses is stopped, not retried forever.
 			s.log.Error("stopping job with an unreadable schedule", "job_id", j.ID, "error", err)
-			if err := s.jobs.stopJob(ctx, tx, j.ID); err != nil {
+			if err := s.jobs.stopJob(ctx, tx.Tx, j.ID); err != nil {
 				return 0, fmt.Errorf("pre-read: %w", err)
 			}
 			continue
@@ -107,7 +107,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		}
 		advances = append(advances, advance{id: j.ID, readMs: j.NextFireMs, lastMs: last, nextMs: next, armedFromMs: armedFrom})
 	}
-	advanced, err := s.jobs.advanceAll(ctx, tx, advances)
+	advanced, err := s.jobs.advanceAll(ctx, tx.Tx, advances)
 	if err != nil {
 		return 0, err
 	}
@@ -140,7 +140,7 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		l.owed.restore(flush)
 		flush = nil
 	}
-	if err := s.jobs.markArmed(ctx, tx, flush); err != nil {
+	if err := s.jobs.markArmed(ctx, tx.Tx, flush); err != nil {
 		return 0, err
 	}
 	if err := s.jobs.commit(tx); err != nil {
@@ -180,7 +180,7 @@ func (l *engine) preReadWorkflows(ctx context.Context, horizon int64) error {
 		return fmt.Errorf("pre-read workflows: %w", err)
 	}
 	defer tx.Rollback()
-	if err := s.jobs.indexPlans(ctx, tx); err != nil {
+	if err := s.jobs.indexPlans(ctx, tx.Tx); err != nil {
 		return err
 	}
 	// A scan that arms nothing may still have written (skipped instances, advanced or stopped

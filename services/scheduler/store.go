@@ -119,8 +119,8 @@ type apiStore interface {
 // errDeposed when a newer leader holds the partition.
 type engineStore interface {
 	warm(ctx context.Context) error
-	begin(ctx context.Context) (*sql.Tx, error)
-	commit(tx *sql.Tx) error
+	begin(ctx context.Context) (*db.Tx, error)
+	commit(tx *db.Tx) error
 	fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error
 	fenceFree(ctx context.Context, tx *sql.Tx, terms []term, wait map[int]bool, holder string) (held map[int]bool, deposed []int, err error)
 	raiseFence(ctx context.Context, part int, epoch int64, holder string) error
@@ -142,11 +142,11 @@ type engineStore interface {
 	getActing(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error)
 	planNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error
 	cursor(ctx context.Context, part int) (cursor int64, started bool, err error)
-	saveCursors(ctx context.Context, tx *sql.Tx, terms []term, cursor int64) error
+	saveCursors(b *db.Batch, terms []term, cursor int64)
 
 	// Pending fires: retries, child fires, FIRE_ONCE_NOW runs, skipped fires, workflow nodes.
 	addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error
-	addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error
+	addPendings(b *db.Batch, fs []dueFire) error
 	duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
 	duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error)
 	setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error)
@@ -165,8 +165,8 @@ func (s store) warm(ctx context.Context) error { return s.db.Warm(ctx) }
 
 // begin starts a transaction, for the store's methods that take one (a fenced scheduling
 // transaction opens with fence or fenceFree).
-func (s store) begin(ctx context.Context) (*sql.Tx, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s store) begin(ctx context.Context) (*db.Tx, error) {
+	tx, err := s.db.Begin(ctx, nil)
 	if err != nil {
 		return nil, storeErr(err, "begin")
 	}
@@ -331,7 +331,7 @@ func (s store) setNextFire(ctx context.Context, tx *sql.Tx, id, ms int64) error 
 }
 
 // commit commits tx, its failure translated (a lost race is errRetryable).
-func (s store) commit(tx *sql.Tx) error {
+func (s store) commit(tx *db.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return storeErr(err, "commit")
 	}
@@ -1010,22 +1010,18 @@ func (s store) cursor(ctx context.Context, part int) (cursor int64, started bool
 	return c.Int64, c.Valid, nil
 }
 
-// saveCursors stores, inside the fenced tx, the completion cursor of each partition of terms.
-func (s store) saveCursors(ctx context.Context, tx *sql.Tx, terms []term, cursor int64) error {
-	const q = `INSERT INTO partition_cursor (part, cursor) VALUES ($1, $2)
-		ON CONFLICT (part) DO UPDATE SET cursor = excluded.cursor WHERE partition_cursor.cursor < excluded.cursor`
+// saveCursors queues to b, for the fenced transaction that sends it, the store of the
+// completion cursor of each partition of terms.
+func (s store) saveCursors(b *db.Batch, terms []term, cursor int64) {
 	if s.db.Dialect() == db.Postgres {
-		_, err := tx.ExecContext(ctx, `INSERT INTO partition_cursor (part, cursor) SELECT u.part, $2 FROM unnest($1::int[]) AS u(part)
+		b.Queue(func(err error) error { return storeErr(err, "save completion cursors") },
+			`INSERT INTO partition_cursor (part, cursor) SELECT u.part, $2 FROM unnest($1::int[]) AS u(part)
 			ON CONFLICT (part) DO UPDATE SET cursor = excluded.cursor WHERE partition_cursor.cursor < excluded.cursor`, partsOf(terms), cursor)
-		if err != nil {
-			return storeErr(err, "save completion cursors")
-		}
-		return nil
+		return
 	}
 	for _, t := range terms {
-		if _, err := tx.ExecContext(ctx, s.db.Q(q), t.part, cursor); err != nil {
-			return storeErr(err, "save completion cursor of partition %d", t.part)
-		}
+		b.Queue(func(err error) error { return storeErr(err, "save completion cursor of partition %d", t.part) },
+			s.db.Q(`INSERT INTO partition_cursor (part, cursor) VALUES ($1, $2)
+			ON CONFLICT (part) DO UPDATE SET cursor = excluded.cursor WHERE partition_cursor.cursor < excluded.cursor`), t.part, cursor)
 	}
-	return nil
 }

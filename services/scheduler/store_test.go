@@ -576,7 +576,9 @@ func TestCursorSaysWhetherThePartitionStarted(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer tx.Rollback()
-				if err := s.saveCursors(ctx, tx, []term{{part: 3, epoch: 1}}, c); err != nil {
+				var b db.Batch
+				s.saveCursors(&b, []term{{part: 3, epoch: 1}}, c)
+				if err := tx.Send(ctx, &b); err != nil {
 					t.Fatal(err)
 				}
 				if err := s.commit(tx); err != nil {

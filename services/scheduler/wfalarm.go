@@ -2,12 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
 	"github.com/jobmesh/jobmesh/internal/apierr"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/workflow"
 )
 
@@ -173,15 +173,12 @@ type storedAlarm struct {
 	attempts   int
 }
 
-// addWorkflowAlarms stores, inside tx, the failures of instances that ended FAILED.
-func (s store) addWorkflowAlarms(ctx context.Context, tx *sql.Tx, ins []*instanceRow) error {
+// addWorkflowAlarms queues to b the store of the failures of instances that ended FAILED.
+func (s store) addWorkflowAlarms(b *db.Batch, ins []*instanceRow) {
 	for _, in := range ins {
-		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workflow_alarms (instance_id, end_ms) VALUES ($1, $2)
-			ON CONFLICT DO NOTHING`), in.ID, in.EndMs); err != nil {
-			return storeErr(err, "store the alarm of workflow instance %s", in.ID)
-		}
+		b.Queue(func(err error) error { return storeErr(err, "store the alarm of workflow instance %s", in.ID) },
+			s.db.Q(`INSERT INTO workflow_alarms (instance_id, end_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING`), in.ID, in.EndMs)
 	}
-	return nil
 }
 
 // dueWorkflowAlarms reads up to limit stored failures due at nowMs, oldest first.

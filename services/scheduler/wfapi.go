@@ -199,7 +199,7 @@ func (s *Service) validateWorkflow(ctx context.Context, w *workflowRow) (apierr.
 		if err != nil {
 			return nil, nil, err
 		}
-		jobs, err := s.jobs.getMany(ctx, tx, ids)
+		jobs, err := s.jobs.getMany(ctx, tx.Tx, ids)
 		tx.Rollback() // a read only
 		if err != nil {
 			return nil, nil, err
@@ -499,7 +499,7 @@ func (s *Service) inInstanceTx(ctx context.Context, f func(tx *txn) (*instanceRo
 	if err != nil {
 		return nil, nil, err
 	}
-	after, err := t.flush(ctx, s)
+	after, err := t.flush(ctx, s, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 // it changes are gathered and written at flush, one statement each for the whole batch.
 type txn struct {
 	Tx *sql.Tx
+	db *db.Tx // Tx's, for the writes flush sends
 	// jobs are the jobs read so far by id (nil: the job does not exist).
 	jobs  map[int64]*jobRow
 	fires []dueFire
@@ -33,8 +34,8 @@ type dueFire struct {
 }
 
 // newTxn wraps tx.
-func newTxn(tx *sql.Tx) *txn {
-	return &txn{Tx: tx, jobs: map[int64]*jobRow{}, saved: map[string]bool{}}
+func newTxn(tx *db.Tx) *txn {
+	return &txn{Tx: tx.Tx, db: tx, jobs: map[int64]*jobRow{}, saved: map[string]bool{}}
 }
 
 // needJobs reads, in one query, the jobs among ids this transaction has not read yet.
@@ -83,20 +84,23 @@ func (t *txn) keepFires(keep func(pendingKey) bool) {
 	t.fires = slices.DeleteFunc(t.fires, func(d dueFire) bool { return !keep(d.f.key()) })
 }
 
-// flush writes what the transaction gathered (call it before the commit) and returns what
-// arms the fires it stored once the transaction has committed.
-func (t *txn) flush(ctx context.Context, s *Service) ([]func(), error) {
+// flush writes what the transaction gathered, and sends it with the statements b holds (nil:
+// none), in one round trip to the store (call it before the commit); it returns what arms the
+// fires it stored once the transaction has committed.
+func (t *txn) flush(ctx context.Context, s *Service, b *db.Batch) ([]func(), error) {
 	st := s.wfStore()
-	if err := st.addPendings(ctx, t.Tx, t.fires); err != nil {
+	if b == nil {
+		b = &db.Batch{}
+	}
+	if err := st.addPendings(b, t.fires); err != nil {
 		return nil, err
 	}
-	if err := st.saveInstances(ctx, t.Tx, t.saves); err != nil {
+	if err := st.saveInstances(b, t.saves); err != nil {
 		return nil, err
 	}
-	if err := s.notifyPending(ctx, t.Tx, t.fires); err != nil {
-		return nil, err
-	}
-	if err := st.addWorkflowAlarms(ctx, t.Tx, t.failed); err != nil {
+	s.notifyPending(b, t.fires)
+	st.addWorkflowAlarms(b, t.failed)
+	if err := t.db.Send(ctx, b); err != nil {
 		return nil, err
 	}
 	after := make([]func(), 0, len(t.fires)+1)
@@ -111,18 +115,20 @@ func (t *txn) flush(ctx context.Context, s *Service) ([]func(), error) {
 	return after, nil
 }
 
-// addPendings stores pending fires inside tx, in one statement on Postgres; a fire stored
-// already (the same decision taken again after a failover) is left as it is. (Workflow node
-// fires, and a pre-read's misfire decisions.)
-func (s store) addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error {
+// addPendings queues to b the store of pending fires, in one statement on Postgres; a fire
+// stored already (the same decision taken again after a failover) is left as it is. (Workflow
+// node fires, and a pre-read's misfire decisions.)
+func (s store) addPendings(b *db.Batch, fs []dueFire) error {
 	if len(fs) == 0 {
 		return nil
 	}
 	if s.db.Dialect() != db.Postgres {
 		for _, d := range fs {
-			if err := s.addPending(ctx, tx, d.f, d.due); err != nil {
+			q, args, err := s.pendingInsert(d.f, d.due)
+			if err != nil {
 				return err
 			}
+			b.Queue(func(err error) error { return pendingErr(d.f, err) }, q, args...)
 		}
 		return nil
 	}
@@ -152,7 +158,10 @@ func (s store) addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error 
 			wfs[i], hasWf[i] = string(b), true
 		}
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
+	b.Queue(func(err error) error {
+		return storeErr(err, "save %d pending fires (first %s)", n, fs[0].f.key().triggerID())
+	},
+		`INSERT INTO pending_fires (job_id, fire_ms, shard, shard_total, attempt,
 		trigger_type, fire_params, due_ms, parent_job_id, wf_id, wf_node, wf, skip_reason)
 		SELECT u.job, u.fire, u.shard, u.total, u.attempt, u.tt, CASE WHEN u.hp THEN u.params END, u.due, u.parent,
 			u.wfid, u.node, CASE WHEN u.hw THEN u.wf END, NULLIF(u.skip, '')
@@ -161,23 +170,23 @@ func (s store) addPendings(ctx context.Context, tx *sql.Tx, fs []dueFire) error 
 			AS u(job, fire, shard, total, attempt, tt, params, hp, due, parent, wfid, node, wf, hw, skip)
 		ON CONFLICT DO NOTHING`,
 		jobs, fireMs, shards, totals, attempts, tts, params, hasParams, dues, parents, wfIDs, nodes, wfs, hasWf, skips)
-	if err != nil {
-		return storeErr(err, "save %d pending fires (first %s)", n, fs[0].f.key().triggerID())
-	}
 	return nil
 }
 
-// saveInstances writes instances' status, nodes and end inside tx, in one statement on
+// saveInstances queues to b the store of instances' status, nodes and end, in one statement on
 // Postgres.
-func (s store) saveInstances(ctx context.Context, tx *sql.Tx, ins []*instanceRow) error {
+func (s store) saveInstances(b *db.Batch, ins []*instanceRow) error {
 	if len(ins) == 0 {
 		return nil
 	}
 	if s.db.Dialect() != db.Postgres {
 		for _, in := range ins {
-			if err := s.saveInstance(ctx, tx, in); err != nil {
+			_, nodes, err := encodeInstance(in)
+			if err != nil {
 				return err
 			}
+			b.Queue(func(err error) error { return storeErr(err, "save workflow instance %s", in.ID) },
+				s.db.Q(`UPDATE workflow_instances SET status = $2, nodes = $3, end_ms = $4 WHERE id = $1`), in.ID, in.Status, nodes, in.EndMs)
 		}
 		return nil
 	}
@@ -191,11 +200,10 @@ func (s store) saveInstances(ctx context.Context, tx *sql.Tx, ins []*instanceRow
 		}
 		ids[i], status[i], nodes[i], ends[i] = in.ID, int32(in.Status), ns, in.EndMs
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE workflow_instances SET status = u.status, nodes = u.nodes, end_ms = u.end_ms
+	b.Queue(func(err error) error { return storeErr(err, "save %d workflow instances (first %s)", n, ids[0]) },
+		`UPDATE workflow_instances SET status = u.status, nodes = u.nodes, end_ms = u.end_ms
 		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) AS u(id, status, nodes, end_ms)
-		WHERE workflow_instances.id = u.id`, ids, status, nodes, ends); err != nil {
-		return storeErr(err, "save %d workflow instances (first %s)", n, ids[0])
-	}
+		WHERE workflow_instances.id = u.id`, ids, status, nodes, ends)
 	return nil
 }
 

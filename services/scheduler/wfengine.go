@@ -2,13 +2,13 @@ package scheduler
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	logsv1 "github.com/jobmesh/jobmesh/gen/jobmesh/logs/v1"
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/internal/triggerid"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/partition"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
@@ -37,14 +37,14 @@ const maxWorkflowsPerScan = 1000
 // workflow's misfire strategy: FIRE_ONCE_NOW starts it now (trigger type MISFIRE), DO_NOTHING
 // records it as a SKIPPED instance. The whole scan costs a few statements, whatever number of
 // instances it creates.
-func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, horizon int64) ([]func(), error) {
+func (l *engine) fireWorkflows(ctx context.Context, tx *db.Tx, now time.Time, horizon int64) ([]func(), error) {
 	s := l.s
 	st := s.wfStore()
-	due, err := st.dueWorkflows(ctx, tx, l.part, horizon, maxWorkflowsPerScan)
+	due, err := st.dueWorkflows(ctx, tx.Tx, l.part, horizon, maxWorkflowsPerScan)
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
-	if err := s.jobs.fence(ctx, tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
+	if err := s.jobs.fence(ctx, tx.Tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
 		return nil, err
 	}
 	nowMs := now.UnixMilli()
@@ -84,7 +84,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 		}
 		advances = append(advances, advance{id: w.ID, readMs: w.NextFireMs, nextMs: t, version: w.Version})
 	}
-	advanced, err := st.advanceWorkflows(ctx, tx, advances)
+	advanced, err := st.advanceWorkflows(ctx, tx.Tx, advances)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 			ids = append(ids, w.ID)
 		}
 	}
-	running, err := st.countRunningOf(ctx, tx, ids)
+	running, err := st.countRunningOf(ctx, tx.Tx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 	for _, f := range fires {
 		planned = append(planned, instanceID(f.w.ID, f.ms))
 	}
-	taken, err := st.existingInstances(ctx, tx, planned)
+	taken, err := st.existingInstances(ctx, tx.Tx, planned)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 		}
 		ins = append(ins, in)
 	}
-	fresh, err := st.insertInstances(ctx, tx, ins)
+	fresh, err := st.insertInstances(ctx, tx.Tx, ins)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (l *engine) fireWorkflows(ctx context.Context, tx *sql.Tx, now time.Time, h
 	}
 	t.keepFires(func(k pendingKey) bool { return fresh[instanceID(k.wf, k.fireMs)] })
 	t.keepFailed(func(id string) bool { return fresh[id] })
-	return t.flush(ctx, s)
+	return t.flush(ctx, s, nil)
 }
 
 // skippedInstance is a fire of w that does not run, as a SKIPPED instance.
@@ -333,8 +333,8 @@ func isNodeCompletion(c *logsv1.Completion) (triggerid.ID, bool) {
 // fenced tx, and returns what arms the fires they decide after the commit. The batch costs a
 // few statements whatever its size: its instances are locked in one query, its workflows'
 // groups and the jobs of the nodes it may start read in one each, and the fires and instances
-// it decides written in one each.
-func (s *Service) actOnNodeCompletions(ctx context.Context, tx *sql.Tx, cs []*logsv1.Completion) ([]func(), error) {
+// it decides written in one round trip with the statements last holds (flush).
+func (s *Service) actOnNodeCompletions(ctx context.Context, tx *db.Tx, cs []*logsv1.Completion, last *db.Batch) ([]func(), error) {
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -345,7 +345,7 @@ func (s *Service) actOnNodeCompletions(ctx context.Context, tx *sql.Tx, cs []*lo
 		ids[i], _ = isNodeCompletion(c)
 		names = append(names, instanceID(ids[i].Workflow, ids[i].ScheduledMs))
 	}
-	ins, err := st.lockInstances(ctx, tx, names)
+	ins, err := st.lockInstances(ctx, tx.Tx, names)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +363,7 @@ func (s *Service) actOnNodeCompletions(ctx context.Context, tx *sql.Tx, cs []*lo
 			continue
 		}
 		// The jobs a completion may start: its node's (a retry) and the nodes after it.
-		g, err := s.graphOf(ctx, tx, in.WorkflowID, in.Version)
+		g, err := s.graphOf(ctx, tx.Tx, in.WorkflowID, in.Version)
 		if err != nil {
 			return nil, err
 		}
@@ -373,7 +373,7 @@ func (s *Service) actOnNodeCompletions(ctx context.Context, tx *sql.Tx, cs []*lo
 			jobs = append(jobs, g.Nodes[d].JobID)
 		}
 	}
-	groups, err := st.workflowGroups(ctx, tx, wfs)
+	groups, err := st.workflowGroups(ctx, tx.Tx, wfs)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +388,7 @@ func (s *Service) actOnNodeCompletions(ctx context.Context, tx *sql.Tx, cs []*lo
 			}
 		}
 	}
-	return t.flush(ctx, s)
+	return t.flush(ctx, s, last)
 }
 
 // onNodeCompletion applies one node's completion to its instance in (locked): a success or a

@@ -134,7 +134,7 @@ func (s store) insertWorkflow(ctx context.Context, w *workflowRow, count int) (i
 	if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workflows SET part = $2 WHERE id = $1`), id, partition.PartitionOf(id, count)); err != nil {
 		return 0, storeErr(err, "create workflow")
 	}
-	if err := s.saveVersion(ctx, tx, id, 1, w); err != nil {
+	if err := s.saveVersion(ctx, tx.Tx, id, 1, w); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -182,7 +182,7 @@ func (s store) updateWorkflow(ctx context.Context, w *workflowRow, setNext bool)
 		}
 		return fmt.Errorf("workflow %d changed since version %d was read: %w", w.ID, w.Version, apierr.ErrVersionConflict)
 	}
-	if err := s.saveVersion(ctx, tx, w.ID, w.Version+1, w); err != nil {
+	if err := s.saveVersion(ctx, tx.Tx, w.ID, w.Version+1, w); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -351,19 +351,6 @@ func encodeInstance(in *instanceRow) (params, nodes string, err error) {
 		return "", "", fmt.Errorf("workflow instance %s: %w", in.ID, err)
 	}
 	return string(p), string(n), nil
-}
-
-// saveInstance writes an instance's status, nodes and end inside tx.
-func (s store) saveInstance(ctx context.Context, tx *sql.Tx, in *instanceRow) error {
-	_, nodes, err := encodeInstance(in)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workflow_instances SET status = $2, nodes = $3, end_ms = $4 WHERE id = $1`),
-		in.ID, in.Status, nodes, in.EndMs); err != nil {
-		return storeErr(err, "save workflow instance %s", in.ID)
-	}
-	return nil
 }
 
 const instanceColumns = `id, workflow_id, version, status, trigger_type, scheduled_ms, params, nodes, create_ms, end_ms`

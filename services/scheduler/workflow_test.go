@@ -558,11 +558,11 @@ func TestWorkflowEditedDuringAScanIsNotAdvanced(t *testing.T) {
 	stale := advance{id: w.GetId(), readMs: first, nextMs: first + 2000, version: w.GetVersion() - 1}
 	current := stale
 	current.version = w.GetVersion()
-	done, err := st.advanceWorkflows(t.Context(), tx, []advance{stale})
+	done, err := st.advanceWorkflows(t.Context(), tx.Tx, []advance{stale})
 	if err != nil || done[w.GetId()] {
 		t.Fatalf("advance at an older version: %v, %v; want not advanced", done, err)
 	}
-	if done, err = st.advanceWorkflows(t.Context(), tx, []advance{current}); err != nil || !done[w.GetId()] {
+	if done, err = st.advanceWorkflows(t.Context(), tx.Tx, []advance{current}); err != nil || !done[w.GetId()] {
 		t.Fatalf("advance at the version read: %v, %v; want advanced", done, err)
 	}
 }
@@ -659,7 +659,7 @@ func TestWorkflowScheduledFireOnATakenTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fresh, err := r.s.wfStore().insertInstances(t.Context(), tx, []*instanceRow{manual}); err != nil || !fresh[manual.ID] {
+	if fresh, err := r.s.wfStore().insertInstances(t.Context(), tx.Tx, []*instanceRow{manual}); err != nil || !fresh[manual.ID] {
 		t.Fatalf("store the manual instance: %v, %v", fresh, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -846,7 +846,7 @@ func TestWorkflowRetryWaitsForAStartingInstance(t *testing.T) {
 	if err != nil || started.Status != instRunning {
 		t.Fatalf("start an instance: %v, %v; want it running", started, err)
 	}
-	after, err := trig.flush(ctx, r.s)
+	after, err := trig.flush(ctx, r.s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
