@@ -15,8 +15,9 @@ import (
 
 // TestSend: a batch's statements run in order inside the transaction (a later one sees an
 // earlier one's row, the transaction's own reads see them all, a rollback takes them back), the
-// first that fails names itself through its wrap and keeps the driver's error, and the batch
-// is empty after Send; on Postgres and on SQLite.
+// first that fails names itself through its wrap and keeps the driver's error, queries and
+// counts reach their callbacks, a callback's error comes back as it is, and the batch is empty
+// after Send; on Postgres and on SQLite.
 func TestSend(t *testing.T) {
 	t.Parallel()
 	migrations := fstest.MapFS{
@@ -93,6 +94,46 @@ func TestSend(t *testing.T) {
 			}
 			if n, s := total(nil); n != 2 || s != 21 {
 				t.Errorf("after the failed batch: %d rows summing to %d; want 2 summing to 21", n, s)
+			}
+
+			// Rows and counts reach their callbacks in order, between statements; a callback's
+			// error is returned as it is and ends the batch.
+			tx, err = d.Begin(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				ids     []string
+				changed []int64
+			)
+			b.QueueAffected(named("bump"), func(n int64) error { changed = append(changed, n); return nil },
+				d.Q(`UPDATE t SET n = n + 1 WHERE n < $1`), int64(100))
+			b.QueueRows(named("ids"), func(r db.Row) error {
+				var id string
+				var n int64
+				if err := r.Scan(&id, &n); err != nil {
+					return err
+				}
+				ids = append(ids, fmt.Sprintf("%s=%d", id, n))
+				return nil
+			}, d.Q(`SELECT id, n FROM t ORDER BY id`))
+			b.QueueAffected(named("none"), func(n int64) error { changed = append(changed, n); return nil },
+				d.Q(`UPDATE t SET n = 0 WHERE id = $1`), "nobody")
+			if err := tx.Send(ctx, &b); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(ids, " "); got != "a=2 b=21" || fmt.Sprint(changed) != "[2 0]" {
+				t.Errorf("rows %q, counts %v; want \"a=2 b=21\" and [2 0]", got, changed)
+			}
+			errRefused := errors.New("refused")
+			ran := false
+			b.QueueRows(named("refuse"), func(db.Row) error { return errRefused }, d.Q(`SELECT id FROM t`))
+			b.QueueAffected(named("after"), func(int64) error { ran = true; return nil }, d.Q(`UPDATE t SET n = 7`))
+			if err := tx.Send(ctx, &b); err != errRefused || ran {
+				t.Errorf("send: %v, later statement's callback ran: %v; want the callback's own error and no later callback", err, ran)
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
 			}
 
 			// An empty batch is nothing; a transaction that ended refuses one.

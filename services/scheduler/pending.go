@@ -162,13 +162,29 @@ const pendingColumns = `p.fire_ms, p.shard, p.shard_total, p.attempt, p.trigger_
 // duePending reads partition part's pending fires due at or before horizonMs with their jobs,
 // oldest first, inside q (a transaction or the store).
 func (s store) duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error) {
-	rows, err := q.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
-		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
+	rows, err := q.QueryContext(ctx, s.db.Q(duePendingQuery), horizonMs, limit, part)
 	if err != nil {
 		return nil, nil, storeErr(err, "read pending fires")
 	}
 	return scanPending(rows)
 }
+
+// queueDuePending queues to b what duePending reads, appended to fires and dues once b is sent.
+func (s store) queueDuePending(b *db.Batch, part int, horizonMs int64, limit int, fires *[]*fire, dues *[]int64) {
+	b.QueueRows(func(err error) error { return storeErr(err, "read pending fires") }, func(r db.Row) error {
+		f, due, err := scanPendingRow(r)
+		if err != nil {
+			return err
+		}
+		*fires, *dues = append(*fires, f), append(*dues, due)
+		return nil
+	}, s.db.Q(duePendingQuery), horizonMs, limit, part)
+}
+
+// duePendingQuery reads partition $3's pending fires due at or before $1 with their jobs, at
+// most $2, oldest first.
+const duePendingQuery = `SELECT ` + pendingColumns + `
+	WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`
 
 // duePendingOf reads the pending fires named by refs (job and scheduled time) due at or before
 // horizonMs with their jobs, oldest first (a hand-off: handoffLoop).
@@ -209,40 +225,49 @@ func scanPending(rows *sql.Rows) ([]*fire, []int64, error) {
 		dues  []int64
 	)
 	for rows.Next() {
-		var (
-			f      fire
-			tt     triggerType
-			params sql.NullString
-			wf     sql.NullString
-			skip   sql.NullString
-			due    int64
-			j      jobRow
-		)
-		if err := rows.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &tt, &params, &due, &f.parent, &wf, &skip},
-			jobFields(&j)...)...); err != nil {
-			return nil, nil, storeErr(err, "read pending fires")
+		f, due, err := scanPendingRow(rows)
+		if err != nil {
+			return nil, nil, err
 		}
-		f.trigType, f.skip = tt, skip.String
-		f.kind = storedKind(tt, wf.Valid, skip.Valid)
-		if f.shard < 0 {
-			f.shard, f.shardTotal = 0, 0
-		}
-		if params.Valid {
-			f.params = &params.String
-		}
-		if wf.Valid {
-			f.wf = &wfFire{}
-			if err := json.Unmarshal([]byte(wf.String), f.wf); err != nil {
-				return nil, nil, fmt.Errorf("read pending fires: workflow node of job %d: %w", j.ID, err)
-			}
-		}
-		f.job = &j
-		fires, dues = append(fires, &f), append(dues, due)
+		fires, dues = append(fires, f), append(dues, due)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, storeErr(err, "read pending fires")
 	}
 	return fires, dues, nil
+}
+
+// scanPendingRow reads one of pendingColumns' rows: the fire and when it is due.
+func scanPendingRow(r db.Row) (*fire, int64, error) {
+	var (
+		f      fire
+		tt     triggerType
+		params sql.NullString
+		wf     sql.NullString
+		skip   sql.NullString
+		due    int64
+		j      jobRow
+	)
+	if err := r.Scan(append([]any{&f.fireMs, &f.shard, &f.shardTotal, &f.attempt, &tt, &params, &due, &f.parent, &wf, &skip},
+		jobFields(&j)...)...); err != nil {
+		return nil, 0, storeErr(err, "read pending fires")
+	}
+	f.trigType, f.skip = tt, skip.String
+	f.kind = storedKind(tt, wf.Valid, skip.Valid)
+	if f.shard < 0 {
+		f.shard, f.shardTotal = 0, 0
+	}
+	if params.Valid {
+		f.params = &params.String
+	}
+	if wf.Valid {
+		f.wf = &wfFire{}
+		if err := json.Unmarshal([]byte(wf.String), f.wf); err != nil {
+			return nil, 0, fmt.Errorf("read pending fires: workflow node of job %d: %w", j.ID, err)
+		}
+	}
+	f.job = &j
+	return &f, due, nil
 }
 
 // deletePending removes a dispatched (or obsolete) pending fire.
@@ -300,33 +325,18 @@ func (s store) dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool,
 	return n > 0, nil
 }
 
-// pruneTombstones forgets, inside the fenced tx, tombstones older than an hour.
-func (s store) pruneTombstones(ctx context.Context, tx *sql.Tx, nowMs int64) error {
-	if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM job_tombstones WHERE deleted_ms < $1`), nowMs-time.Hour.Milliseconds()); err != nil {
-		return storeErr(err, "prune job tombstones")
-	}
-	return nil
+// queuePruneTombstones queues to b, for the fenced transaction, the removal of tombstones older
+// than an hour.
+func (s store) queuePruneTombstones(b *db.Batch, nowMs int64) {
+	b.Queue(func(err error) error { return storeErr(err, "prune job tombstones") },
+		s.db.Q(`DELETE FROM job_tombstones WHERE deleted_ms < $1`), nowMs-time.Hour.Milliseconds())
 }
 
-// tombstonesSince reads, inside the fenced tx, the jobs deleted at or after ms.
-func (s store) tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT job_id FROM job_tombstones WHERE deleted_ms >= $1`), ms)
-	if err != nil {
-		return nil, storeErr(err, "read deleted jobs")
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, storeErr(err, "read deleted jobs")
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, storeErr(err, "read deleted jobs")
-	}
-	return ids, nil
+// queueTombstonesSince queues to b, for the fenced transaction, the read of the jobs deleted at
+// or after ms, appended to ids once b is sent.
+func (s store) queueTombstonesSince(b *db.Batch, ms int64, ids *[]int64) {
+	b.QueueRows(func(err error) error { return storeErr(err, "read deleted jobs") }, appendID(ids),
+		s.db.Q(`SELECT job_id FROM job_tombstones WHERE deleted_ms >= $1`), ms)
 }
 
 // armPending arms a pending fire at dueMs unless this leadership already has.

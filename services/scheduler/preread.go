@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobmesh/jobmesh/internal/db"
 	"github.com/jobmesh/jobmesh/services/scheduler/internal/schedule"
 )
 
@@ -55,22 +56,29 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("pre-read: %w", err)
 	}
 	defer tx.Rollback()
-	if err := s.jobs.fence(ctx, tx.Tx, l.part, l.epoch, s.cfg.ReplicaID); err != nil {
-		return 0, err
-	}
-	// Every read and write of the scan goes by an index, whatever the table statistics say.
-	if err := s.jobs.indexPlans(ctx, tx.Tx); err != nil {
-		return 0, err
-	}
-	if err := l.refreshArmed(ctx, tx.Tx, nowMs); err != nil {
-		return 0, err
-	}
-	due, err := s.jobs.due(ctx, tx.Tx, l.part, horizon, s.cfg.PreReadBatch)
-	if err != nil {
-		return 0, err
-	}
+	// The scan's first statements go to the store in one round trip (it holds the partition's
+	// fence, and the partition's completions wait for it): the fence, index plans (every read
+	// and write of the scan goes by an index, whatever the table statistics say), what changed
+	// since the last scan, the due jobs' ids and the due pending fires.
+	var (
+		b          db.Batch
+		dueIDs     []int64
+		pending    []*fire
+		pendingDue []int64
+	)
+	s.jobs.queueFence(&b, l.part, l.epoch, s.cfg.ReplicaID)
+	s.jobs.queueIndexPlans(&b)
+	refresh := l.queueRefresh(&b, nowMs)
+	s.jobs.queueDueIDs(&b, l.part, horizon, s.cfg.PreReadBatch, &dueIDs)
 	pendingRead := time.Now() // a measurement: a read older than claimGone/2 is not armed
-	pending, pendingDue, err := s.jobs.duePending(ctx, tx, l.part, horizon, s.cfg.PreReadBatch)
+	s.jobs.queueDuePending(&b, l.part, horizon, s.cfg.PreReadBatch, &pending, &pendingDue)
+	if err := tx.Send(ctx, &b); err != nil {
+		return 0, err
+	}
+	if err := refresh(ctx, tx.Tx); err != nil {
+		return 0, err
+	}
+	due, err := s.jobs.dueJobs(ctx, tx.Tx, dueIDs)
 	if err != nil {
 		return 0, err
 	}
@@ -198,36 +206,45 @@ func (l *engine) preReadWorkflows(ctx context.Context, horizon int64) error {
 	return nil
 }
 
-// refreshArmed applies API changes made on any replica to the fires already armed: a deleted
-// job's fires are disarmed (its tombstone says so), a stopped or rescheduled job's scheduled fires
-// too (the API moved its next fire), and any other change (params, handler, GLUE source…) reaches
-// the armed fires. It reads jobs changed since the previous scan, with a second of overlap.
-func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) error {
+// queueRefresh queues to b the reads of a refresh of the fires already armed, and returns what
+// applies API changes made on any replica to them once b is sent: a deleted job's fires are
+// disarmed (its tombstone says so), a stopped or rescheduled job's scheduled fires too (the API
+// moved its next fire), and any other change (params, handler, GLUE source…) reaches the armed
+// fires. It reads jobs changed since the previous scan, with a second of overlap.
+func (l *engine) queueRefresh(b *db.Batch, nowMs int64) func(ctx context.Context, tx *sql.Tx) error {
 	s := l.s
 	since := l.lastScanMs - 1000
 	l.lastScanMs = nowMs
 	if l.ring.Len() == 0 {
-		return nil
+		return func(context.Context, *sql.Tx) error { return nil }
 	}
-	if nowMs-l.lastPruneMs >= time.Minute.Milliseconds() {
-		if err := s.jobs.pruneTombstones(ctx, tx, nowMs); err != nil {
+	prune := nowMs-l.lastPruneMs >= time.Minute.Milliseconds()
+	if prune {
+		s.jobs.queuePruneTombstones(b, nowMs)
+	}
+	var deleted, changedIDs []int64
+	s.jobs.queueTombstonesSince(b, since, &deleted)
+	s.jobs.queueChangedSince(b, since, l.ring.HasJob, &changedIDs) // only armed jobs have fires to refresh
+	return func(ctx context.Context, tx *sql.Tx) error {
+		if prune {
+			l.lastPruneMs = nowMs
+		}
+		for _, id := range deleted {
+			for _, e := range l.ring.RemoveJob(id) {
+				l.disarmEntry(e)
+			}
+		}
+		changed, err := s.jobs.jobsOf(ctx, tx, changedIDs)
+		if err != nil {
 			return err
 		}
-		l.lastPruneMs = nowMs
+		l.applyChanged(changed)
+		return nil
 	}
-	deleted, err := s.jobs.tombstonesSince(ctx, tx, since)
-	if err != nil {
-		return err
-	}
-	for _, id := range deleted {
-		for _, e := range l.ring.RemoveJob(id) {
-			l.disarmEntry(e)
-		}
-	}
-	changed, err := s.jobs.changedSince(ctx, tx, since, l.ring.HasJob) // only armed jobs have fires to refresh
-	if err != nil {
-		return err
-	}
+}
+
+// applyChanged brings the armed fires of changed jobs up to date (queueRefresh).
+func (l *engine) applyChanged(changed []*jobRow) {
 	for _, j := range changed {
 		for _, e := range l.ring.RemoveJob(j.ID) {
 			old := e.Value.job
@@ -244,7 +261,6 @@ func (l *engine) refreshArmed(ctx context.Context, tx *sql.Tx, nowMs int64) erro
 			l.ring.Add(e)
 		}
 	}
-	return nil
 }
 
 // firesInWindow computes a job's fires from its next_fire up to horizon (Unix ms). It returns the

@@ -122,20 +122,25 @@ type engineStore interface {
 	begin(ctx context.Context) (*db.Tx, error)
 	commit(tx *db.Tx) error
 	fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, holder string) error
+	queueFence(b *db.Batch, part int, epoch int64, holder string)
 	fenceFree(ctx context.Context, tx *sql.Tx, terms []term, wait map[int]bool, holder string) (held map[int]bool, deposed []int, err error)
 	raiseFence(ctx context.Context, part int, epoch int64, holder string) error
 	indexPlans(ctx context.Context, tx *sql.Tx) error
+	queueIndexPlans(b *db.Batch)
 	assignPartitions(ctx context.Context, count int) (int64, error)
 
 	// The pre-read and the takeover.
-	due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error)
-	changedSince(ctx context.Context, tx *sql.Tx, ms int64, keep func(id int64) bool) ([]*jobRow, error)
+	due(ctx context.Context, tx *db.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error)
+	queueDueIDs(b *db.Batch, part int, horizonMs int64, limit int, ids *[]int64)
+	dueJobs(ctx context.Context, tx *sql.Tx, ids []int64) ([]*jobRow, error)
+	queueChangedSince(b *db.Batch, ms int64, keep func(id int64) bool, ids *[]int64)
+	jobsOf(ctx context.Context, tx *sql.Tx, ids []int64) ([]*jobRow, error)
 	advanceAll(ctx context.Context, tx *sql.Tx, as []advance) (map[int64]bool, error)
 	markArmed(ctx context.Context, tx *sql.Tx, marks map[int64]int64) error
 	armed(ctx context.Context, part int) ([]armedJob, error)
 	stopJob(ctx context.Context, tx *sql.Tx, id int64) error
-	pruneTombstones(ctx context.Context, tx *sql.Tx, nowMs int64) error
-	tombstonesSince(ctx context.Context, tx *sql.Tx, ms int64) ([]int64, error)
+	queuePruneTombstones(b *db.Batch, nowMs int64)
+	queueTombstonesSince(b *db.Batch, ms int64, ids *[]int64)
 
 	// Completions.
 	getMany(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]*jobRow, error)
@@ -148,6 +153,7 @@ type engineStore interface {
 	addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error
 	addPendings(b *db.Batch, fs []dueFire) error
 	duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
+	queueDuePending(b *db.Batch, part int, horizonMs int64, limit int, fires *[]*fire, dues *[]int64)
 	duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error)
 	setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error)
 	dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool, error)
@@ -490,10 +496,26 @@ func (s store) fence(ctx context.Context, tx *sql.Tx, part int, epoch int64, hol
 	if err != nil {
 		return storeErr(err, "fence partition %d", part)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("partition %d: %w", part, errDeposed)
+	n, _ := res.RowsAffected()
+	return fenced(part)(n)
+}
+
+// queueFence queues to b what fence does: errDeposed, as Send's error, when a newer epoch holds
+// the partition.
+func (s store) queueFence(b *db.Batch, part int, epoch int64, holder string) {
+	b.QueueAffected(func(err error) error { return storeErr(err, "fence partition %d", part) }, fenced(part),
+		s.db.Q(fenceQuery), part, epoch, holder)
+}
+
+// fenced judges a raise of partition part's fence by the rows it changed: none, a newer epoch
+// holds it.
+func fenced(part int) func(n int64) error {
+	return func(n int64) error {
+		if n == 0 {
+			return fmt.Errorf("partition %d: %w", part, errDeposed)
+		}
+		return nil
 	}
-	return nil
 }
 
 // fenceQuery raises one partition's fence ($1 partition, $2 epoch, $3 holder); it changes no row
@@ -621,10 +643,19 @@ func (s store) indexPlans(ctx context.Context, tx *sql.Tx) error {
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, db.IndexPlans); err != nil {
-		return storeErr(err, "index plans")
+		return indexPlansErr(err)
 	}
 	return nil
 }
+
+// queueIndexPlans queues to b what indexPlans does.
+func (s store) queueIndexPlans(b *db.Batch) {
+	if s.db.Dialect() == db.Postgres {
+		b.Queue(indexPlansErr, db.IndexPlans)
+	}
+}
+
+func indexPlansErr(err error) error { return storeErr(err, "index plans") }
 
 // raiseFence raises partition part's fence to epoch in a transaction of its own, waiting for the previous
 // leader's fenced transactions to end; errDeposed when a newer leader holds it.
@@ -664,23 +695,25 @@ const dueIDsQuery = `SELECT job_id FROM job_state WHERE part = $1 AND next_fire_
 // partition's scan). It takes no row locks: advanceAll moves a job's fire times only if its
 // next fire is still the one read here, so an API change committed in between (start, stop, a
 // new schedule, a delete) wins and the pre-read leaves that job alone.
-func (s store) due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(dueIDsQuery), part, horizonMs, limit)
-	if err != nil {
-		return nil, storeErr(err, "pre-read")
+func (s store) due(ctx context.Context, tx *db.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error) {
+	var (
+		b   db.Batch
+		ids []int64
+	)
+	s.queueDueIDs(&b, part, horizonMs, limit, &ids)
+	if err := tx.Send(ctx, &b); err != nil {
+		return nil, err
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, storeErr(err, "pre-read")
-		}
-		ids = append(ids, id)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, storeErr(err, "pre-read")
-	}
+	return s.dueJobs(ctx, tx.Tx, ids)
+}
+
+// queueDueIDs queues to b due's first read: the ids, appended to ids once b is sent.
+func (s store) queueDueIDs(b *db.Batch, part int, horizonMs int64, limit int, ids *[]int64) {
+	b.QueueRows(func(err error) error { return storeErr(err, "pre-read") }, appendID(ids), s.db.Q(dueIDsQuery), part, horizonMs, limit)
+}
+
+// dueJobs is due's second read: the running jobs among ids, in their order.
+func (s store) dueJobs(ctx context.Context, tx *sql.Tx, ids []int64) ([]*jobRow, error) {
 	jobs, err := s.getMany(ctx, tx, ids)
 	if err != nil {
 		return nil, err
@@ -694,36 +727,46 @@ func (s store) due(ctx context.Context, tx *sql.Tx, part int, horizonMs int64, l
 	return out, nil
 }
 
-// changedSince reads, inside the fenced tx, the jobs changed through the API at or after ms
-// that keep is true for. It reads their ids first and the whole rows of those kept only: a
-// million jobs imported at once are a million ids (8 MB), not a million rows in memory at once
-// (600 MB in the leader, the whole heap of a scan after `bench scale` inserted its jobs).
-func (s store) changedSince(ctx context.Context, tx *sql.Tx, ms int64, keep func(id int64) bool) ([]*jobRow, error) {
-	rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT id FROM jobs WHERE update_ms >= $1`), ms)
-	if err != nil {
-		return nil, storeErr(err, "read changed jobs")
-	}
-	var ids []int64
-	for rows.Next() {
+// appendID is a row callback that appends a row's one id to ids.
+func appendID(ids *[]int64) func(db.Row) error {
+	return func(r db.Row) error {
 		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, storeErr(err, "read changed jobs")
+		if err := r.Scan(&id); err != nil {
+			return storeErr(err, "read ids")
+		}
+		*ids = append(*ids, id)
+		return nil
+	}
+}
+
+// queueChangedSince queues to b, for the fenced transaction, the read of the ids of the jobs
+// changed through the API at or after ms that keep is true for, appended to ids once b is sent;
+// jobsOf then reads the rows of those kept only: a million jobs imported at once are a million
+// ids (8 MB), not a million rows in memory at once (600 MB in the leader, the whole heap of a
+// scan after `bench scale` inserted its jobs).
+func (s store) queueChangedSince(b *db.Batch, ms int64, keep func(id int64) bool, ids *[]int64) {
+	b.QueueRows(func(err error) error { return storeErr(err, "read changed jobs") }, func(r db.Row) error {
+		var id int64
+		if err := r.Scan(&id); err != nil {
+			return storeErr(err, "read changed jobs")
 		}
 		if keep(id) {
-			ids = append(ids, id)
+			*ids = append(*ids, id)
 		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, storeErr(err, "read changed jobs")
-	}
+		return nil
+	}, s.db.Q(`SELECT id FROM jobs WHERE update_ms >= $1`), ms)
+}
+
+// jobsOf reads, inside tx, the jobs with the given ids that exist, in their order, a few
+// thousand per query.
+func (s store) jobsOf(ctx context.Context, tx *sql.Tx, ids []int64) ([]*jobRow, error) {
 	out := make([]*jobRow, 0, len(ids))
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 5000)]
 		ids = ids[len(chunk):]
 		m, err := s.getMany(ctx, tx, chunk)
 		if err != nil {
-			return nil, storeErr(err, "read changed jobs")
+			return nil, err
 		}
 		for _, id := range chunk {
 			if j := m[id]; j != nil {

@@ -259,7 +259,7 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 				}
 				ids = append(ids, id)
 			}
-			tx, err := d.BeginTx(ctx, nil)
+			tx, err := d.Begin(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,11 +293,11 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 			} else {
 				tx.Rollback()
 				moved()
-				if tx, err = d.BeginTx(ctx, nil); err != nil {
+				if tx, err = d.Begin(ctx, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
-			done, err := s.advanceAll(ctx, tx, as)
+			done, err := s.advanceAll(ctx, tx.Tx, as)
 			if err != nil {
 				t.Fatal(err)
 			}
