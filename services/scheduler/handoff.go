@@ -237,7 +237,7 @@ func (l *engine) handoffLoop(ctx context.Context) {
 		if all {
 			fires, dues, err = s.jobs.duePending(ctx, s.wfStore().db, l.part, horizon, s.cfg.PreReadBatch)
 		} else {
-			fires, dues, err = s.jobs.duePendingOf(ctx, refs, horizon)
+			fires, dues, err = s.jobs.duePendingOf(ctx, s.wfStore().db, refs, horizon)
 		}
 		if err != nil {
 			if ctx.Err() == nil {

@@ -107,6 +107,15 @@ func (c *claims) done(k pendingKey) {
 	}
 }
 
+// taken reports whether k is claimed, or was deleted lately.
+func (c *claims) taken(k pendingKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, held := c.set[k]
+	_, gone := c.gone[k]
+	return held || gone
+}
+
 // held reports whether k is claimed.
 func (c *claims) held(k pendingKey) bool {
 	c.mu.Lock()
@@ -169,16 +178,19 @@ func (s store) duePending(ctx context.Context, q queryer, part int, horizonMs in
 	return scanPending(rows)
 }
 
-// queueDuePending queues to b what duePending reads, appended to fires and dues once b is sent.
-func (s store) queueDuePending(b *db.Batch, part int, horizonMs int64, limit int, fires *[]*fire, dues *[]int64) {
+// queueDuePendingKeys queues to b the read of the keys of what duePending reads, appended to
+// keys once b is sent: a few numbers a row, where duePending reads each row's job whole.
+func (s store) queueDuePendingKeys(b *db.Batch, part int, horizonMs int64, limit int, keys *[]pendingKey) {
 	b.QueueRows(func(err error) error { return storeErr(err, "read pending fires") }, func(r db.Row) error {
-		f, due, err := scanPendingRow(r)
-		if err != nil {
-			return err
+		var k pendingKey
+		if err := r.Scan(&k.job, &k.fireMs, &k.shard, &k.attempt, &k.parent, &k.wf, &k.node); err != nil {
+			return storeErr(err, "read pending fires")
 		}
-		*fires, *dues = append(*fires, f), append(*dues, due)
+		*keys = append(*keys, k)
 		return nil
-	}, s.db.Q(duePendingQuery), horizonMs, limit, part)
+	}, s.db.Q(`SELECT p.job_id, p.fire_ms, p.shard, p.attempt, p.parent_job_id, p.wf_id, p.wf_node
+		FROM pending_fires p JOIN job_state ON job_state.job_id = p.job_id
+		WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`), horizonMs, limit, part)
 }
 
 // duePendingQuery reads partition $3's pending fires due at or before $1 with their jobs, at
@@ -186,9 +198,10 @@ func (s store) queueDuePending(b *db.Batch, part int, horizonMs int64, limit int
 const duePendingQuery = `SELECT ` + pendingColumns + `
 	WHERE p.due_ms <= $1 AND job_state.part = $3 ORDER BY p.due_ms LIMIT $2`
 
-// duePendingOf reads the pending fires named by refs (job and scheduled time) due at or before
-// horizonMs with their jobs, oldest first (a hand-off: handoffLoop).
-func (s store) duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error) {
+// duePendingOf reads, inside q (a transaction or the store), the pending fires named by refs
+// (job and scheduled time) due at or before horizonMs with their jobs, oldest first (a
+// hand-off, handoffLoop; the fires a pre-read has not armed).
+func (s store) duePendingOf(ctx context.Context, q queryer, refs []fireRef, horizonMs int64) ([]*fire, []int64, error) {
 	var (
 		rows *sql.Rows
 		err  error
@@ -198,7 +211,7 @@ func (s store) duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64
 		for i, r := range refs {
 			jobs[i], ms[i] = r.job, r.fireMs
 		}
-		rows, err = s.db.QueryContext(ctx, `SELECT `+pendingColumns+`
+		rows, err = q.QueryContext(ctx, `SELECT `+pendingColumns+`
 			JOIN unnest($1::bigint[], $2::bigint[]) AS r(job, ms) ON p.job_id = r.job AND p.fire_ms = r.ms
 			WHERE p.due_ms <= $3 ORDER BY p.due_ms`, jobs, ms, horizonMs)
 	} else {
@@ -207,8 +220,9 @@ func (s store) duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64
 			list[i] = [2]int64{r.job, r.fireMs}
 		}
 		b, _ := json.Marshal(list)
-		rows, err = s.db.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
-			JOIN json_each($1) AS r ON p.job_id = json_extract(r.value, '$[0]') AND p.fire_ms = json_extract(r.value, '$[1]')
+		rows, err = q.QueryContext(ctx, s.db.Q(`SELECT `+pendingColumns+`
+			JOIN (SELECT json_extract(value, '$[0]') AS job, json_extract(value, '$[1]') AS ms FROM json_each($1)) AS r
+				ON p.job_id = r.job AND p.fire_ms = r.ms
 			WHERE p.due_ms <= $2 ORDER BY p.due_ms`), string(b), horizonMs)
 	}
 	if err != nil {

@@ -59,24 +59,43 @@ func (l *engine) preRead(ctx context.Context) (int, error) {
 	// The scan's first statements go to the store in one round trip (it holds the partition's
 	// fence, and the partition's completions wait for it): the fence, index plans (every read
 	// and write of the scan goes by an index, whatever the table statistics say), what changed
-	// since the last scan, the due jobs' ids and the due pending fires.
+	// since the last scan, the due jobs' ids and the due pending fires' keys.
 	var (
-		b          db.Batch
-		dueIDs     []int64
-		pending    []*fire
-		pendingDue []int64
+		b           db.Batch
+		dueIDs      []int64
+		pendingKeys []pendingKey
 	)
 	s.jobs.queueFence(&b, l.part, l.epoch, s.cfg.ReplicaID)
 	s.jobs.queueIndexPlans(&b)
 	refresh := l.queueRefresh(&b, nowMs)
 	s.jobs.queueDueIDs(&b, l.part, horizon, s.cfg.PreReadBatch, &dueIDs)
 	pendingRead := time.Now() // a measurement: a read older than claimGone/2 is not armed
-	s.jobs.queueDuePending(&b, l.part, horizon, s.cfg.PreReadBatch, &pending, &pendingDue)
+	s.jobs.queueDuePendingKeys(&b, l.part, horizon, s.cfg.PreReadBatch, &pendingKeys)
 	if err := tx.Send(ctx, &b); err != nil {
 		return 0, err
 	}
 	if err := refresh(ctx, tx.Tx); err != nil {
 		return 0, err
+	}
+	// Most pending fires due soon were stored and armed by this leadership (a workflow's
+	// nodes, a retry): only the others are read whole, with their jobs.
+	var (
+		refs       []fireRef
+		seen       = map[fireRef]bool{}
+		pending    []*fire
+		pendingDue []int64
+	)
+	for _, k := range pendingKeys {
+		if r := (fireRef{job: k.job, fireMs: k.fireMs}); !l.claims.taken(k) && !seen[r] {
+			seen[r] = true
+			refs = append(refs, r)
+		}
+	}
+	if len(refs) > 0 {
+		var err error
+		if pending, pendingDue, err = s.jobs.duePendingOf(ctx, tx.Tx, refs, horizon); err != nil {
+			return 0, err
+		}
 	}
 	due, err := s.jobs.dueJobs(ctx, tx.Tx, dueIDs)
 	if err != nil {

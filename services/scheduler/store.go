@@ -153,8 +153,8 @@ type engineStore interface {
 	addPending(ctx context.Context, tx *sql.Tx, f *fire, dueMs int64) error
 	addPendings(b *db.Batch, fs []dueFire) error
 	duePending(ctx context.Context, q queryer, part int, horizonMs int64, limit int) ([]*fire, []int64, error)
-	queueDuePending(b *db.Batch, part int, horizonMs int64, limit int, fires *[]*fire, dues *[]int64)
-	duePendingOf(ctx context.Context, refs []fireRef, horizonMs int64) ([]*fire, []int64, error)
+	queueDuePendingKeys(b *db.Batch, part int, horizonMs int64, limit int, keys *[]pendingKey)
+	duePendingOf(ctx context.Context, q queryer, refs []fireRef, horizonMs int64) ([]*fire, []int64, error)
 	setPendingDue(ctx context.Context, tx *sql.Tx, k pendingKey, dueMs, fromMs int64) (bool, error)
 	dropPending(ctx context.Context, tx *sql.Tx, k pendingKey) (bool, error)
 	deletePending(ctx context.Context, k pendingKey) error
