@@ -347,10 +347,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 			return &logsv1.IngestTriggerRecordsRequest{BatchId: id, Records: items}
 		},
 		Acked: func(r *logsv1.IngestTriggerRecordsResponse) uint64 { return r.GetBatchId() },
-		// Up to four batches unacknowledged, as the agents' results: a fire's record must not
-		// wait out logsvc's commit of the previous batch, or its result, which comes on the
-		// agent's stream, waits for it in logsvc (and a workflow node's next node with it).
-		Window:     4,
+		// A fire's record must not wait out logsvc's commit of earlier batches, or its result,
+		// which comes on the agent's stream, waits for it in logsvc (and a workflow node's next
+		// node with it). logsvc acknowledges a record once its run is stored, which for a fire
+		// dispatched ahead of its time is when its result has come: the dispatch lead and more.
+		// At 250 fires a second four batches in flight kept records lingering 7 ms (p50); the
+		// window holds a batch per record for that long up to about 1,000 fires a second, and
+		// past it records gather into fuller batches behind the linger.
+		Window:     256,
 		MaxPending: cfg.RecordQueue,
 		Logger:     cfg.Logger,
 		OnAck:      s.rowAcks.acked,

@@ -243,8 +243,14 @@ func newStreamOutbox(cfg Config, log *slog.Logger) (*streamOutbox, error) {
 			}
 			return r.GetBatchId()
 		},
-		Linger:     20 * time.Millisecond,
-		Window:     4,
+		Linger: 20 * time.Millisecond,
+		// logsvc acknowledges a batch once every result in it is stored, and holds a result
+		// whose trigger record has not come yet (a fire that ran at once, its record still on
+		// the scheduler's stream). Four batches in flight were four such results at 250 runs a
+		// second: the next results, other fires' whose records were there, waited out the
+		// linger (p90 7 ms, p99 15 ms before leaving the agent). A batch per result in flight
+		// for that wait fits in this window.
+		Window:     64,
 		MaxPending: unbounded,
 		Logger:     log,
 		OnAck:      o.resultsAcked,
