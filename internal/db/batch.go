@@ -114,12 +114,7 @@ func readResult(br pgx.BatchResults, s batchStmt) error {
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := s.row(rows); err != nil {
-			return callback(err)
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, s.row)
 }
 
 // run runs one statement alone through database/sql.
@@ -140,8 +135,17 @@ func (t *Tx) run(ctx context.Context, s batchStmt) error {
 		return err
 	}
 	defer rows.Close()
+	return eachRow(rows, s.row)
+}
+
+// eachRow hands each of rows (either driver's) to row.
+func eachRow(rows interface {
+	Row
+	Next() bool
+	Err() error
+}, row func(Row) error) error {
 	for rows.Next() {
-		if err := s.row(rows); err != nil {
+		if err := row(rows); err != nil {
 			return callback(err)
 		}
 	}
