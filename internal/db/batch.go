@@ -24,7 +24,8 @@ type batchStmt struct {
 	affected func(int64) error // a write whose count of rows matters
 }
 
-// Row is one row of a query queued with QueueRows; Scan is database/sql's Rows.Scan.
+// Row is one row of a query queued with QueueRows. On Postgres Scan is pgx's, stricter than
+// database/sql's (no conversion between text and numbers): scan each column into its own type.
 type Row interface {
 	Scan(dest ...any) error
 }
@@ -54,7 +55,9 @@ func (b *Batch) Len() int { return len(b.stmts) }
 // round trip; the first that fails ends the batch (the server skips the rest, and the
 // transaction is aborted as after any failed statement) and its error is returned. Elsewhere
 // they run one by one. A statement's callbacks run as its results arrive, before the next
-// statement's: a callback cannot change what a later statement of the same batch sends.
+// statement's: a callback cannot change what a later statement of the same batch sends, and
+// on Postgres the statements after one whose callback failed have run by then (on SQLite they
+// have not). After any error from Send, roll the transaction back.
 func (t *Tx) Send(ctx context.Context, b *Batch) error {
 	stmts := b.stmts
 	b.stmts = nil

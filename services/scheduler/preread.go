@@ -233,9 +233,13 @@ func (l *engine) preReadWorkflows(ctx context.Context, horizon int64) error {
 func (l *engine) queueRefresh(b *db.Batch, nowMs int64) func(ctx context.Context, tx *sql.Tx) error {
 	s := l.s
 	since := l.lastScanMs - 1000
-	l.lastScanMs = nowMs
+	// The next scan reads from this one's time only once this one has read and applied the
+	// changes: a scan that fails leaves the next to read them again.
 	if l.ring.Len() == 0 {
-		return func(context.Context, *sql.Tx) error { return nil }
+		return func(context.Context, *sql.Tx) error {
+			l.lastScanMs = nowMs
+			return nil
+		}
 	}
 	prune := nowMs-l.lastPruneMs >= time.Minute.Milliseconds()
 	if prune {
@@ -258,6 +262,7 @@ func (l *engine) queueRefresh(b *db.Batch, nowMs int64) func(ctx context.Context
 			return err
 		}
 		l.applyChanged(changed)
+		l.lastScanMs = nowMs
 		return nil
 	}
 }

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -133,5 +134,39 @@ func TestTriggerIDIsDeterministic(t *testing.T) {
 	}
 	if TriggerID(42, 1763884800123, 1, 3) == a {
 		t.Error("another attempt got the same trigger id")
+	}
+}
+
+// TestFailedPreReadReadsItsChangesAgain: the jobs changed since the last scan are read from that
+// scan's time (less a second), and a scan that fails (here fenced off) does not move it, so
+// the next scan reads again what the failed one did not apply: an API change to an armed job
+// committed meanwhile is never skipped. A scan that succeeds moves it.
+func TestFailedPreReadReadsItsChangesAgain(t *testing.T) {
+	r := newCompletionRig(t)
+	ctx := t.Context()
+	id := r.job(t, schedule.FixRate, "1s")
+	j, err := r.s.jobs.get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An armed fire, so the scan reads the changed jobs.
+	r.l.ring.Add(ringEntry{JobID: id, FireAt: r.clk.Now().Add(time.Minute).UnixMilli(),
+		Value: &fire{job: j, fireMs: r.clk.Now().Add(time.Minute).UnixMilli(), kind: kindScheduled, trigType: triggerCron}})
+	if _, err := r.l.preRead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	scanned := r.clk.Now().UnixMilli()
+	if r.l.lastScanMs != scanned {
+		t.Fatalf("a scan that succeeded left the last scan at %d; want %d", r.l.lastScanMs, scanned)
+	}
+	r.clk.Advance(5 * time.Second)
+	if err := r.s.jobs.raiseFence(ctx, 0, 2, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.l.preRead(ctx); !errors.Is(err, errDeposed) {
+		t.Fatalf("pre-read of a partition a newer leader fenced: %v; want errDeposed", err)
+	}
+	if r.l.lastScanMs != scanned {
+		t.Errorf("a scan that failed moved the last scan to %d; want it left at %d, so that the next scan reads the changes since", r.l.lastScanMs, scanned)
 	}
 }

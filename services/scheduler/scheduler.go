@@ -351,10 +351,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		// which comes on the agent's stream, waits for it in logsvc (and a workflow node's next
 		// node with it). logsvc acknowledges a record once its run is stored, which for a fire
 		// dispatched ahead of its time is when its result has come: the dispatch lead and more.
-		// At 250 fires a second four batches in flight kept records lingering 7 ms (p50); the
-		// window holds a batch per record for that long up to about 1,000 fires a second, and
-		// past it records gather into fuller batches behind the linger.
-		Window:     256,
+		// At 250 fires a second four batches in flight kept records lingering 7 ms (p50). logsvc
+		// reads at most 64 batches of a stream ahead of their acknowledgement
+		// (maxStreamBatches): more in flight would wait in the connection's buffers.
+		Window:     64,
 		MaxPending: cfg.RecordQueue,
 		Logger:     cfg.Logger,
 		OnAck:      s.rowAcks.acked,
