@@ -196,7 +196,9 @@ export async function renderForm(root, ctx) {
         },
       }, h("code", { text: v.field }), " ", v.description))
       : [h("li", { class: "ok", id: "wf-valid", text: t("The workflow is valid.") })]));
-    draw();
+    // The graph marks what is at fault; the side panel is left as it is: redrawn, it lost what
+    // the user was choosing there when the answer came (the node to connect to).
+    view.render(wf.nodes, wf.edges, { selected, bad });
   }
 
   // validate asks the server while editing; only the answer to the latest question is shown.
