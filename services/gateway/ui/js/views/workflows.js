@@ -311,11 +311,21 @@ export async function renderForm(root, ctx) {
   }
 
   const jobPick = h("select", { name: "add_job", id: "add-job", "aria-label": t("Job"), ...dis });
-  const fillJobs = () => jobPick.replaceChildren(...(jobs.length ? jobs.map((j) => h("option", { value: j.id }, `#${j.id} ${j.name}`))
-    : [h("option", { value: "" }, t("The group has no jobs."))]));
+  // fillJobs lists the group's jobs to add, keeping the job chosen if it is still there: the list
+  // comes again whenever the group is chosen, maybe while the user picks from it.
+  const fillJobs = () => {
+    const keep = jobPick.value;
+    jobPick.replaceChildren(...(jobs.length ? jobs.map((j) => h("option", { value: j.id }, `#${j.id} ${j.name}`))
+      : [h("option", { value: "" }, t("The group has no jobs."))]));
+    if (jobs.some((j) => String(j.id) === keep)) jobPick.value = keep;
+  };
   fillJobs();
+  let jobsAsked = 0; // only the answer for the group chosen last fills the list
   inp.group_id.addEventListener("change", async () => {
-    jobs = await groupJobs(inp.group_id.value).catch(() => []);
+    const n = ++jobsAsked;
+    const got = await groupJobs(inp.group_id.value).catch(() => []);
+    if (n !== jobsAsked) return;
+    jobs = got;
     fillJobs();
     changed();
   });
