@@ -24,8 +24,9 @@ type batchStmt struct {
 	affected func(int64) error // a write whose count of rows matters
 }
 
-// Row is one row of a query queued with QueueRows. On Postgres Scan is pgx's, stricter than
-// database/sql's (no conversion between text and numbers): scan each column into its own type.
+// Row is one row of a query queued with QueueRows. In a batch of several statements on
+// Postgres Scan is pgx's, stricter than database/sql's (no conversion between text and
+// numbers), elsewhere database/sql's: scan each column into its own type.
 type Row interface {
 	Scan(dest ...any) error
 }
