@@ -130,7 +130,6 @@ type engineStore interface {
 	assignPartitions(ctx context.Context, count int) (int64, error)
 
 	// The pre-read and the takeover.
-	due(ctx context.Context, tx *db.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error)
 	queueDueIDs(b *db.Batch, part int, horizonMs int64, limit int, ids *[]int64)
 	dueJobs(ctx context.Context, tx *sql.Tx, ids []int64) ([]*jobRow, error)
 	queueChangedSince(b *db.Batch, ms int64, keep func(id int64) bool, ids *[]int64)
@@ -687,32 +686,21 @@ func (s store) raiseFence(ctx context.Context, part int, epoch int64, holder str
 const dueIDsQuery = `SELECT job_id FROM job_state WHERE part = $1 AND next_fire_ms <= $2
 	ORDER BY next_fire_ms LIMIT $3`
 
-// due reads, inside the fenced tx, partition part's running jobs whose next fire is at or before
-// horizonMs, soonest first: their ids from the partial index job_state_part_due, then their rows
-// by primary key. Two reads rather than one join: every partition engine scans once a second,
+// queueDueIDs and dueJobs read, inside the fenced tx, partition part's running jobs whose next
+// fire is at or before horizonMs, soonest first: their ids from the partial index
+// job_state_part_due, then their rows by primary key. Two reads rather than one join: every partition engine scans once a second,
 // and a join's plan follows the table statistics, which lag a bulk import (with autovacuum
 // late or off, Postgres took the running jobs for a handful and scanned all of jobs for each
 // partition's scan). It takes no row locks: advanceAll moves a job's fire times only if its
 // next fire is still the one read here, so an API change committed in between (start, stop, a
 // new schedule, a delete) wins and the pre-read leaves that job alone.
-func (s store) due(ctx context.Context, tx *db.Tx, part int, horizonMs int64, limit int) ([]*jobRow, error) {
-	var (
-		b   db.Batch
-		ids []int64
-	)
-	s.queueDueIDs(&b, part, horizonMs, limit, &ids)
-	if err := tx.Send(ctx, &b); err != nil {
-		return nil, err
-	}
-	return s.dueJobs(ctx, tx.Tx, ids)
-}
-
-// queueDueIDs queues to b due's first read: the ids, appended to ids once b is sent.
+//
+// queueDueIDs queues to b the first read: the ids, appended to ids once b is sent.
 func (s store) queueDueIDs(b *db.Batch, part int, horizonMs int64, limit int, ids *[]int64) {
 	b.QueueRows(func(err error) error { return storeErr(err, "pre-read") }, appendID(ids), s.db.Q(dueIDsQuery), part, horizonMs, limit)
 }
 
-// dueJobs is due's second read: the running jobs among ids, in their order.
+// dueJobs is the second read: the running jobs among ids, in their order.
 func (s store) dueJobs(ctx context.Context, tx *sql.Tx, ids []int64) ([]*jobRow, error) {
 	jobs, err := s.getMany(ctx, tx, ids)
 	if err != nil {

@@ -264,7 +264,15 @@ func TestAdvanceLeavesJobsTheAPIMoved(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			due, err := s.due(ctx, tx, 0, 5000, 10)
+			var (
+				b      db.Batch
+				dueIDs []int64
+			)
+			s.queueDueIDs(&b, 0, 5000, 10, &dueIDs)
+			if err := tx.Send(ctx, &b); err != nil {
+				t.Fatal(err)
+			}
+			due, err := s.dueJobs(ctx, tx.Tx, dueIDs)
 			if err != nil || len(due) != 3 {
 				t.Fatalf("due = %d jobs, %v; want 3", len(due), err)
 			}
